@@ -1,0 +1,1 @@
+"""Benchmark scripts behind ``ragsft bench NAME`` (ratios against a baseline, in one run)."""

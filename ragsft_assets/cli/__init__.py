@@ -1,0 +1,34 @@
+"""The ``ragsft`` command: what Dagster's own CLI cannot do.
+
+Each command group lives in its own module; ``main`` registers them lazily so
+``ragsft --help`` stays fast and a heavy group (the LLM) loads only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of a click command or group
+COMMANDS: dict[str, str] = {
+    "snapshots": "ragsft_assets.cli.snapshots:snapshots",
+    "bench": "ragsft_assets.cli.bench:bench",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup)
+def main() -> None:
+    """ragsft: verified RAG training data from Wikipedia snapshots (Dagster asset graph)."""

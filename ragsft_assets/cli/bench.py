@@ -1,0 +1,32 @@
+"""``ragsft bench NAME``: benchmark scripts; each ends with one ``bench=NAME key=value ...`` line."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+BENCHES: dict[str, str] = {}  # name -> module in ragsft_assets.bench with run(**options) -> dict
+
+
+def format_line(name: str, values: dict[str, object]) -> str:
+    """The closing line: ``bench=NAME k=v ...`` (floats to 3 significant decimals, bools lowercase)."""
+    parts = [f"bench={name}"]
+    for k, v in values.items():
+        if isinstance(v, bool):
+            v = str(v).lower()
+        elif isinstance(v, float):
+            v = f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:.0f}"
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+@click.command()
+@click.argument("name", type=click.Choice(sorted(BENCHES) or ["none"]))
+@click.option("--size", type=int, default=None, help="Problem size (benchmark-specific default).")
+@click.option("--workdir", type=click.Path(), default=None, help="Scratch folder (default: a temp dir).")
+def bench(name: str, size: int | None, workdir: str | None) -> None:
+    """Run benchmark NAME and print its key=value closing line."""
+    module = importlib.import_module(f"ragsft_assets.bench.{BENCHES[name]}")
+    values = module.run(size=size, workdir=workdir)
+    click.echo(format_line(name, values))

@@ -1,0 +1,22 @@
+"""The one ``Definitions`` object of the ragsft code location (found via workspace.yaml)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from ragsft_assets.defs.jobs import ALL_JOBS
+from ragsft_assets.defs.resources import default_resources
+
+
+def build_definitions() -> dg.Definitions:
+    """Merge every stage family's Definitions with the jobs and the default resources."""
+    families = []
+    for name in ("corpus", "multihop", "rag_sft", "release", "automation"):
+        module = __import__(f"ragsft_assets.defs.{name}", fromlist=["defs"])
+        family_defs = getattr(module, "defs", None)
+        if family_defs is not None:
+            families.append(family_defs)
+    return dg.Definitions.merge(*families, dg.Definitions(jobs=ALL_JOBS, resources=default_resources()))
+
+
+defs = build_definitions()

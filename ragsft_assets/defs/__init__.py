@@ -1,0 +1,1 @@
+"""Dagster wiring only, one folder per stage family. Logic lives outside ``defs``."""

@@ -1,0 +1,45 @@
+"""Helpers that turn plain stats into Dagster metadata for ``MaterializeResult``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+
+from ragsft_assets import table_stats
+from ragsft_assets.ids import sha256_hex
+
+
+def file_sha256(path: Path) -> str:
+    return sha256_hex(path.read_bytes())
+
+
+def column_schema(schema: pa.Schema) -> dg.TableSchema:
+    return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
+
+
+def table_metadata(
+    files: Sequence[Path],
+    schema: pa.Schema,
+    *,
+    preview_columns: Sequence[str] | None = None,
+    split_column: str | None = None,
+) -> dict[str, object]:
+    """Standard metadata for an asset written as Parquet files: rows, schema, paths, sha256, preview."""
+    md: dict[str, object] = {
+        "dagster/row_count": table_stats.row_count(files),
+        "dagster/column_schema": column_schema(schema),
+        "path": dg.MetadataValue.path(str(files[0].parent) if files else ""),
+        "files_sha256": dg.MetadataValue.json({f.name: file_sha256(f) for f in files}),
+    }
+    if split_column:
+        md["rows_per_split"] = dg.MetadataValue.json(table_stats.counts_by(files, split_column))
+    if preview_columns:
+        md["preview"] = dg.MetadataValue.md(table_stats.preview_markdown(files, preview_columns))
+    return md
+
+
+def funnel_metadata(funnel: Mapping[str, int], key: str = "funnel") -> dict[str, object]:
+    return {key: dg.MetadataValue.md(table_stats.funnel_markdown(funnel))}

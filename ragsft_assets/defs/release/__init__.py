@@ -1,0 +1,1 @@
+"""Dagster wiring of the release family."""

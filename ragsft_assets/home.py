@@ -1,0 +1,51 @@
+"""The one home folder (``RAGSFT_HOME``) shared by the CLI, ``dagster dev`` and the tests.
+
+Layout (see DESIGN.md)::
+
+    $RAGSFT_HOME/
+      snapshots/<key>/        source dumps, one folder per partition key
+      assets/<key>/<asset>/   Parquet artifacts (one file per split where there are splits)
+      assets/<key>/_ledger/   decision-ledger rows, one file per stage
+      llm_cache/              content-addressed LLM call cache
+      models/                 converted local models (embedded backend)
+      releases/<key>/         shipped releases
+      dagster/                the DAGSTER_HOME used by default
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_HOME = ".ragsft"
+
+
+def ragsft_home() -> Path:
+    """Return the home folder: ``$RAGSFT_HOME`` or ``./.ragsft``, made absolute."""
+    return Path(os.environ.get("RAGSFT_HOME", DEFAULT_HOME)).expanduser().resolve()
+
+
+def snapshots_dir(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / "snapshots"
+
+
+def assets_dir(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / "assets"
+
+
+def llm_cache_dir(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / "llm_cache"
+
+
+def models_dir(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / "models"
+
+
+def releases_dir(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / "releases"
+
+
+def dagster_home(home: Path | None = None) -> Path:
+    """The DAGSTER_HOME the project uses unless the environment already sets one."""
+    env = os.environ.get("DAGSTER_HOME")
+    return Path(env).resolve() if env else (home or ragsft_home()) / "dagster"

@@ -1,0 +1,68 @@
+"""The decision ledger: one schema for every stage.
+
+Each stage writes its rows to ``assets/<partition>/_ledger/<stage>.parquet``;
+the final verdict per candidate is a DuckDB view over all of them (the last
+stage that decided a candidate, in pipeline order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+from ragsft_assets.storage import LEDGER_DIR, write_asset
+
+LEDGER_SCHEMA = pa.schema(
+    [
+        ("partition", pa.string()),
+        ("product", pa.string()),  # e.g. "multihop", "hotpotqa_cite"
+        ("candidate_id", pa.string()),
+        ("stage", pa.string()),  # the asset that decided, e.g. "question_checks"
+        ("verdict", pa.string()),  # "kept" | "dropped" | "unreadable" | ...
+        ("reason", pa.string()),  # short machine-readable reason, e.g. "answer_not_in_b"
+        ("detail", pa.string()),  # JSON text with anything else worth keeping
+        ("cache_keys", pa.list_(pa.string())),  # LLM cache keys that led to the decision
+    ]
+)
+
+KEPT = "kept"
+DROPPED = "dropped"
+
+
+@dataclass(slots=True)
+class Decision:
+    candidate_id: str
+    verdict: str
+    reason: str = ""
+    detail: dict | None = None
+    cache_keys: list[str] = field(default_factory=list)
+
+
+def ledger_table(partition: str, product: str, stage: str, decisions: Iterable[Decision]) -> pa.Table:
+    """Build ledger rows for one stage, sorted by candidate id for byte-identical output."""
+    rows = sorted(decisions, key=lambda d: (d.candidate_id, d.reason))
+    return pa.table(
+        {
+            "partition": [partition] * len(rows),
+            "product": [product] * len(rows),
+            "candidate_id": [d.candidate_id for d in rows],
+            "stage": [stage] * len(rows),
+            "verdict": [d.verdict for d in rows],
+            "reason": [d.reason for d in rows],
+            "detail": [
+                orjson.dumps(d.detail, option=orjson.OPT_SORT_KEYS).decode() if d.detail else None
+                for d in rows
+            ],
+            "cache_keys": [list(d.cache_keys) for d in rows],
+        },
+        schema=LEDGER_SCHEMA,
+    )
+
+
+def write_ledger(table: pa.Table, partition: str, stage: str, root: Path | None = None) -> Path:
+    """Write (replace) one stage's ledger rows for a partition."""
+    return write_asset(table.cast(LEDGER_SCHEMA), partition, LEDGER_DIR, stage, root)

@@ -1,0 +1,132 @@
+"""Plain data types of the LLM layer: what every stage sends and gets back.
+
+This module is the contract between the stages and the backends. Stages only
+ever see ``ChatModel.chat`` and these dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
+
+STATUS_OK = "ok"
+STATUS_UNREADABLE = "unreadable"  # text does not parse or does not match the schema; raw text kept
+STATUS_ERROR = "error"  # the backend gave up (retries exhausted); the error is in `error`
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Sampling parameters; part of every cache key."""
+
+    temperature: float = 0.0
+    max_tokens: int = 256
+    seed: int = 0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+    def with_seed(self, seed: int) -> SamplingParams:
+        return SamplingParams(self.temperature, self.max_tokens, seed, self.top_p, self.stop)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """One conversation's answer. Never raises: problems are a status."""
+
+    text: str
+    status: str = STATUS_OK
+    parsed: Any = None  # the JSON object when a schema was given and the text matched it
+    reasoning: str | None = None  # <think>...</think> or the backend's reasoning field
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_key: str = ""
+    cached: bool = False
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """Per-batch operations numbers, attached by the stages to their asset metadata."""
+
+    requests: int = 0
+    calls: int = 0  # requests that reached the model (not served from the cache)
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    unreadable: int = 0
+    errors: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def add(self, other: BatchStats) -> BatchStats:
+        return BatchStats(
+            *(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__)  # type: ignore[arg-type]
+        )
+
+    def to_metadata(self, prefix: str = "llm") -> dict[str, float | int]:
+        return {
+            f"{prefix}/requests": self.requests,
+            f"{prefix}/calls": self.calls,
+            f"{prefix}/cache_hits": self.cache_hits,
+            f"{prefix}/prompt_tokens": self.prompt_tokens,
+            f"{prefix}/completion_tokens": self.completion_tokens,
+            f"{prefix}/unreadable": self.unreadable,
+            f"{prefix}/errors": self.errors,
+            f"{prefix}/wall_s": round(self.wall_s, 3),
+            f"{prefix}/tokens_per_s": round(self.tokens_per_s, 1),
+        }
+
+
+@dataclass(slots=True)
+class BatchResult:
+    results: list[ChatResult] = field(default_factory=list)
+    stats: BatchStats = field(default_factory=BatchStats)
+
+
+ProgressFn = Callable[[int, int], None]  # (done, total)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """What every stage talks to. ``LLMResource`` and the tests' double implement it."""
+
+    def model_identity(self) -> dict[str, str]:
+        """Backend, model id and weights hash: recorded in provenance, part of cache keys."""
+        ...
+
+    def chat(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Answer every conversation; one ChatResult per conversation, in order.
+
+        Args:
+            conversations: chat message lists.
+            params: sampling parameters (the seed is per request: callers that
+                want N samples send N copies with ``params.with_seed(seed + i)``
+                via ``chat_samples``).
+            json_schema: when given, constrained/validated JSON output; a result
+                that does not match gets status ``unreadable`` and keeps its text.
+            template_version: the prompt template hash; part of the cache key.
+            log: a logger (Dagster's context.log) for progress lines.
+        """
+        ...

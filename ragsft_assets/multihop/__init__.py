@@ -1,0 +1,1 @@
+"""Dagster-free logic of the multihop family."""

@@ -1,0 +1,1 @@
+"""Dagster resources by role: snapshots (the source), store, catalog, and the LLM roles."""

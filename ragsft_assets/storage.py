@@ -1,0 +1,102 @@
+"""Parquet artifacts under ``$RAGSFT_HOME/assets/<partition>/<asset>/``, written atomically.
+
+Dagster-free: the ``store`` resource and the CLI both use these functions.
+A file is written to a temporary name in the same folder and renamed into
+place, so a killed run never leaves a half-written artifact behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ragsft_assets.home import assets_dir
+
+ALL = "all"  # file stem of an asset that has no splits
+SPLITS = ("train", "validation", "test")
+LEDGER_DIR = "_ledger"
+
+
+def asset_path(partition: str, asset: str, part: str = ALL, root: Path | None = None) -> Path:
+    """Path of one Parquet file of an asset (``part`` is a split name or ``all``)."""
+    return (root or assets_dir()) / partition / asset / f"{part}.parquet"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write bytes to ``path`` atomically (temp file + rename in the same folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_parquet(table: pa.Table, path: Path) -> Path:
+    """Write ``table`` to ``path`` atomically, deterministically (no timestamps, fixed options)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd", write_statistics=True, use_dictionary=True)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_asset(
+    table: pa.Table, partition: str, asset: str, part: str = ALL, root: Path | None = None
+) -> Path:
+    """Write one file of an asset and return its path."""
+    return write_parquet(table, asset_path(partition, asset, part, root))
+
+
+def write_split_asset(
+    table: pa.Table, partition: str, asset: str, split_column: str = "split", root: Path | None = None
+) -> dict[str, Path]:
+    """Write one file per split value of ``split_column`` (every split of SPLITS, even empty)."""
+    import pyarrow.compute as pc
+
+    paths = {}
+    for split in SPLITS:
+        part = table.filter(pc.equal(table[split_column], split)) if table.num_rows else table
+        paths[split] = write_asset(part, partition, asset, split, root)
+    return paths
+
+
+def read_asset(partition: str, asset: str, part: str | None = None, root: Path | None = None) -> pa.Table:
+    """Read an asset: one part, or all its files concatenated (split files in SPLITS order)."""
+    folder = (root or assets_dir()) / partition / asset
+    if part is not None:
+        return pq.read_table(asset_path(partition, asset, part, root))
+    files = asset_files(partition, asset, root)
+    if not files:
+        raise FileNotFoundError(
+            f"asset {asset!r} of partition {partition!r} has no data under {folder}: "
+            "materialize it first"
+        )
+    return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+
+
+def asset_files(partition: str, asset: str, root: Path | None = None) -> list[Path]:
+    """The Parquet files of an asset, split files first in SPLITS order, then the rest sorted."""
+    folder = (root or assets_dir()) / partition / asset
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    order = {s: i for i, s in enumerate(SPLITS)}
+    return sorted(files, key=lambda p: (order.get(p.stem, len(order)), p.name))

@@ -1,0 +1,71 @@
+"""Asset metadata computed with DuckDB over the Parquet files (Dagster-free).
+
+Returns plain values (ints, dicts, markdown strings); ``defs/metadata.py`` wraps
+them into Dagster metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import duckdb
+
+
+def _files_sql(files: Sequence[Path]) -> str:
+    quoted = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    return f"read_parquet([{quoted}], union_by_name=true)"
+
+
+def query(files: Sequence[Path], sql: str) -> list[tuple]:
+    """Run ``sql`` where ``t`` is the union of the given Parquet files."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"CREATE VIEW t AS SELECT * FROM {_files_sql(files)}")
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def row_count(files: Sequence[Path]) -> int:
+    if not files:
+        return 0
+    return int(query(files, "SELECT count(*) FROM t")[0][0])
+
+
+def counts_by(files: Sequence[Path], column: str) -> dict[str, int]:
+    """Row counts per value of ``column`` (e.g. split), sorted by value."""
+    if not files:
+        return {}
+    rows = query(files, f'SELECT "{column}", count(*) FROM t GROUP BY 1 ORDER BY 1')
+    return {str(k): int(v) for k, v in rows}
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub markdown table (pipes in cells escaped)."""
+
+    def cell(v: object) -> str:
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def funnel_markdown(funnel: Mapping[str, int], total_label: str = "total") -> str:
+    """A two-column markdown table from an ordered {step or reason: count} mapping."""
+    return markdown_table(["step", "count"], list(funnel.items()))
+
+
+def preview_markdown(files: Sequence[Path], columns: Sequence[str], limit: int = 5, width: int = 80) -> str:
+    """The first ``limit`` rows (in file order) of some columns, cells cut to ``width`` chars."""
+    if not files:
+        return "(empty)"
+    cols = ", ".join(f'"{c}"' for c in columns)
+    rows = query(files, f"SELECT {cols} FROM t LIMIT {int(limit)}")
+
+    def cut(v: object) -> str:
+        s = str(v)
+        return s if len(s) <= width else s[: width - 1] + "…"
+
+    return markdown_table(columns, [[cut(v) for v in r] for r in rows])

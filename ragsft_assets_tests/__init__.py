@@ -1,0 +1,1 @@
+"""ragsft tests."""

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test command of the README: lint, then the whole suite (integration tests with the real
+# embedded model included). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+. .venv/bin/activate
+export RAGSFT_HOME="${RAGSFT_TEST_HOME:-$(mktemp -d)}"
+ruff check ragsft_assets ragsft_assets_tests
+python -m pytest -q -p no:cacheprovider "$@"
