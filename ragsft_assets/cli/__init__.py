@@ -14,6 +14,8 @@ import click
 COMMANDS: dict[str, str] = {
     "snapshots": "ragsft_assets.cli.snapshots:snapshots",
     "bench": "ragsft_assets.cli.bench:bench",
+    "demo": "ragsft_assets.cli.demo:demo",
+    "ui": "ragsft_assets.cli.ui:ui",
 }
 
 
