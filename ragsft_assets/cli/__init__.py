@@ -14,6 +14,7 @@ import click
 COMMANDS: dict[str, str] = {
     "snapshots": "ragsft_assets.cli.snapshots:snapshots",
     "bench": "ragsft_assets.cli.bench:bench",
+    "citations": "ragsft_assets.cli.citations:citations",
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",
 }

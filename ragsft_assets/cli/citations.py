@@ -1,0 +1,109 @@
+"""``ragsft citations check FILE``: check responses with the rules that built the RAG SFT data."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+import click
+import orjson
+
+from ragsft_assets.rag_sft.citations import check_response
+from ragsft_assets.rag_sft.layout import parse_documents
+
+
+def check_row(row: Any) -> dict[str, object]:
+    """The report of one JSON row (chat row or documents row); raises ValueError on a bad shape.
+
+    Chat row: ``{"messages": [...], "supporting_facts_titles": [...]?}``: the documents are the
+    OpenRAG blocks of the system message(s), the response the last assistant message.
+    Documents row: ``{"documents": [{"title", "text"}], "response": str, "gold_titles": [...]?}``.
+    """
+    if not isinstance(row, dict):
+        raise ValueError("a row must be a JSON object")
+    if "messages" in row:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise ValueError("'messages' must be a list of objects")
+        system = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+        assistant = [m for m in messages if m.get("role") == "assistant"]
+        if not assistant:
+            raise ValueError("no assistant message")
+        response = assistant[-1].get("content")
+        docs = parse_documents(system)
+        titles = [t for t, _ in docs]
+        texts = [p for _, p in docs]
+        gold = row.get("supporting_facts_titles")
+    elif "documents" in row and "response" in row:
+        documents = row["documents"]
+        if not isinstance(documents, list) or not all(isinstance(d, dict) for d in documents):
+            raise ValueError("'documents' must be a list of {title, text} objects")
+        titles = [str(d.get("title", "")) for d in documents]
+        texts = [str(d.get("text", "")) for d in documents]
+        response = row["response"]
+        gold = row.get("gold_titles")
+    else:
+        raise ValueError("expected 'messages' or 'documents' + 'response'")
+    if not isinstance(response, str):
+        raise ValueError("the response must be a string")
+    if gold is not None and (not isinstance(gold, list) or not all(isinstance(g, str) for g in gold)):
+        raise ValueError("gold titles must be a list of strings")
+    return check_response(response, texts, titles, gold or None).to_dict()
+
+
+def check_lines(lines: Iterable[str]) -> Iterator[tuple[bytes, bool]]:
+    """One output JSON line per non-blank input line, and whether it is an error row."""
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            yield orjson.dumps({"line": n, "error": f"invalid JSON: {exc}"}), True
+            continue
+        try:
+            yield orjson.dumps({"line": n, **check_row(row)}), False
+        except ValueError as exc:
+            yield orjson.dumps({"line": n, "error": str(exc)}), True
+
+
+@click.group()
+def citations() -> None:
+    """Citation tools for RAG SFT data and the models trained on it."""
+
+
+@click.command("check")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option(
+    "--out", type=click.Path(dir_okay=False, writable=True), default=None, help="Write here, not stdout."
+)
+def check(file: str, out: str | None) -> None:
+    """Check the citations of each JSON line of FILE; print one JSON report per line.
+
+    Each line is a chat row (``messages``, optional ``supporting_facts_titles``) or
+    ``{"documents": [{"title", "text"}], "response", "gold_titles"}``. Reports hold ``tags``
+    (id, verdict: ok/unknown_id/not_found/out_of_order/malformed), ``defects``, ``tags_valid``,
+    ``precision``/``recall``/``f1`` (null without golds) and ``passes``. Lines that are not
+    valid JSON get an error row; the exit code is then 1.
+    """
+    errors = 0
+    src: TextIO = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
+    dst: Any = open(out, "wb") if out else sys.stdout.buffer  # noqa: SIM115
+    try:
+        for data, is_error in check_lines(src):
+            errors += is_error
+            dst.write(data + b"\n")
+    finally:
+        if src is not sys.stdin:
+            src.close()
+        if out:
+            dst.close()
+        else:
+            dst.flush()
+    if errors:
+        click.echo(f"{errors} row(s) could not be checked", err=True)
+        sys.exit(1)
+
+
+citations.add_command(check)

@@ -1,0 +1,339 @@
+"""RAG SFT with verified citations: prompts, generated targets, verdicts, formatted chat rows.
+
+No ``from __future__ import annotations`` here: Dagster resolves the config and resource
+annotations at decoration time.
+"""
+
+import time
+
+import dagster as dg
+
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.ids import DEFAULT_SEED, sha256_hex
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
+from ragsft_assets.llm.types import ChatModel, SamplingParams
+from ragsft_assets.prompts import load_prompt
+from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
+from ragsft_assets.rag_sft.hotpot_input import records_from_table
+from ragsft_assets.resources.store import ArtifactStore
+
+GROUP = "rag_sft"
+INPUT_ASSET = "multihop_questions"
+JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language")
+
+
+class RagSftConfig(dg.Config):
+    """Run settings of the rag_sft family (every asset reads the ones it needs)."""
+
+    seed: int = DEFAULT_SEED
+    max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
+    language: str = ""  # instructions language; default: the partition key's language
+    twin_share: float = 0.22
+    twin_both_share: float = 0.6
+    references_share: float = 0.04
+    strict_share: float = 0.05
+    max_drop_fraction: float = 0.7
+    temperature: float = 0.1
+    max_tokens: int = 512
+    rewrite_refusals: bool = False
+    tokenizer: str = "embedded"  # "embedded" (the embedded model's, whitespace if absent) | "whitespace"
+
+
+def _language(config: RagSftConfig, partition: str) -> str:
+    return config.language or snapshot_language(partition)
+
+
+def product_name(lang: str) -> str:
+    """The seed dataset this reproduces: French input is ``hotpotqa_fr_abstracts_v2``."""
+    return "hotpotqa_fr_abstracts_v2" if lang == "fr" else "hotpotqa_cite"
+
+
+def _templates_version(tasks: tuple[str, ...]) -> str:
+    texts = [load_prompt(t, lang).text for t in tasks for lang in ("en", "fr")]
+    return sha256_hex("\x1f".join(texts))[:8]
+
+
+PROMPT_TASKS = (
+    "rag_system",
+    "rag_rule_cite_inline",
+    "rag_rule_cite_references",
+    "rag_rule_refusal_generic",
+    "rag_rule_refusal_strict",
+)
+
+
+def _model_md(model: ChatModel, prefix: str) -> dict[str, object]:
+    return {f"{prefix}/model": dg.MetadataValue.json(dict(model.model_identity()))}
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    deps=[dg.AssetKey(INPUT_ASSET)],
+    code_version=f"1-{_templates_version(PROMPT_TASKS)}",
+    kinds={"parquet"},
+)
+def rag_prompts(
+    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
+    partition = context.partition_key
+    lang = _language(config, partition)
+    records, bad = records_from_table(store.read(partition, INPUT_ASSET))
+    records.sort(key=lambda r: r.id)
+    selected = records[: config.max_questions] if config.max_questions > 0 else records
+    shares = examples.PromptShares(
+        config.twin_share,
+        config.twin_both_share,
+        config.references_share,
+        config.strict_share,
+        config.max_drop_fraction,
+    )
+    build = examples.build_prompts(selected, seed=config.seed, lang=lang, shares=shares, pool_records=records)
+    decisions = build.decisions + [Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad]
+    build.funnel["bad_record"] = len(bad)
+    build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
+    table = examples.prompts_table(build.prompts)
+    paths = store.write_splits(table, partition, "rag_prompts")
+    store.write_ledger(
+        ledger_table(partition, product_name(lang), "rag_prompts", decisions), partition, "rag_prompts"
+    )
+    files = [paths[s] for s in sorted(paths)]
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata(
+                files,
+                table.schema,
+                preview_columns=[
+                    "id",
+                    "kind",
+                    "twin_kind",
+                    "citation_style",
+                    "refusal_rule",
+                    "chunks_total",
+                    "question",
+                ],
+                split_column="split",
+            ),
+            **funnel_metadata(dict(sorted(build.funnel.items()))),
+            "seed": config.seed,
+            "language": lang,
+            "shares": dg.MetadataValue.json(
+                {
+                    "twin": shares.twin,
+                    "twin_both": shares.twin_both,
+                    "references": shares.references,
+                    "strict": shares.strict,
+                    "max_drop_fraction": shares.max_drop_fraction,
+                }
+            ),
+            "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(lang)),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    deps=[rag_prompts],
+    code_version="1",
+    kinds={"parquet"},
+)
+def rag_responses(
+    context: dg.AssetExecutionContext,
+    config: RagSftConfig,
+    store: ArtifactStore,
+    generator: dg.ResourceParam[ChatModel],
+) -> dg.MaterializeResult:
+    """Generated targets: the generator answers under exactly the training prompt (no gold answer)."""
+    partition = context.partition_key
+    lang = _language(config, partition)
+    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+    params = SamplingParams(temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed)
+    t0 = time.perf_counter()
+    table, stats = verdicts.generate_responses(prompts, generator, params, log=context.log)
+    stats.wall_s = stats.wall_s or time.perf_counter() - t0
+    paths = store.write_splits(table, partition, "rag_responses")
+    decisions = [
+        Decision(
+            r["id"],
+            KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
+            "generated" if r["status"] == "ok" else f"response_{r['status']}",
+            {"error": r["error"]} if r["error"] else None,
+            [r["cache_key"]] if r["cache_key"] else [],
+        )
+        for r in table.to_pylist()
+    ]
+    store.write_ledger(
+        ledger_table(partition, product_name(lang), "rag_responses", decisions), partition, "rag_responses"
+    )
+    files = [paths[s] for s in sorted(paths)]
+    status_counts: dict[str, int] = {}
+    for s in table.column("status").to_pylist():
+        status_counts[s] = status_counts.get(s, 0) + 1
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata(
+                files, table.schema, preview_columns=["id", "status", "response"], split_column="split"
+            ),
+            **funnel_metadata(dict(sorted(status_counts.items())), key="status"),
+            **stats.to_metadata("llm"),
+            **_model_md(generator, "generator"),
+            "temperature": config.temperature,
+            "seed": config.seed,
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    deps=[rag_responses],
+    code_version=f"1-{_templates_version(JUDGE_TASKS)}",
+    kinds={"parquet"},
+)
+def rag_verdicts(
+    context: dg.AssetExecutionContext,
+    config: RagSftConfig,
+    store: ArtifactStore,
+    judge: dg.ResourceParam[ChatModel],
+) -> dg.MaterializeResult:
+    """Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together."""
+    partition = context.partition_key
+    lang = _language(config, partition)
+    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+    responses = store.read(partition, "rag_responses").to_pylist()
+    t0 = time.perf_counter()
+    run = verdicts.judge_examples(prompts, responses, judge, log=context.log)
+    run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
+    table = verdicts.verdicts_table(run.verdicts)
+    paths = store.write_splits(table, partition, "rag_verdicts")
+    ledger = ledger_table(
+        partition, product_name(lang), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
+    )
+    store.write_ledger(ledger, partition, "rag_verdicts")
+    files = [paths[s] for s in sorted(paths)]
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata(
+                files,
+                table.schema,
+                preview_columns=["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses"],
+                split_column="split",
+            ),
+            **funnel_metadata(dict(sorted(run.funnel.items()))),
+            "kept": sum(v.kept for v in run.verdicts),
+            **run.stats.to_metadata("llm"),
+            **_model_md(judge, "judge"),
+        }
+    )
+
+
+RAG_SFT_CHECKS = [
+    dg.AssetCheckSpec(
+        "twins_together", asset="rag_sft", blocking=True, description="Twins kept or dropped together."
+    ),
+    dg.AssetCheckSpec(
+        "citations_verified",
+        asset="rag_sft",
+        blocking=True,
+        description="Every row's citations pass the deterministic verifier (F1 = 1 for answerable rows).",
+    ),
+    dg.AssetCheckSpec(
+        "layout_intact",
+        asset="rag_sft",
+        blocking=True,
+        description="The system message parses back into exactly chunks_total OpenRAG blocks.",
+    ),
+]
+
+
+def sft_checks(rows: list[dict], prompts: list[examples.RagPrompt]) -> list[dg.AssetCheckResult]:
+    """The invariants of the final rows, as check results (computed in the materialization)."""
+    from ragsft_assets.rag_sft.layout import parse_documents
+
+    pair_sizes: dict[str, int] = {}
+    for p in prompts:
+        pair_sizes[p.pair_id] = pair_sizes.get(p.pair_id, 0) + 1
+    row_pairs: dict[str, int] = {}
+    for r in rows:
+        row_pairs[r["pair_id"]] = row_pairs.get(r["pair_id"], 0) + 1
+    split_pairs = [pid for pid, n in row_pairs.items() if n != pair_sizes.get(pid)]
+    failing, broken = [], []
+    for r in rows:
+        system, _, assistant = (m["content"] for m in r["messages"])
+        docs = parse_documents(system)
+        if len(docs) != r["chunks_total"]:
+            broken.append(r["id"])
+        rep = citations.check_response(
+            assistant, [d for _, d in docs], [t for t, _ in docs], r["supporting_facts_titles"] or None
+        )
+        if not rep.passes:
+            failing.append(r["id"])
+    return [
+        dg.AssetCheckResult(
+            check_name="twins_together",
+            passed=not split_pairs,
+            metadata={
+                "split_pairs": len(split_pairs),
+                "examples": dg.MetadataValue.json(sorted(split_pairs)[:20]),
+            },
+        ),
+        dg.AssetCheckResult(
+            check_name="citations_verified",
+            passed=not failing,
+            metadata={"failing": len(failing), "examples": dg.MetadataValue.json(sorted(failing)[:20])},
+        ),
+        dg.AssetCheckResult(
+            check_name="layout_intact",
+            passed=not broken,
+            metadata={"broken": len(broken), "examples": dg.MetadataValue.json(sorted(broken)[:20])},
+        ),
+    ]
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    deps=[rag_verdicts],
+    code_version="1",
+    kinds={"parquet"},
+    check_specs=RAG_SFT_CHECKS,
+)
+def rag_sft(
+    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
+    partition = context.partition_key
+    lang = _language(config, partition)
+    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+    responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
+    kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
+    fmt = formatting.format_examples(
+        prompts, responses, kept, seed=config.seed, rewrite_refusals=config.rewrite_refusals
+    )
+    table = formatting.sft_table(fmt.rows)
+    paths = store.write_splits(table, partition, "rag_sft")
+    store.write_ledger(
+        ledger_table(partition, product_name(lang), "rag_sft", fmt.decisions), partition, "rag_sft"
+    )
+    files = [paths[s] for s in sorted(paths)]
+    if config.tokenizer == "whitespace":
+        counter, name = statistics.whitespace_counter, "whitespace"
+    else:
+        counter, name = statistics.default_token_counter()
+    stats = statistics.sft_statistics(table.to_pylist(), counter, name)
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata(
+                files, table.schema, preview_columns=["id", "pair_id", "chunks_total"], split_column="split"
+            ),
+            **funnel_metadata(dict(sorted(fmt.funnel.items()))),
+            "statistics": dg.MetadataValue.json(stats),
+            "tokenizer": stats["tokenizer"],
+            "seed": config.seed,
+            "rewrite_refusals": config.rewrite_refusals,
+        },
+        check_results=sft_checks(table.to_pylist(), prompts),
+    )

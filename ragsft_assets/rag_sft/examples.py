@@ -1,0 +1,373 @@
+"""Building the RAG prompts: documents, instruction variants, unanswerable twins.
+
+Every draw comes from ``ids.item_rng`` / ``ids.item_uniform`` keyed by the seed, a stage name
+and the question id, or the pair id for what twins must share (instruction variants), never
+from processing order: the same records and seed give the same prompts in any order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import pyarrow as pa
+
+from ragsft_assets import ids
+from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.prompts import load_prompt
+from ragsft_assets.rag_sft.citations import INLINE, REFERENCE
+from ragsft_assets.rag_sft.hotpot_input import HotpotRecord
+from ragsft_assets.rag_sft.layout import collides, join_sentences, render_documents
+
+ANSWERABLE = "answerable"
+UNANSWERABLE = "unanswerable"
+GENERIC = "generic"
+STRICT = "strict"
+TWIN_BOTH = "both"
+TWIN_ONE = "one"
+
+# The five exact refusal phrases the strict rule dictates (one drawn per pair).
+REFUSAL_PHRASES: dict[str, tuple[str, ...]] = {
+    "en": (
+        "The documents provided do not contain the information needed to answer this question.",
+        "I cannot answer this question from the documents provided.",
+        "The available documents do not allow me to answer this question.",
+        "This information is not in the documents provided.",
+        "I do not have enough information in these documents to answer.",
+    ),
+    "fr": (
+        "Les documents fournis ne contiennent pas les informations nécessaires pour répondre à cette question.",
+        "Je ne peux pas répondre à cette question à partir des documents fournis.",
+        "Les documents disponibles ne me permettent pas de répondre à cette question.",
+        "Cette information ne figure pas dans les documents fournis.",
+        "Je n'ai pas assez d'informations dans ces documents pour répondre.",
+    ),
+}
+
+LANGUAGE_NAMES = {"en": "English", "fr": "French", "de": "German", "es": "Spanish", "it": "Italian"}
+
+STAGE_DROP = "rag_prompts.distractors"
+STAGE_TWIN = "rag_prompts.twin"
+STAGE_TWIN_KIND = "rag_prompts.twin_kind"
+STAGE_TWIN_GOLD = "rag_prompts.twin_gold"
+STAGE_REPLACEMENT = "rag_prompts.replacement"
+STAGE_CITATION = "rag_prompts.citation_style"
+STAGE_REFUSAL = "rag_prompts.refusal_rule"
+STAGE_PHRASE = "rag_prompts.refusal_phrase"
+
+
+def refusal_phrases(lang: str) -> tuple[str, ...]:
+    return REFUSAL_PHRASES.get(lang, REFUSAL_PHRASES["en"])
+
+
+@dataclass(frozen=True, slots=True)
+class PromptShares:
+    """The drawn shares (defaults from the issue)."""
+
+    twin: float = 0.22  # questions that get an unanswerable twin
+    twin_both: float = 0.6  # of twins: both golds removed (else one)
+    references: float = 0.04  # pairs asked for a References section
+    strict: float = 0.05  # pairs under the strict refusal rule
+    max_drop_fraction: float = 0.7  # drop count uniform in 0..floor(this x distractors)
+
+
+@dataclass(slots=True)
+class RagPrompt:
+    """One example's prompt and everything later stages need to judge and format it."""
+
+    id: str
+    pair_id: str
+    question_id: str
+    kind: str  # answerable | unanswerable
+    twin_kind: str  # "" | both | one
+    split: str
+    language: str
+    question: str
+    answer: str
+    titles: list[str]
+    paragraphs: list[str]
+    gold_titles: list[str]  # empty for unanswerable examples
+    removed_titles: list[str]
+    citation_style: str  # inline | reference
+    refusal_rule: str  # generic | strict
+    refusal_phrase: str  # the dictated phrase under the strict rule, else ""
+    system: str
+    user: str
+    chunks_total: int
+    distractors_total: int
+    distractors_dropped: int
+
+
+PROMPT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("question_id", pa.string()),
+        ("kind", pa.string()),
+        ("twin_kind", pa.string()),
+        ("split", pa.string()),
+        ("language", pa.string()),
+        ("question", pa.string()),
+        ("answer", pa.string()),
+        ("titles", pa.list_(pa.string())),
+        ("paragraphs", pa.list_(pa.string())),
+        ("gold_titles", pa.list_(pa.string())),
+        ("removed_titles", pa.list_(pa.string())),
+        ("citation_style", pa.string()),
+        ("refusal_rule", pa.string()),
+        ("refusal_phrase", pa.string()),
+        ("system", pa.string()),
+        ("user", pa.string()),
+        ("chunks_total", pa.int32()),
+        ("distractors_total", pa.int32()),
+        ("distractors_dropped", pa.int32()),
+    ]
+)
+
+
+def example_id(question_id: str, kind: str) -> str:
+    """Id of one example: from the question id and whether it is the answerable one or its twin."""
+    return ids.derived_id("rag_example", question_id, kind)
+
+
+def prompts_table(prompts: Sequence[RagPrompt]) -> pa.Table:
+    rows = sorted((asdict(p) for p in prompts), key=lambda r: r["id"])
+    return pa.Table.from_pylist(rows, schema=PROMPT_SCHEMA)
+
+
+def prompts_from_table(table: pa.Table) -> list[RagPrompt]:
+    return [RagPrompt(**row) for row in table.to_pylist()]
+
+
+def prompt_template_versions(lang: str) -> dict[str, str]:
+    """Version hash of every template the prompts use (provenance and code versions)."""
+    tasks = (
+        "rag_system",
+        "rag_rule_cite_inline",
+        "rag_rule_cite_references",
+        "rag_rule_refusal_generic",
+        "rag_rule_refusal_strict",
+    )
+    return {t: load_prompt(t, lang).version for t in tasks}
+
+
+def system_message(
+    documents: Sequence[tuple[str, str]], lang: str, citation_style: str, refusal_rule: str, phrase: str
+) -> str:
+    """The system message: instructions with the drawn variants, then the OpenRAG documents."""
+    cite = load_prompt(
+        "rag_rule_cite_references" if citation_style == REFERENCE else "rag_rule_cite_inline", lang
+    )
+    if refusal_rule == STRICT:
+        refuse = load_prompt("rag_rule_refusal_strict", lang).render(phrase=phrase).strip()
+    else:
+        refuse = load_prompt("rag_rule_refusal_generic", lang).text.strip()
+    return (
+        load_prompt("rag_system", lang)
+        .render(citation_rule=cite.text.strip(), refusal_rule=refuse, documents=render_documents(documents))
+        .strip()
+    )
+
+
+@dataclass(slots=True)
+class _PoolEntry:
+    title: str
+    text: str
+    lowered: str
+
+
+def replacement_pool(records: Sequence[HotpotRecord]) -> list[_PoolEntry]:
+    """Non-gold paragraphs of every record, one per title (from the smallest record id), by title.
+
+    Paragraphs with colliding markup never enter the pool, so a replacement cannot break a twin.
+    """
+    best: dict[str, tuple[str, str]] = {}
+    for rec in records:
+        gold = set(rec.supporting_titles)
+        for title, sents in rec.context:
+            if title in gold or not sents:
+                continue
+            text = join_sentences(sents)
+            if not text or collides(title) or collides(text) or "\n" in title:
+                continue
+            if title not in best or rec.id < best[title][0]:
+                best[title] = (rec.id, text)
+    return [_PoolEntry(t, best[t][1], best[t][1].lower()) for t in sorted(best)]
+
+
+def _draw_replacements(
+    pool: Sequence[_PoolEntry], k: int, rec: HotpotRecord, rng_key: tuple[int, str], exclude: set[str]
+) -> list[_PoolEntry] | None:
+    """k distinct pool paragraphs about unrelated entities (not a title of the record, nor mentioning
+    its gold titles or answer), drawn with the pair's RNG; None when the pool has too few."""
+    rng = ids.item_rng(rng_key[0], STAGE_REPLACEMENT, rng_key[1])
+    banned_titles = {t for t, _ in rec.context} | exclude
+    needles = [t.lower() for t in rec.supporting_titles] + (
+        [rec.answer.lower()] if len(rec.answer) > 2 else []
+    )
+
+    def fits(e: _PoolEntry) -> bool:
+        return e.title not in banned_titles and not any(n in e.lowered for n in needles)
+
+    chosen: list[_PoolEntry] = []
+    seen: set[int] = set()
+    # Rejection sampling first (cheap on large pools), then a seeded scan for small ones.
+    for _ in range(64 * k):
+        if len(chosen) == k or len(seen) == len(pool):
+            break
+        i = rng.randrange(len(pool)) if pool else 0
+        if not pool or i in seen:
+            continue
+        seen.add(i)
+        if fits(pool[i]):
+            chosen.append(pool[i])
+    if len(chosen) < k and pool:
+        start = rng.randrange(len(pool))
+        for j in range(len(pool)):
+            e = pool[(start + j) % len(pool)]
+            if len(chosen) == k:
+                break
+            if e not in chosen and fits(e):
+                chosen.append(e)
+    return chosen if len(chosen) == k else None
+
+
+@dataclass(slots=True)
+class PromptBuild:
+    prompts: list[RagPrompt] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    funnel: Counter = field(default_factory=Counter)
+
+
+def build_prompts(
+    records: Sequence[HotpotRecord],
+    *,
+    seed: int = ids.DEFAULT_SEED,
+    lang: str = "en",
+    shares: PromptShares = PromptShares(),
+    pool_records: Sequence[HotpotRecord] | None = None,
+) -> PromptBuild:
+    """Prompts for every record: the answerable example, and for a drawn share its unanswerable twin.
+
+    Args:
+        records: the questions to build (already limited by ``max_questions``).
+        seed: the run seed.
+        lang: language of the instructions and refusal phrases.
+        shares: the drawn shares.
+        pool_records: records whose non-gold paragraphs may replace removed golds (default:
+            ``records``).
+
+    Returns:
+        the prompts (unsorted), one ledger decision per question (kept, or dropped with a reason)
+        and a funnel of counts.
+    """
+    out = PromptBuild()
+    pool = replacement_pool(pool_records if pool_records is not None else records)
+    for rec in records:
+        out.funnel["questions"] += 1
+        decision = _build_one(rec, seed, lang, shares, pool, out)
+        out.decisions.append(decision)
+        out.funnel[f"{decision.verdict}:{decision.reason}" if decision.verdict != KEPT else "kept"] += 1
+    out.funnel["examples"] = len(out.prompts)
+    out.funnel["examples_answerable"] = sum(p.kind == ANSWERABLE for p in out.prompts)
+    out.funnel["examples_unanswerable"] = sum(p.kind == UNANSWERABLE for p in out.prompts)
+    return out
+
+
+def _build_one(
+    rec: HotpotRecord,
+    seed: int,
+    lang: str,
+    shares: PromptShares,
+    pool: Sequence[_PoolEntry],
+    out: PromptBuild,
+) -> Decision:
+    qid = rec.id
+    pid = ids.pair_id(qid)
+    titles_in_context = [t for t, _ in rec.context]
+    if not rec.question.strip() or not rec.answer.strip() or not rec.supporting_titles:
+        return Decision(qid, DROPPED, "bad_record", {"pair_id": pid})
+    if len(set(titles_in_context)) != len(titles_in_context):
+        return Decision(qid, DROPPED, "duplicate_titles", {"pair_id": pid})
+    paragraphs = {t: join_sentences(s) for t, s in rec.context}
+    golds = list(rec.supporting_titles)
+    if any(not paragraphs.get(g) for g in golds):
+        return Decision(qid, DROPPED, "gold_missing", {"pair_id": pid})
+    distractors = [t for t in titles_in_context if t not in golds]
+
+    rng = ids.item_rng(seed, STAGE_DROP, qid)
+    n_drop = rng.randint(0, math.floor(shares.max_drop_fraction * len(distractors) + 1e-9))
+    dropped = set(rng.sample(distractors, n_drop))
+    shown = [t for t in titles_in_context if t not in dropped]
+    rng.shuffle(shown)
+
+    docs = [(t, paragraphs[t]) for t in shown]
+    if any(not p for _, p in docs) or any("\n" in t for t, _ in docs):
+        return Decision(qid, DROPPED, "markup_collision", {"pair_id": pid, "markup": "newline_or_empty"})
+    for text in [rec.question, *(t for t, _ in docs), *(p for _, p in docs)]:
+        hit = collides(text)
+        if hit:
+            return Decision(qid, DROPPED, "markup_collision", {"pair_id": pid, "markup": hit})
+
+    citation_style = REFERENCE if ids.item_uniform(seed, STAGE_CITATION, pid) < shares.references else INLINE
+    strict = ids.item_uniform(seed, STAGE_REFUSAL, pid) < shares.strict
+    phrases = refusal_phrases(lang)
+    phrase = phrases[ids.item_rng(seed, STAGE_PHRASE, pid).randrange(len(phrases))] if strict else ""
+    rule = STRICT if strict else GENERIC
+
+    def make(
+        kind: str, twin_kind: str, documents: list[tuple[str, str]], gold: list[str], removed: list[str]
+    ) -> RagPrompt:
+        return RagPrompt(
+            id=example_id(qid, kind),
+            pair_id=pid,
+            question_id=qid,
+            kind=kind,
+            twin_kind=twin_kind,
+            split=rec.split,
+            language=lang,
+            question=rec.question,
+            answer=rec.answer,
+            titles=[t for t, _ in documents],
+            paragraphs=[p for _, p in documents],
+            gold_titles=gold,
+            removed_titles=removed,
+            citation_style=citation_style,
+            refusal_rule=rule,
+            refusal_phrase=phrase,
+            system=system_message(documents, lang, citation_style, rule, phrase),
+            user=rec.question,
+            chunks_total=len(documents),
+            distractors_total=len(distractors),
+            distractors_dropped=n_drop,
+        )
+
+    made = [make(ANSWERABLE, "", docs, golds, [])]
+    detail: dict[str, object] = {
+        "pair_id": pid,
+        "citation_style": citation_style,
+        "refusal_rule": rule,
+        "distractors_dropped": n_drop,
+        "chunks_total": len(docs),
+    }
+    if ids.item_uniform(seed, STAGE_TWIN, qid) < shares.twin:
+        twin_kind = TWIN_BOTH if ids.item_uniform(seed, STAGE_TWIN_KIND, pid) < shares.twin_both else TWIN_ONE
+        gold_shown = [g for g in golds if g in shown]
+        if twin_kind == TWIN_BOTH or len(gold_shown) < 2:
+            removed = gold_shown
+        else:
+            removed = [gold_shown[ids.item_rng(seed, STAGE_TWIN_GOLD, pid).randrange(len(gold_shown))]]
+        repl = _draw_replacements(pool, len(removed), rec, (seed, pid), set())
+        if repl is None:
+            out.funnel["twin_no_replacement"] += 1
+            detail["twin"] = "no_replacement"
+        else:
+            by_title = dict(zip(removed, repl, strict=True))
+            twin_docs = [(by_title[t].title, by_title[t].text) if t in by_title else (t, p) for t, p in docs]
+            made.append(make(UNANSWERABLE, twin_kind, twin_docs, [], removed))
+            detail["twin"] = twin_kind
+            detail["replacements"] = [e.title for e in repl]
+    out.prompts.extend(made)
+    return Decision(qid, KEPT, "prompted", detail)

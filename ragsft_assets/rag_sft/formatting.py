@@ -1,0 +1,239 @@
+"""Final formatting of kept examples into ``rag_sft`` chat rows.
+
+- An ellipsis that skips no word of the source is removed from its excerpt (the excerpt then
+  reads as the contiguous source text); every other character of a tag stays as it is.
+- Under the strict refusal rule, an unanswerable target becomes the dictated phrase alone;
+  answerable targets keep their answer.
+- An answer that names a ``[Source N]`` it does not cite with a tag is dropped, with its twin.
+- Optionally, a deterministic rewrite of refusal openings (move the verdict sentence to the
+  end, vary it, or open with a phrase answerable responses also use); it only moves or adds
+  sentences that hold no tag, so tags are never modified.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ragsft_assets import ids
+from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.rag_sft.citations import INLINE, OK, match_excerpt, normalize, parse_refs
+from ragsft_assets.rag_sft.examples import ANSWERABLE, STRICT, UNANSWERABLE, RagPrompt
+
+_SEP_RE = re.compile(r"(\s*(?:\.\.\.+|…)\s*)")
+_WORD_RE = re.compile(r"\w")
+_NAMED_SOURCE_RE = re.compile(r"\[?\bsources?\s*(\d+)\]?", re.IGNORECASE)
+_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
+_TAG_MARKUP_RE = re.compile(r"</?ref\b[^<>]*>?", re.IGNORECASE)
+
+STAGE_REWRITE = "rag_sft.refusal_rewrite"
+
+# Openings of the rewrite: verdict variants and neutral openers answerable responses also use.
+REFUSAL_VARIANTS: dict[str, tuple[str, ...]] = {
+    "en": (
+        "The documents do not allow me to answer this question.",
+        "I could not find the answer to this question in the documents.",
+        "None of the documents gives the answer to this question.",
+    ),
+    "fr": (
+        "Les documents ne me permettent pas de répondre à cette question.",
+        "Je n'ai pas trouvé la réponse à cette question dans les documents.",
+        "Aucun des documents ne donne la réponse à cette question.",
+    ),
+}
+NEUTRAL_OPENERS: dict[str, tuple[str, ...]] = {
+    "en": ("Based on the documents provided:", "According to the documents:"),
+    "fr": ("D'après les documents fournis :", "Selon les documents :"),
+}
+
+
+def remove_idle_ellipses(excerpt: str, document: str) -> str:
+    """The excerpt without the ellipses that skip no word of the document (else unchanged).
+
+    An interior ellipsis is idle when the source text between the fragments it joins holds no
+    word character; it is replaced by that source text. A leading (trailing) ellipsis is idle
+    when no word precedes (follows) the excerpt in the document; it is removed.
+    """
+    if match_excerpt(excerpt, document) != OK or not _SEP_RE.search(excerpt):
+        return excerpt
+    doc = normalize(document)
+    if normalize(excerpt) in doc:  # verbatim as a whole: the document itself holds the dots
+        return excerpt
+    pieces = _SEP_RE.split(excerpt)  # frag, sep, frag, sep, ..., frag
+    frags = pieces[0::2]
+    seps = pieces[1::2]
+    interior = frags[1:-1]
+    if any(not normalize(f) for f in interior):  # "a ... ... b": leave it alone
+        return excerpt
+    spans: list[tuple[int, int] | None] = []
+    pos = 0
+    for f in frags:
+        nf = normalize(f)
+        if not nf:
+            spans.append(None)
+            continue
+        i = doc.find(nf, pos)
+        spans.append((i, i + len(nf)))
+        pos = i + len(nf)
+    out = [frags[0]]
+    for k, sep in enumerate(seps):
+        left, right = spans[k], spans[k + 1]
+        if left is None:  # leading ellipsis
+            idle = right is not None and not _WORD_RE.search(doc[: right[0]])
+            out.append("" if idle else sep)
+        elif right is None:  # trailing ellipsis
+            idle = not _WORD_RE.search(doc[left[1] :])
+            out.append("" if idle else sep)
+        else:
+            gap = doc[left[1] : right[0]]
+            out.append(gap if not _WORD_RE.search(gap) else sep)
+        out.append(frags[k + 1])
+    return "".join(out)
+
+
+def clean_excerpts(response: str, documents: Sequence[str]) -> tuple[str, int]:
+    """The response with idle ellipses removed from its ``ok`` inline excerpts; and how many changed."""
+    parsed = parse_refs(response)
+    if parsed.defects:
+        return response, 0
+    edits = []
+    for t in parsed.tags:
+        if t.style != INLINE or t.excerpt is None or t.id is None or not 1 <= t.id <= len(documents):
+            continue
+        new = remove_idle_ellipses(t.excerpt, documents[t.id - 1])
+        if new != t.excerpt:
+            edits.append((t.excerpt_start, t.excerpt_end, new))
+    for start, end, new in sorted(edits, reverse=True):
+        response = response[:start] + new + response[end:]
+    return response, len(edits)
+
+
+def named_untagged_sources(response: str) -> list[int]:
+    """Source numbers the text names (``[Source N]``, ``Source N``) outside tags without citing them."""
+    parsed = parse_refs(response)
+    cited = {t.id for t in parsed.tags if t.id is not None}
+    text = _TAG_MARKUP_RE.sub(" ", response)
+    named = {int(m.group(1)) for m in _NAMED_SOURCE_RE.finditer(text)}
+    return sorted(named - cited)
+
+
+def _split_sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE_END_RE.split(text.strip()) if s]
+
+
+def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[str, str]:
+    """A deterministic rewrite of a refusal's opening; returns (text, mode).
+
+    Modes, drawn from the seed and the pair id: ``move`` (the first sentence goes to the end),
+    ``vary`` (the first sentence is replaced by a drawn variant of the verdict), ``neutral``
+    (a drawn opener that answerable responses also use goes first). The first sentence is only
+    moved or replaced when it holds no tag; tags are never touched. ``none`` when nothing fits.
+    """
+    sentences = _split_sentences(response)
+    if not sentences:
+        return response, "none"
+    rng = ids.item_rng(seed, STAGE_REWRITE, pair_id)
+    mode = rng.choice(("move", "vary", "neutral"))
+    first_has_tag = "<ref" in sentences[0].lower()
+    if mode == "move" and len(sentences) > 1 and not first_has_tag:
+        return " ".join([*sentences[1:], sentences[0]]), mode
+    if mode == "vary" and not first_has_tag:
+        variants = REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"])
+        return " ".join([rng.choice(variants), *sentences[1:]]), mode
+    if mode == "neutral":
+        opener = rng.choice(NEUTRAL_OPENERS.get(lang, NEUTRAL_OPENERS["en"]))
+        return opener + " " + response.strip(), mode
+    return response, "none"
+
+
+SFT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("supporting_facts_titles", pa.list_(pa.string())),
+        ("chunks_total", pa.int32()),
+        ("split", pa.string()),
+    ]
+)
+
+
+@dataclass(slots=True)
+class Formatted:
+    rows: list[dict] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    funnel: Counter = field(default_factory=Counter)
+
+
+def format_examples(
+    prompts: Sequence[RagPrompt],
+    responses: dict[str, str],
+    kept_ids: set[str],
+    *,
+    seed: int = ids.DEFAULT_SEED,
+    rewrite_refusals: bool = False,
+) -> Formatted:
+    """Chat rows for the kept examples; drops (with the twin) answers naming untagged sources.
+
+    Args:
+        prompts: all prompts.
+        responses: example id -> generated response.
+        kept_ids: ids the verdicts kept (twins already together).
+        seed: the run seed (for the optional rewrite).
+        rewrite_refusals: apply :func:`rewrite_refusal` to generic-rule refusals.
+    """
+    out = Formatted()
+    staged: dict[str, dict] = {}
+    bad_pairs: set[str] = set()
+    for p in sorted(prompts, key=lambda x: x.id):
+        if p.id not in kept_ids:
+            continue
+        text = responses[p.id].strip()
+        text, n_clean = clean_excerpts(text, p.paragraphs)
+        out.funnel["excerpts_ellipsis_removed"] += n_clean
+        named = named_untagged_sources(text)
+        if named:
+            bad_pairs.add(p.pair_id)
+            out.decisions.append(Decision(p.id, DROPPED, "names_untagged_source", {"sources": named}))
+            continue
+        mode = ""
+        if p.kind == UNANSWERABLE and p.refusal_rule == STRICT:
+            text, mode = p.refusal_phrase, "strict_phrase"
+        elif p.kind == UNANSWERABLE and rewrite_refusals:
+            text, mode = rewrite_refusal(text, p.language, seed, p.pair_id)
+        staged[p.id] = {
+            "id": p.id,
+            "pair_id": p.pair_id,
+            "messages": [
+                {"role": "system", "content": p.system},
+                {"role": "user", "content": p.user},
+                {"role": "assistant", "content": text},
+            ],
+            "supporting_facts_titles": list(p.gold_titles) if p.kind == ANSWERABLE else [],
+            "chunks_total": p.chunks_total,
+            "split": p.split,
+            "_mode": mode,
+        }
+    for eid, row in staged.items():
+        mode = row.pop("_mode")
+        if row["pair_id"] in bad_pairs:
+            out.decisions.append(Decision(eid, DROPPED, "twin_dropped"))
+            continue
+        out.rows.append(row)
+        out.decisions.append(Decision(eid, KEPT, "formatted", {"rewrite": mode} if mode else None))
+        if mode:
+            out.funnel[f"rewrite:{mode}"] += 1
+    out.funnel["rows"] = len(out.rows)
+    out.funnel["dropped:names_untagged_source"] = sum(
+        d.reason == "names_untagged_source" for d in out.decisions
+    )
+    out.funnel["dropped:twin_dropped"] = sum(d.reason == "twin_dropped" for d in out.decisions)
+    return out
+
+
+def sft_table(rows: Sequence[dict]) -> pa.Table:
+    return pa.Table.from_pylist(sorted(rows, key=lambda r: r["id"]), schema=SFT_SCHEMA)

@@ -1,0 +1,120 @@
+"""Statistics of a ``rag_sft`` table (asset metadata now, the dataset card later).
+
+Token counts use a real tokenizer when one is available: a callable passed by the caller, else
+the embedded model's (``ragsft_assets.llm.models.count_tokens``), else whitespace words; the
+result says which one it used under ``tokenizer``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from statistics import mean, median
+from typing import Any
+
+import numpy as np
+
+from ragsft_assets.rag_sft.citations import INLINE, has_ellipsis, parse_refs
+
+TokenCounter = Callable[[Sequence[str]], list[int]]
+
+
+def whitespace_counter(texts: Sequence[str]) -> list[int]:
+    return [len(t.split()) for t in texts]
+
+
+def default_token_counter() -> tuple[TokenCounter, str]:
+    """The embedded model's tokenizer when it can be loaded, else whitespace words; and its name."""
+    try:
+        from ragsft_assets.llm.models import EMBEDDED_MODEL_NAME, count_tokens
+
+        count_tokens(["probe"])  # loads (or converts) the model's tokenizer once
+        return count_tokens, f"{EMBEDDED_MODEL_NAME} (tokenizers)"
+    except Exception:  # noqa: BLE001 - any failure to load means: no real tokenizer here
+        return whitespace_counter, "whitespace"
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else 0.0
+
+
+def _first_words(text: str, k: int) -> str:
+    return " ".join(text.lower().split()[:k])
+
+
+def refusal_commitment(responses: Sequence[str], is_refusal: Sequence[bool], k: int) -> float | None:
+    """Mean, over refusals, of P(refusal | the response's first ``k`` words) in this table.
+
+    1.0 means a refusal is given away by its first words (no answerable response opens the same
+    way); lower values mean the openings are shared with answers. None without refusals.
+    """
+    prefixes = [_first_words(r, k) for r in responses]
+    total = Counter(prefixes)
+    refusing = Counter(p for p, r in zip(prefixes, is_refusal, strict=True) if r)
+    probs = [refusing[p] / total[p] for p, r in zip(prefixes, is_refusal, strict=True) if r]
+    return round(mean(probs), 4) if probs else None
+
+
+def sft_statistics(
+    rows: Sequence[dict[str, Any]],
+    token_counter: TokenCounter | None = None,
+    tokenizer_name: str | None = None,
+) -> dict[str, Any]:
+    """The issue's statistics over ``rag_sft`` rows (dicts with ``messages``, ``supporting_facts_titles``,
+    ``chunks_total``).
+
+    An example is answerable when it has supporting-fact titles. Token counts are over the whole
+    conversation text (system + user + assistant contents).
+    """
+    if token_counter is None:
+        token_counter, tokenizer_name = default_token_counter()
+    n = len(rows)
+    responses = [
+        next((m["content"] for m in reversed(r["messages"]) if m["role"] == "assistant"), "") for r in rows
+    ]
+    answerable = [bool(r["supporting_facts_titles"]) for r in rows]
+    docs = [int(r["chunks_total"]) for r in rows]
+    convo = ["\n".join(m["content"] for m in r["messages"]) for r in rows]
+    tokens = token_counter(convo) if rows else []
+    words = [len(t.split()) for t in responses]
+    parsed = [parse_refs(t) for t in responses]
+    ans_tags = [len(p.tags) for p, a in zip(parsed, answerable, strict=True) if a]
+    elided = [
+        any(t.style == INLINE and t.excerpt is not None and has_ellipsis(t.excerpt) for t in p.tags)
+        for p in parsed
+    ]
+    refusals = [p for p, a in zip(parsed, answerable, strict=True) if not a]
+    n_ans = sum(answerable)
+    return {
+        "rows": n,
+        "answerable": n_ans,
+        "unanswerable": n - n_ans,
+        "answerable_share": round(n_ans / n, 4) if n else None,
+        "unanswerable_share": round((n - n_ans) / n, 4) if n else None,
+        "documents_per_prompt": {
+            "mean": round(mean(docs), 3) if docs else None,
+            "median": median(docs) if docs else None,
+            "min": min(docs) if docs else None,
+            "max": max(docs) if docs else None,
+        },
+        "tokenizer": tokenizer_name or "custom",
+        "prompt_response_tokens": {
+            "median": median(tokens) if tokens else None,
+            "p99": round(_pct(tokens, 99), 1) if tokens else None,
+            "max": max(tokens) if tokens else None,
+        },
+        "response_words": {
+            "median": median(words) if words else None,
+            "p90": round(_pct(words, 90), 1) if words else None,
+        },
+        "ref_tags_per_answerable": {
+            "mean": round(mean(ans_tags), 3) if ans_tags else None,
+            "median": median(ans_tags) if ans_tags else None,
+        },
+        "elided_excerpt_share": round(sum(elided) / n, 4) if n else None,
+        "refusals_that_quote_share": round(sum(bool(p.tags) for p in refusals) / len(refusals), 4)
+        if refusals
+        else None,
+        "refusal_commitment_1": refusal_commitment(responses, [not a for a in answerable], 1),
+        "refusal_commitment_2": refusal_commitment(responses, [not a for a in answerable], 2),
+    }

@@ -1,0 +1,303 @@
+"""Generating targets and deciding which examples are kept: judges plus deterministic checks.
+
+An answerable example is kept when its citations check out (every tag ``ok``, cited documents
+exactly the golds: F1 = 1), the factual judge gives 5/5 and, for non-English data, the language
+judge gives 5/5. An unanswerable example is kept when its tags check out and the refusal judge
+says it refuses. Twins are kept or dropped together. A model output that cannot be read is a
+recorded verdict (``unreadable``), never an exception.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.llm.types import BatchStats, ChatModel, ChatResult, SamplingParams
+from ragsft_assets.prompts import load_prompt
+from ragsft_assets.rag_sft.citations import CitationReport, check_response
+from ragsft_assets.rag_sft.examples import ANSWERABLE, LANGUAGE_NAMES, RagPrompt
+
+UNREADABLE = "unreadable"
+
+GENERATION_PARAMS = SamplingParams(temperature=0.1, max_tokens=512)
+JUDGE_PARAMS = SamplingParams(temperature=0.0, max_tokens=160)
+
+SCORE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5}, "reason": {"type": "string"}},
+    "required": ["score"],
+}
+REFUSAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"refuses": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["refuses"],
+}
+
+
+# --- generation -----------------------------------------------------------------------------
+
+RESPONSE_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("split", pa.string()),
+        ("response", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("cache_key", pa.string()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+    ]
+)
+
+
+def training_conversation(p: RagPrompt) -> list[dict[str, str]]:
+    """Exactly the training prompt: the system message with the documents, then the question."""
+    return [{"role": "system", "content": p.system}, {"role": "user", "content": p.user}]
+
+
+def generate_responses(
+    prompts: Sequence[RagPrompt],
+    generator: ChatModel,
+    params: SamplingParams = GENERATION_PARAMS,
+    log: Any = None,
+) -> tuple[pa.Table, BatchStats]:
+    """The generator's answer to every prompt, under the training prompt (no gold answer).
+
+    Empty answers become ``unreadable``; the backend's status is kept otherwise.
+    """
+    ordered = sorted(prompts, key=lambda p: p.id)
+    version = load_prompt("rag_system", ordered[0].language).version if ordered else ""
+    batch = generator.chat(
+        [training_conversation(p) for p in ordered], params, template_version=version, log=log
+    )
+    rows = []
+    for p, r in zip(ordered, batch.results, strict=True):
+        status = r.status if r.text.strip() or not r.ok else UNREADABLE
+        rows.append(
+            {
+                "id": p.id,
+                "pair_id": p.pair_id,
+                "split": p.split,
+                "response": r.text,
+                "status": status,
+                "error": r.error if status == r.status else "empty response",
+                "cache_key": r.cache_key,
+                "prompt_tokens": r.prompt_tokens,
+                "completion_tokens": r.completion_tokens,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=RESPONSE_SCHEMA), batch.stats
+
+
+# --- verdicts -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ExampleVerdict:
+    id: str
+    pair_id: str
+    question_id: str
+    kind: str
+    split: str
+    kept: bool
+    verdict: str  # kept | dropped | unreadable
+    reason: str
+    tags_valid: bool | None = None
+    f1: float | None = None
+    n_tags: int = 0
+    factual_score: int | None = None
+    refuses: bool | None = None
+    language_score: int | None = None
+    citations: str = ""  # the CitationReport as JSON text
+    cache_keys: list[str] = field(default_factory=list)
+
+
+VERDICT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("question_id", pa.string()),
+        ("kind", pa.string()),
+        ("split", pa.string()),
+        ("kept", pa.bool_()),
+        ("verdict", pa.string()),
+        ("reason", pa.string()),
+        ("tags_valid", pa.bool_()),
+        ("f1", pa.float64()),
+        ("n_tags", pa.int32()),
+        ("factual_score", pa.int32()),
+        ("refuses", pa.bool_()),
+        ("language_score", pa.int32()),
+        ("citations", pa.string()),
+        ("cache_keys", pa.list_(pa.string())),
+    ]
+)
+
+
+def citation_report(p: RagPrompt, response: str) -> CitationReport:
+    """The deterministic check of one response under its own instruction variant."""
+    return check_response(
+        response,
+        p.paragraphs,
+        p.titles,
+        p.gold_titles if p.kind == ANSWERABLE else None,
+        style=p.citation_style,
+    )
+
+
+def _judge_message(task: str, lang: str, **values: object) -> tuple[list[dict[str, str]], str]:
+    t = load_prompt(task, lang)
+    return [{"role": "user", "content": t.render(**values)}], t.version
+
+
+def _score(r: ChatResult, key: str) -> Any:
+    return r.parsed.get(key) if r.ok and isinstance(r.parsed, dict) else None
+
+
+@dataclass(slots=True)
+class JudgeRun:
+    verdicts: list[ExampleVerdict]
+    stats: BatchStats
+    funnel: Counter
+
+
+def judge_examples(
+    prompts: Sequence[RagPrompt],
+    responses: Sequence[dict[str, Any]],
+    judge: ChatModel,
+    *,
+    params: SamplingParams = JUDGE_PARAMS,
+    log: Any = None,
+) -> JudgeRun:
+    """Decide every example: deterministic checks first, judges only on what passed them.
+
+    Args:
+        prompts: the prompts (rows of ``rag_prompts``).
+        responses: rows of ``rag_responses`` (id, response, status, cache_key).
+        judge: the judge model.
+    """
+    by_id = {r["id"]: r for r in responses}
+    verdicts: dict[str, ExampleVerdict] = {}
+    need: list[tuple[RagPrompt, str]] = []
+    for p in sorted(prompts, key=lambda x: x.id):
+        r = by_id.get(p.id)
+        v = ExampleVerdict(p.id, p.pair_id, p.question_id, p.kind, p.split, False, DROPPED, "")
+        verdicts[p.id] = v
+        if r is None or r["status"] != "ok" or not (r["response"] or "").strip():
+            v.verdict, v.reason = UNREADABLE, "response_unreadable"
+            v.cache_keys = [r["cache_key"]] if r and r["cache_key"] else []
+            continue
+        v.cache_keys = [r["cache_key"]] if r["cache_key"] else []
+        rep = citation_report(p, r["response"])
+        v.tags_valid, v.f1, v.n_tags = rep.tags_valid, rep.f1, rep.n_tags
+        v.citations = orjson.dumps({**rep.to_dict(), "cited_ids": rep.cited_ids}).decode()
+        if not rep.tags_valid:
+            v.reason = "citations_invalid"
+        elif p.kind == ANSWERABLE and rep.f1 != 1.0:
+            v.reason = "citation_f1"
+        else:
+            need.append((p, r["response"]))
+
+    stats = BatchStats()
+    # One batch per judge, so a backend can batch and prefix-cache them.
+    factual = [(p, resp) for p, resp in need if p.kind == ANSWERABLE]
+    refusal = [(p, resp) for p, resp in need if p.kind != ANSWERABLE]
+    language = [(p, resp) for p, resp in need if p.language != "en"]
+
+    def run(
+        task: str, items: list[tuple[RagPrompt, str]], schema: dict[str, Any], **extra: Any
+    ) -> list[ChatResult]:
+        nonlocal stats
+        if not items:
+            return []
+        convs, version = [], ""
+        for p, resp in items:
+            msgs, version = _judge_message(task, p.language, **extra_values(p, resp))
+            convs.append(msgs)
+        batch = judge.chat(convs, params, json_schema=schema, template_version=version, log=log)
+        stats = stats.add(batch.stats)
+        return batch.results
+
+    def extra_values(p: RagPrompt, resp: str) -> dict[str, object]:
+        return {
+            "question": p.question,
+            "answer": p.answer,
+            "gold_titles": "; ".join(p.gold_titles),
+            "response": resp,
+            "language_name": LANGUAGE_NAMES.get(p.language, p.language),
+        }
+
+    for (p, _), res in zip(factual, run("rag_judge_factual", factual, SCORE_SCHEMA), strict=True):
+        v = verdicts[p.id]
+        v.cache_keys.append(res.cache_key)
+        v.factual_score = _score(res, "score")
+    for (p, _), res in zip(refusal, run("rag_judge_refusal", refusal, REFUSAL_SCHEMA), strict=True):
+        v = verdicts[p.id]
+        v.cache_keys.append(res.cache_key)
+        v.refuses = _score(res, "refuses")
+    for (p, _), res in zip(language, run("rag_judge_language", language, SCORE_SCHEMA), strict=True):
+        v = verdicts[p.id]
+        v.cache_keys.append(res.cache_key)
+        v.language_score = _score(res, "score")
+
+    for p, _ in need:
+        v = verdicts[p.id]
+        judged = v.factual_score if p.kind == ANSWERABLE else v.refuses
+        if judged is None or (p.language != "en" and v.language_score is None):
+            v.verdict, v.reason = UNREADABLE, "judge_unreadable"
+        elif p.kind == ANSWERABLE and v.factual_score != 5:
+            v.reason = "factual_score"
+        elif p.kind != ANSWERABLE and v.refuses is not True:
+            v.reason = "not_refusal"
+        elif p.language != "en" and v.language_score != 5:
+            v.reason = "language_score"
+        else:
+            v.kept, v.verdict, v.reason = True, KEPT, "kept"
+
+    final = keep_twins_together(list(verdicts.values()))
+    funnel = Counter(f"{v.verdict}:{v.reason}" for v in final)
+    return JudgeRun(final, stats, funnel)
+
+
+def keep_twins_together(verdicts: Sequence[ExampleVerdict]) -> list[ExampleVerdict]:
+    """Drop every example of a pair in which one example was dropped (reason ``twin_dropped``)."""
+    bad_pairs = {v.pair_id for v in verdicts if not v.kept}
+    for v in verdicts:
+        if v.kept and v.pair_id in bad_pairs:
+            v.kept, v.verdict, v.reason = False, DROPPED, "twin_dropped"
+    return sorted(verdicts, key=lambda v: v.id)
+
+
+def verdicts_table(verdicts: Sequence[ExampleVerdict]) -> pa.Table:
+    return pa.Table.from_pylist(
+        [asdict(v) for v in sorted(verdicts, key=lambda v: v.id)], schema=VERDICT_SCHEMA
+    )
+
+
+def verdict_decisions(verdicts: Sequence[ExampleVerdict]) -> list[Decision]:
+    """Ledger rows: one per example, with the generation and judge cache keys."""
+    return [
+        Decision(
+            v.id,
+            v.verdict,
+            v.reason,
+            {
+                "pair_id": v.pair_id,
+                "question_id": v.question_id,
+                "kind": v.kind,
+                "f1": v.f1,
+                "factual_score": v.factual_score,
+                "refuses": v.refuses,
+                "language_score": v.language_score,
+            },
+            list(v.cache_keys),
+        )
+        for v in verdicts
+    ]

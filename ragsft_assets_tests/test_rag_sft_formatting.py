@@ -1,0 +1,136 @@
+"""Formatting of kept examples, and the statistics."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragsft_assets.rag_sft import formatting as fm
+from ragsft_assets.rag_sft import statistics as st
+from ragsft_assets.rag_sft.citations import check_response
+from ragsft_assets.rag_sft.examples import ANSWERABLE, UNANSWERABLE, RagPrompt
+
+DOC = "Paris is the capital of France. It has, famously, 2.1 million inhabitants."
+
+
+@pytest.mark.parametrize(
+    ("excerpt", "expected"),
+    [
+        ("Paris is ... the capital", "Paris is the capital"),  # skips nothing
+        ("France. ... It has", "France. It has"),  # skips only the sentence gap
+        ("It has ... famously", "It has, famously"),  # skips a comma only
+        ("Paris is ... France", "Paris is ... France"),  # skips words: kept
+        ("Paris…capital", "Paris…capital"),  # skips "is the": kept
+        ("... Paris is", "Paris is"),  # leading: nothing before in the document
+        ("million ... ", "million ... "),  # trailing: "inhabitants." follows: kept
+        ("France ... Paris", "France ... Paris"),  # out of order: untouched
+    ],
+)
+def test_remove_idle_ellipses(excerpt: str, expected: str) -> None:
+    assert fm.remove_idle_ellipses(excerpt, DOC) == expected
+
+
+def test_clean_excerpts_only_touches_excerpts() -> None:
+    resp = 'Yes <ref id="1">Paris is ... the capital</ref>, and <ref id="1">Paris is ... France</ref>.'
+    out, n = fm.clean_excerpts(resp, [DOC])
+    assert n == 1
+    assert out == 'Yes <ref id="1">Paris is the capital</ref>, and <ref id="1">Paris is ... France</ref>.'
+    assert check_response(out, [DOC]).tags_valid
+
+
+def test_named_untagged_sources() -> None:
+    assert fm.named_untagged_sources('As [Source 2] says, <ref id="1">Paris</ref>.') == [2]
+    assert fm.named_untagged_sources('As Source 1 says, <ref id="1">Paris</ref>.') == []
+    assert fm.named_untagged_sources("No sources named here.") == []
+
+
+def _prompt(pid: str, kind: str, rule: str = "generic", phrase: str = "") -> RagPrompt:
+    return RagPrompt(
+        id=f"{pid}-{kind}",
+        pair_id=pid,
+        question_id=pid,
+        kind=kind,
+        twin_kind="" if kind == ANSWERABLE else "both",
+        split="train",
+        language="en",
+        question="Capital?",
+        answer="Paris",
+        titles=["Paris"],
+        paragraphs=[DOC],
+        gold_titles=["Paris"] if kind == ANSWERABLE else [],
+        removed_titles=[],
+        citation_style="inline",
+        refusal_rule=rule,
+        refusal_phrase=phrase,
+        system="S",
+        user="Capital?",
+        chunks_total=1,
+        distractors_total=0,
+        distractors_dropped=0,
+    )
+
+
+def test_format_examples_strict_and_untagged_source_drop_twin() -> None:
+    prompts = [
+        _prompt("p1", ANSWERABLE, "strict", "PHRASE."),
+        _prompt("p1", UNANSWERABLE, "strict", "PHRASE."),
+        _prompt("p2", ANSWERABLE),
+        _prompt("p2", UNANSWERABLE),
+    ]
+    responses = {
+        "p1-answerable": 'Paris <ref id="1">Paris is ... the capital</ref>.',
+        "p1-unanswerable": "The documents do not say. Please add documents.",
+        "p2-answerable": 'Paris, see [Source 3]. <ref id="1">Paris</ref>',
+        "p2-unanswerable": "The documents do not say.",
+    }
+    out = fm.format_examples(prompts, responses, {p.id for p in prompts})
+    rows = {r["id"]: r for r in out.rows}
+    assert set(rows) == {"p1-answerable", "p1-unanswerable"}
+    assert rows["p1-unanswerable"]["messages"][2]["content"] == "PHRASE."
+    assert rows["p1-answerable"]["messages"][2]["content"] == 'Paris <ref id="1">Paris is the capital</ref>.'
+    assert rows["p1-answerable"]["supporting_facts_titles"] == ["Paris"]
+    reasons = {d.candidate_id: d.reason for d in out.decisions}
+    assert (
+        reasons["p2-answerable"] == "names_untagged_source" and reasons["p2-unanswerable"] == "twin_dropped"
+    )
+
+
+def test_rewrite_refusal_is_deterministic_and_keeps_tags() -> None:
+    text = 'The documents do not allow an answer. They cover <ref id="2">Lyon</ref>. Please add documents.'
+    modes = set()
+    for i in range(30):
+        a = fm.rewrite_refusal(text, "en", 1, f"pair{i}")
+        assert a == fm.rewrite_refusal(text, "en", 1, f"pair{i}")
+        assert '<ref id="2">Lyon</ref>' in a[0]
+        modes.add(a[1])
+    assert modes == {"move", "vary", "neutral"}
+    tagged_first = '<ref id="1">Paris</ref> is not it. No answer.'
+    for i in range(10):
+        out, mode = fm.rewrite_refusal(tagged_first, "en", 1, f"pair{i}")
+        assert out.startswith(tagged_first) or out.endswith(tagged_first)
+
+
+def test_statistics() -> None:
+    def row(assistant: str, gold: list[str], n: int = 3) -> dict:
+        msgs = [{"role": "system", "content": "s s"}, {"role": "user", "content": "q"}]
+        return {
+            "messages": [*msgs, {"role": "assistant", "content": assistant}],
+            "supporting_facts_titles": gold,
+            "chunks_total": n,
+        }
+
+    rows = [
+        row('The answer is X <ref id="1">a ... b</ref> <ref id="2">c</ref>.', ["A"]),
+        row('The documents do not say <ref id="1">a</ref>.', []),
+        row("The documents do not allow an answer.", [], 5),
+        row("I cannot answer.", []),
+    ]
+    s = st.sft_statistics(rows, st.whitespace_counter, "whitespace")
+    assert (s["rows"], s["answerable"], s["unanswerable"]) == (4, 1, 3)
+    assert s["documents_per_prompt"]["max"] == 5
+    assert s["ref_tags_per_answerable"]["mean"] == 2
+    assert s["elided_excerpt_share"] == 0.25
+    assert s["refusals_that_quote_share"] == pytest.approx(1 / 3, abs=1e-4)
+    # first word "the": 2 refusals of 3 openings; "i": 1 of 1 -> mean(2/3, 2/3, 1)
+    assert s["refusal_commitment_1"] == pytest.approx((2 / 3 + 2 / 3 + 1) / 3, abs=1e-4)
+    assert s["refusal_commitment_2"] == 1.0  # "the documents" / "i cannot" never open an answer
+    assert s["tokenizer"] == "whitespace"
