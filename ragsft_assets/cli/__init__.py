@@ -14,6 +14,9 @@ import click
 COMMANDS: dict[str, str] = {
     "snapshots": "ragsft_assets.cli.snapshots:snapshots",
     "bench": "ragsft_assets.cli.bench:bench",
+    "catalog": "ragsft_assets.cli.release:catalog",
+    "explain": "ragsft_assets.cli.release:explain",
+    "verify": "ragsft_assets.cli.release:verify",
     "citations": "ragsft_assets.cli.citations:citations",
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",

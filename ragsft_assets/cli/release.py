@@ -1,0 +1,57 @@
+"""``ragsft verify FOLDER``, ``ragsft catalog [--rebuild] [--sql Q]``, ``ragsft explain ID``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+def verify(folder: Path) -> None:
+    """Recompute every SHA-256 of release FOLDER against its manifests (exit 1 on any difference)."""
+    from ragsft_assets.release.verify import verify_release
+
+    report = verify_release(folder)
+    for line in report.lines():
+        click.echo(line)
+    sys.exit(0 if report.ok else 1)
+
+
+@click.command()
+@click.option("--rebuild", is_flag=True, help="Rebuild the views from what is materialized now.")
+@click.option("--sql", "query", default=None, help="Run one query (read-only) and print the rows.")
+def catalog(rebuild: bool, query: str | None) -> None:
+    """Open (or build) $RAGSFT_HOME/catalog.duckdb: one schema per partition, one view per asset."""
+    from ragsft_assets.release.catalog import catalog_path, list_views, open_catalog
+
+    con = open_catalog(rebuild=rebuild)
+    try:
+        if query:
+            cur = con.execute(query)
+            click.echo("\t".join(d[0] for d in cur.description))
+            for row in cur.fetchall():
+                click.echo("\t".join(str(v) for v in row))
+            return
+        click.echo(f"catalog: {catalog_path()}  (open with: duckdb -readonly {catalog_path()})")
+        for schema, view in list_views(con):
+            click.echo(f'  "{schema}".{view}' if schema != "main" else f"  {view}")
+    finally:
+        con.close()
+
+
+@click.command()
+@click.argument("row_id")
+@click.option("--partition", default=None, help="Snapshot key (default: search every partition).")
+def explain(row_id: str, partition: str | None) -> None:
+    """Print the chain behind one row: question, pair, documents, revisions, verdicts, LLM calls."""
+    from ragsft_assets.release.explain import explain as explain_row
+    from ragsft_assets.release.explain import format_trace
+
+    try:
+        trace = explain_row(row_id, partition=partition)
+    except KeyError as e:
+        raise click.ClickException(str(e.args[0])) from e
+    click.echo(format_trace(trace))

@@ -1,0 +1,152 @@
+"""The three release steps as plain functions (the assets call them in this order).
+
+1. ``build_release``: data files, decisions, lineage and a README header, built in a temp folder
+   beside ``releases/<partition>`` and swapped into place.
+2. ``write_card``: the generated card body and plots, written into the README.
+3. ``write_manifests``: ``provenance/<config>/manifest.json`` and ``provenance/release.json``
+   (last, so the index hashes the final README and plots).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from ragsft_assets.release import layout
+from ragsft_assets.release.card import render_card
+from ragsft_assets.release.decisions import all_decisions, final_decisions
+from ragsft_assets.release.lineage import LineageSources, lineage_tables
+from ragsft_assets.release.manifest import (
+    DECISIONS,
+    LINEAGE,
+    build_manifest,
+    llm_calls_by_stage,
+    source_info,
+    write_manifest,
+    write_release_index,
+)
+from ragsft_assets.storage import write_parquet
+
+NOTES_FILE = "notes.json"  # provenance/notes.json: what the build skipped, read back by the card
+
+
+@dataclass(slots=True)
+class ReleaseBuild:
+    folder: Path
+    files: dict[str, dict[str, str]]
+    notes: list[str]
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    decisions: int = 0
+    lineage_rows: dict[str, int] = field(default_factory=dict)
+
+
+def lineage_path(config: str) -> str:
+    return f"{layout.PROVENANCE}/{config}/{LINEAGE}"
+
+
+def build_release(assets_root: Path, partition: str, target: Path, pretty_name: str = "") -> ReleaseBuild:
+    """Build the release folder of a partition from its materialized assets, atomically.
+
+    Configs whose upstream asset is missing are skipped with a note. Raises ``FileNotFoundError``
+    when no config at all can be built (nothing would load).
+    """
+    tables, notes = layout.read_config_tables(assets_root, partition)
+    if not tables:
+        raise FileNotFoundError(
+            f"nothing to release for partition {partition!r} under {assets_root}: "
+            + "; ".join(notes)
+            + ". Materialize at least `abstracts` first."
+        )
+    staging = layout.staging_dir(target)
+    try:
+        files = layout.write_data_files(staging, tables)
+        ledger = all_decisions(assets_root, partition)
+        final = final_decisions(assets_root, partition)
+        write_parquet(final, staging / layout.PROVENANCE / DECISIONS)
+        src = LineageSources(assets_root, partition, ledger)
+        families = {c: layout.CONFIGS_BY_NAME[c].family for c in tables}
+        lineage = lineage_tables(tables, families, src)
+        for config, t in lineage.items():
+            write_parquet(t, staging / lineage_path(config))
+        (staging / layout.PROVENANCE / NOTES_FILE).write_bytes(
+            orjson.dumps(notes, option=orjson.OPT_INDENT_2) + b"\n"
+        )
+        body = f"# ragsft release `{partition}`\n\nThe dataset card is written by the `dataset_card` asset.\n"
+        layout.write_readme(staging, files, body, pretty_name or f"ragsft {partition}")
+        layout.swap_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    rows = {c: {s: t.num_rows for s, t in splits.items()} for c, splits in tables.items()}
+    return ReleaseBuild(
+        target, files, notes, rows, final.num_rows, {c: t.num_rows for c, t in lineage.items()}
+    )
+
+
+def read_notes(folder: Path) -> list[str]:
+    path = folder / layout.PROVENANCE / NOTES_FILE
+    return orjson.loads(path.read_bytes()) if path.is_file() else []
+
+
+def write_card(
+    folder: Path, partition: str, limitations: Mapping[str, Any] | None = None, pretty_name: str = ""
+) -> tuple[str, list[str]]:
+    """Render the dataset card from the built release and write it as the README body."""
+    files = layout.release_files(folder)
+    decisions = pq.read_table(folder / layout.PROVENANCE / DECISIONS)
+    # Plots of an earlier card are removed first so the folder holds only what this card shows.
+    shutil.rmtree(folder / layout.PLOTS, ignore_errors=True)
+    body, plots = render_card(
+        folder, partition, files, decisions, limitations=limitations, notes=read_notes(folder)
+    )
+    layout.write_readme(folder, files, body, pretty_name or f"ragsft {partition}")
+    return body, plots
+
+
+def write_manifests(
+    folder: Path,
+    partition: str,
+    assets_root: Path,
+    snapshots_root: Path | None = None,
+    run_config: Mapping[str, Any] | None = None,
+    llm_roles: Mapping[str, Any] | None = None,
+    cache_lookup: Any = "default",
+) -> dict[str, dict[str, Any]]:
+    """Write every config's manifest and the release index; returns ``{config: manifest}``.
+
+    ``cache_lookup`` (key -> cached call or None) reads the model and sampling parameters of the
+    calls behind the ledger; by default the LLM cache of the home above ``assets_root``.
+    """
+    from ragsft_assets.release.explain import default_cache_lookup
+
+    files = layout.release_files(folder)
+    source = source_info(assets_root, snapshots_root, partition)
+    if cache_lookup == "default":
+        cache_lookup = default_cache_lookup(assets_root.parent)
+    calls = llm_calls_by_stage(all_decisions(assets_root, partition).to_pylist(), cache_lookup)
+    manifests = {}
+    for config, splits in files.items():
+        cfg = layout.CONFIGS_BY_NAME.get(config)
+        extra = {"lineage": lineage_path(config)} if (folder / lineage_path(config)).is_file() else {}
+        m = build_manifest(
+            folder,
+            config=config,
+            asset=cfg.asset if cfg else config,
+            partition=partition,
+            data_files=splits,
+            source=source,
+            run_config=run_config or {},
+            llm_roles=llm_roles or {},
+            extra_files=extra,
+            llm_calls=calls,
+        )
+        write_manifest(folder, m)
+        manifests[config] = m
+    write_release_index(folder, list(files))
+    return manifests

@@ -1,0 +1,155 @@
+"""The DuckDB catalog: every materialized asset of every partition as a view, for ad-hoc SQL.
+
+``$RAGSFT_HOME/catalog.duckdb`` holds views only (no data): they read the Parquet files where the
+assets lie, through globs, so a re-materialized asset is seen without a rebuild; a new asset or
+partition needs ``ragsft catalog --rebuild``.
+
+Naming: one schema per partition, the asset name as the view name::
+
+    SELECT reason, count(*) FROM "20240916.fr".decisions GROUP BY 1;
+    SELECT * FROM "sample.fr".abstracts LIMIT 5;
+
+(the partition key holds a dot, so it is double-quoted). In ``main``:
+
+- ``main.<asset>``: the asset over all partitions, with a ``partition`` column first;
+- ``main.decisions``: every ledger row of every partition; ``main.final_decisions``: one row per
+  candidate (the last deciding stage in pipeline order, see ``decisions.py``);
+- per partition, ``decisions`` and ``final_decisions`` over its ledger, and ``lineage`` over its
+  release's ``provenance/<config>/lineage.parquet`` when a release is built.
+
+One writer: the database is built in a temporary file and renamed into place, so readers
+(``read_only=True`` connections) never see a half-built catalog and never block the build.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from ragsft_assets.home import assets_dir, ragsft_home, releases_dir
+from ragsft_assets.release.decisions import final_decisions_sql
+from ragsft_assets.storage import LEDGER_DIR
+
+CATALOG_FILE = "catalog.duckdb"
+
+
+def catalog_path(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / CATALOG_FILE
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _lit(path: Path | str) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def discover(home: Path) -> dict[str, list[str]]:
+    """``{partition: [asset, ...]}`` of every asset folder holding at least one Parquet file."""
+    root = assets_dir(home)
+    out: dict[str, list[str]] = {}
+    if not root.is_dir():
+        return out
+    for part in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        assets = sorted(
+            a.name
+            for a in part.iterdir()
+            if a.is_dir() and not a.name.startswith(".") and any(a.glob("*.parquet"))
+        )
+        if assets:
+            out[part.name] = assets
+    return out
+
+
+@dataclass(slots=True)
+class CatalogSummary:
+    path: Path
+    views: list[str] = field(default_factory=list)
+
+
+def build_catalog(home: Path | None = None, db_path: Path | None = None) -> CatalogSummary:
+    """(Re)build the catalog database from what is materialized under ``home``; returns its views."""
+    home = home or ragsft_home()
+    db_path = db_path or catalog_path(home)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=db_path.parent, prefix=f".{db_path.name}.", suffix=".tmp")
+    os.close(fd)
+    os.unlink(tmp)  # DuckDB wants to create the file itself
+    summary = CatalogSummary(db_path)
+    con = duckdb.connect(tmp)
+    try:
+        found = discover(home)
+        per_asset: dict[str, list[str]] = {}
+        ledgers: list[str] = []
+        for partition, assets in found.items():
+            con.execute(f"CREATE SCHEMA {_q(partition)}")
+            for asset in assets:
+                glob = assets_dir(home) / partition / asset / "*.parquet"
+                if asset == LEDGER_DIR:
+                    name = f"{_q(partition)}.decisions"
+                    src = f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                    con.execute(f"CREATE VIEW {name} AS {src}")
+                    con.execute(f"CREATE VIEW {_q(partition)}.final_decisions AS {final_decisions_sql(src)}")
+                    summary.views += [f"{partition}.decisions", f"{partition}.final_decisions"]
+                    ledgers.append(name)
+                    continue
+                con.execute(
+                    f"CREATE VIEW {_q(partition)}.{_q(asset)} AS "
+                    f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                )
+                summary.views.append(f"{partition}.{asset}")
+                per_asset.setdefault(asset, []).append(partition)
+            lineage = sorted((releases_dir(home) / partition / "provenance").glob("*/lineage.parquet"))
+            if lineage:
+                glob = releases_dir(home) / partition / "provenance" / "*" / "lineage.parquet"
+                con.execute(
+                    f"CREATE VIEW {_q(partition)}.lineage AS "
+                    f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                )
+                summary.views.append(f"{partition}.lineage")
+        for asset, partitions in sorted(per_asset.items()):
+            union = " UNION ALL BY NAME ".join(
+                f"SELECT {_lit(p)} AS partition, * FROM {_q(p)}.{_q(asset)}" for p in partitions
+            )
+            con.execute(f"CREATE VIEW main.{_q(asset)} AS {union}")
+            summary.views.append(asset)
+        if ledgers:
+            union = " UNION ALL BY NAME ".join(f"SELECT * FROM {n}" for n in ledgers)
+            con.execute(f"CREATE VIEW main.decisions AS {union}")
+            con.execute(
+                f"CREATE VIEW main.final_decisions AS {final_decisions_sql('SELECT * FROM main.decisions')}"
+            )
+            summary.views += ["decisions", "final_decisions"]
+        con.execute("CHECKPOINT")
+    except BaseException:
+        con.close()
+        for leftover in (tmp, tmp + ".wal"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        raise
+    con.close()
+    os.replace(tmp, db_path)
+    return summary
+
+
+def open_catalog(home: Path | None = None, rebuild: bool = False) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to the catalog, building it first when asked or when it is absent."""
+    path = catalog_path(home)
+    if rebuild or not path.is_file():
+        build_catalog(home, path)
+    return duckdb.connect(str(path), read_only=True)
+
+
+def list_views(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """``(schema, view)`` of every view in the catalog, sorted."""
+    return [
+        (s, v)
+        for s, v in con.execute(
+            "SELECT schema_name, view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1, 2"
+        ).fetchall()
+    ]

@@ -1,0 +1,217 @@
+"""``ragsft explain ID``: the chain behind one row, from the product row down to the article revisions.
+
+SFT row -> question -> bridge pair (a, b) -> documents -> article identifier, URL and revision,
+then every ledger verdict on any id of the chain and the cached LLM calls behind their cache keys.
+
+The lineage comes from the release (``provenance/<config>/lineage.parquet``) when one is built,
+else it is computed from the materialized assets. Cached calls are fetched through a ``lookup``
+callable (``key -> entry or None``): by default ``LLMCache($RAGSFT_HOME/llm_cache).show`` from
+``ragsft_assets.llm.cache``; a caller may pass its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow.parquet as pq
+
+from ragsft_assets.home import assets_dir, llm_cache_dir, ragsft_home, releases_dir
+from ragsft_assets.release import layout
+from ragsft_assets.release.decisions import all_decisions, stage_rank_sql
+from ragsft_assets.release.lineage import LineageSources, lineage_tables
+
+CacheLookup = Callable[[str], Any]
+
+
+def default_cache_lookup(home: Path | None = None) -> CacheLookup | None:
+    """The LLM cache's lookup: ``LLMCache($RAGSFT_HOME/llm_cache).show`` (request and response by key).
+
+    Returns None when there is no cache database yet (or no cache module): explain then lists the
+    keys without their requests and responses.
+    """
+    try:
+        mod = importlib.import_module("ragsft_assets.llm.cache")
+    except ImportError:
+        return None
+    folder = llm_cache_dir(home or ragsft_home())
+    cls = getattr(mod, "LLMCache", None)
+    if cls is not None:
+        if not (folder / getattr(mod, "DB_NAME", "calls.sqlite")).is_file():
+            return None
+        return cls(folder).show
+    for name in ("lookup", "get", "show"):
+        fn = getattr(mod, name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
+@dataclass(slots=True)
+class Trace:
+    id: str
+    partition: str
+    lineage: dict[str, Any]
+    row: dict[str, Any] | None = None
+    question: dict[str, Any] | None = None
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    calls: dict[str, Any] = field(default_factory=dict)
+
+
+def _partitions(home: Path) -> list[str]:
+    seen = set()
+    for root in (releases_dir(home), assets_dir(home)):
+        if root.is_dir():
+            seen |= {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    return sorted(seen)
+
+
+def _lineage_row(home: Path, partition: str, row_id: str) -> dict[str, Any] | None:
+    files = sorted((releases_dir(home) / partition / layout.PROVENANCE).glob("*/lineage.parquet"))
+    if files:
+        con = duckdb.connect()
+        try:
+            lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+            rel = con.sql(
+                f"SELECT * FROM read_parquet({lst}, union_by_name=true) WHERE id = $id", params={"id": row_id}
+            )
+            rows = rel.to_arrow_table().to_pylist()
+        finally:
+            con.close()
+        # A question id is both a `default` row and a twin's origin: prefer the product it names.
+        order = {c.name: i for i, c in enumerate(layout.RELEASE_CONFIGS)}
+        rows.sort(key=lambda r: order.get(r["config"], 99))
+        if rows:
+            return rows[0]
+    # No release (or not in it): compute the lineage of the partition from its assets.
+    root = assets_dir(home)
+    tables, _ = layout.read_config_tables(root, partition)
+    if not tables:
+        return None
+    src = LineageSources(root, partition, all_decisions(root, partition))
+    families = {c: layout.CONFIGS_BY_NAME[c].family for c in tables}
+    for t in lineage_tables(tables, families, src).values():
+        hit = [r for r in t.to_pylist() if r["id"] == row_id]
+        if hit:
+            return hit[0]
+    return None
+
+
+def _find_row(home: Path, partition: str, asset: str, row_id: str) -> dict[str, Any] | None:
+    folder = assets_dir(home) / partition / asset
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    for f in files:
+        t = pq.read_table(f, filters=[("id", "=", row_id)])
+        if t.num_rows:
+            return t.to_pylist()[0]
+    return None
+
+
+def explain(
+    row_id: str, home: Path | None = None, partition: str | None = None, lookup: CacheLookup | None = None
+) -> Trace:
+    """Trace one product row (an SFT row, a question or a document id) back to its origins.
+
+    Raises ``KeyError`` when no partition knows the id.
+    """
+    home = home or ragsft_home()
+    lookup = lookup if lookup is not None else default_cache_lookup(home)
+    for part in [partition] if partition else _partitions(home):
+        lin = _lineage_row(home, part, row_id)
+        if lin is None:
+            continue
+        cfg = layout.CONFIGS_BY_NAME.get(lin["config"])
+        trace = Trace(row_id, part, lin)
+        trace.row = _find_row(home, part, cfg.asset, row_id) if cfg else None
+        if lin.get("question_id"):
+            trace.question = _find_row(home, part, "multihop_questions", lin["question_id"])
+        ids_ = [
+            x
+            for x in (row_id, lin.get("question_id"), lin.get("twin_pair_id"), lin.get("bridge_pair_id"))
+            if x
+        ]
+        ledger = all_decisions(assets_dir(home), part)
+        if ledger.num_rows:
+            con = duckdb.connect()
+            try:
+                con.register("l", ledger)
+                trace.decisions = (
+                    con.sql(
+                        f"SELECT stage, candidate_id, verdict, reason, detail, cache_keys FROM l "
+                        f"WHERE list_contains($ids, candidate_id) ORDER BY {stage_rank_sql()}, stage, candidate_id",
+                        params={"ids": ids_},
+                    )
+                    .to_arrow_table()
+                    .to_pylist()
+                )
+            finally:
+                con.close()
+        for key in lin.get("cache_keys") or []:
+            trace.calls[key] = lookup(key) if lookup is not None else None
+        return trace
+    raise KeyError(f"id {row_id!r} is in no partition under {home} (neither a release lineage nor an asset)")
+
+
+def _show(value: Any, width: int = 400) -> str:
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        value = asdict(value)
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_trace(trace: Trace) -> str:
+    """The chain as indented text, one link per line."""
+    lin = trace.lineage
+    out = [f"{lin['config']} row {trace.id}  (partition {trace.partition})"]
+    if trace.row and "messages" in trace.row:
+        for m in trace.row["messages"]:
+            if m.get("role") != "system":
+                out.append(f"  {m.get('role')}: {_show(m.get('content'), 200)}")
+    if lin.get("twin_pair_id"):
+        out.append(f"  twin pair {lin['twin_pair_id']}")
+    if lin.get("question_id"):
+        q = trace.question or {}
+        out.append(
+            f"  -> question {lin['question_id']}: {q.get('question', '?')}  [answer: {q.get('answer', '?')}]"
+        )
+    if lin.get("bridge_pair_id"):
+        out.append(
+            f"  -> bridge pair {lin['bridge_pair_id']}: a={lin['a_id']} b={lin['b_id']}  "
+            f"(via {lin['resolution']})"
+        )
+    out.append("  -> documents:")
+    for d in lin.get("documents") or []:
+        out.append(
+            f"     {d['role']:<8} {d['doc_id']}  {d['title']}  identifier={d['identifier']} "
+            f"revision={d['revision']}  {d['url']}"
+        )
+    out.append("  ledger:")
+    for r in trace.decisions:
+        reason = f" ({r['reason']})" if r.get("reason") else ""
+        out.append(
+            f"     {r['stage']:<20} {r['candidate_id']}  {r['verdict']}{reason}  keys={r['cache_keys']}"
+        )
+    out.append("  cached LLM calls:")
+    for key, entry in trace.calls.items():
+        if not isinstance(entry, dict) or "request" not in entry:
+            shown = _show(entry) if entry is not None else "(not in the cache / no cache lookup)"
+            out.append(f"     {key}: {shown}")
+            continue
+        req, resp = entry.get("request") or {}, entry.get("response") or {}
+        model = (req.get("model") or {}).get("model", "?")
+        params = req.get("params") or {}
+        out.append(
+            f"     {key}: model={model} template={req.get('template_version', '')} "
+            f"temperature={params.get('temperature')} seed={params.get('seed')}"
+        )
+        for m in req.get("messages") or []:
+            out.append(f"        {m.get('role')}: {_show(m.get('content'), 200)}")
+        out.append(f"        => {_show(resp.get('text', resp), 300)}")
+    return "\n".join(out)

@@ -1,0 +1,211 @@
+"""The release folder: a Hugging Face dataset repository that ``datasets.load_dataset`` reads offline.
+
+Layout of ``$RAGSFT_HOME/releases/<partition>/``::
+
+    README.md                                  YAML header (configs + data files) + the dataset card
+    <config>/<split>-00000-of-00001.parquet    one file per non-empty split
+    provenance/decisions.parquet               final decision per candidate (all products)
+    provenance/<config>/manifest.json          SHA-256 of every data file, config, models... (manifest.py)
+    provenance/<config>/lineage.parquet        id -> origin chain (lineage.py)
+    provenance/release.json                    SHA-256 of the README, plots, decisions and manifests
+    plots/*.png                                histograms (card.py)
+
+``datasets.load_dataset(folder, CONFIG)`` finds the configs in the README's ``configs:`` header; the
+features come from the Parquet schemas, which keep the upstream Arrow types.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import yaml
+
+from ragsft_assets.storage import SPLITS, asset_files, write_parquet
+
+README = "README.md"
+PROVENANCE = "provenance"
+PLOTS = "plots"
+LICENSE = "cc-by-sa-4.0"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseConfig:
+    """One product of the release: a Hugging Face config built from one upstream asset."""
+
+    name: str
+    asset: str
+    family: str
+    description: str
+
+
+# Order matters: the first present config is the one `load_dataset(folder)` opens without a name.
+RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
+    ReleaseConfig(
+        "default",
+        "multihop_questions",
+        "multihop",
+        "Multi-hop bridge questions in the HotpotQA (hotpot_qa) layout: 2 gold + distractor paragraphs.",
+    ),
+    ReleaseConfig(
+        "corpus",
+        "abstracts",
+        "corpus",
+        "The retrieval corpus: one row per kept Wikipedia abstract, with its sentences and links.",
+    ),
+    ReleaseConfig(
+        "hotpotqa_cite",
+        "rag_sft",
+        "rag_sft",
+        "RAG SFT chat examples with verified inline citations and unanswerable twins.",
+    ),
+)
+CONFIGS_BY_NAME = {c.name: c for c in RELEASE_CONFIGS}
+
+
+def data_file(config: str, split: str) -> str:
+    """Relative path of a config's split file, in the Hub's shard naming."""
+    return f"{config}/{split}-00000-of-00001.parquet"
+
+
+def read_config_tables(
+    assets_root: Path, partition: str, configs: tuple[ReleaseConfig, ...] = RELEASE_CONFIGS
+) -> tuple[dict[str, dict[str, pa.Table]], list[str]]:
+    """Read the upstream asset of every config, split by split.
+
+    Returns ``({config: {split: table}}, notes)``. A config whose asset is not materialized for the
+    partition is left out with a note (never an error: the release grows as families land). An
+    asset with split files gives those splits; one with a single ``all`` file is split by its
+    ``split`` column when it has one, else shipped as ``train``. Empty splits are left out (with a
+    note), because a Hub split must hold rows.
+    """
+    out: dict[str, dict[str, pa.Table]] = {}
+    notes: list[str] = []
+    import pyarrow.parquet as pq
+
+    for cfg in configs:
+        files = asset_files(partition, cfg.asset, assets_root)
+        if not files:
+            notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} is not materialized")
+            continue
+        by_split: dict[str, pa.Table] = {}
+        split_files = [f for f in files if f.stem in SPLITS]
+        if split_files:
+            for f in split_files:
+                by_split[f.stem] = pq.read_table(f)
+        else:
+            table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+            if "split" in table.column_names:
+                for split in SPLITS:
+                    by_split[split] = table.filter(pc.equal(table["split"], split))
+            else:
+                by_split["train"] = table
+        kept = {}
+        for split in SPLITS:
+            if split not in by_split:
+                continue
+            t = by_split[split]
+            if t.num_rows == 0:
+                notes.append(f"config {cfg.name!r}: split {split!r} is empty and left out")
+                continue
+            kept[split] = _release_table(t)
+        if not kept:
+            notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} has no rows")
+            continue
+        out[cfg.name] = kept
+    return out, notes
+
+
+def _release_table(table: pa.Table) -> pa.Table:
+    """The shipped form of an asset table: no `split` column (the file says it), no schema metadata."""
+    if "split" in table.column_names:
+        table = table.drop_columns(["split"])
+    if "id" in table.column_names:
+        # Sorted by id so the bytes do not depend on how the upstream wrote them.
+        table = table.sort_by("id")
+    return table.replace_schema_metadata(None)
+
+
+def readme_header(files: Mapping[str, Mapping[str, str]], pretty_name: str = "ragsft") -> str:
+    """The README's YAML front matter: license, pretty name and one ``configs`` entry per config.
+
+    Args:
+        files: ``{config: {split: relative data file}}`` in config order.
+        pretty_name: the dataset's display name.
+    """
+    configs = []
+    for i, (name, splits) in enumerate(files.items()):
+        entry: dict[str, object] = {"config_name": name}
+        if i == 0:
+            entry["default"] = True
+        entry["data_files"] = [{"split": s, "path": p} for s, p in splits.items()]
+        configs.append(entry)
+    header = {
+        "license": LICENSE,
+        "pretty_name": pretty_name,
+        "task_categories": ["question-answering", "text-generation"],
+        "configs": configs,
+    }
+    return "---\n" + yaml.safe_dump(header, sort_keys=False, allow_unicode=True) + "---\n"
+
+
+def write_readme(folder: Path, files: Mapping[str, Mapping[str, str]], body: str, pretty_name: str) -> Path:
+    """(Re)write README.md: YAML header + markdown body, atomically."""
+    from ragsft_assets.storage import atomic_write_bytes
+
+    text = readme_header(files, pretty_name) + "\n" + body.rstrip("\n") + "\n"
+    return atomic_write_bytes(folder / README, text.encode("utf-8"))
+
+
+def write_data_files(folder: Path, tables: Mapping[str, Mapping[str, pa.Table]]) -> dict[str, dict[str, str]]:
+    """Write every config's split files under ``folder``; returns ``{config: {split: rel path}}``."""
+    files: dict[str, dict[str, str]] = {}
+    for config, splits in tables.items():
+        files[config] = {}
+        for split, table in splits.items():
+            rel = data_file(config, split)
+            write_parquet(table, folder / rel)
+            files[config][split] = rel
+    return files
+
+
+def release_files(folder: Path) -> dict[str, dict[str, str]]:
+    """The data files of a built release, from its README header: ``{config: {split: rel path}}``."""
+    text = (folder / README).read_text(encoding="utf-8")
+    if not text.startswith("---\n"):
+        raise ValueError(f"{folder / README} has no YAML header")
+    header = yaml.safe_load(text.split("---\n", 2)[1]) or {}
+    out: dict[str, dict[str, str]] = {}
+    for entry in header.get("configs", []):
+        out[entry["config_name"]] = {d["split"]: d["path"] for d in entry.get("data_files", [])}
+    return out
+
+
+def swap_into_place(built: Path, target: Path) -> Path:
+    """Replace ``target`` by the fully built folder ``built`` (same parent), never leaving a half folder.
+
+    The old release is renamed aside, the new one renamed in, then the old one deleted: a reader
+    sees either the old or the new folder, and a crash in between leaves the old one beside it.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
+        os.rmdir(old)
+        os.replace(target, old)
+    os.replace(built, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def staging_dir(target: Path) -> Path:
+    """A fresh temp folder beside ``target`` (same filesystem, so the final rename is atomic)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.build-"))

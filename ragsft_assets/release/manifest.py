@@ -1,0 +1,223 @@
+"""Release manifests: which bytes were shipped, and everything that made them.
+
+``provenance/<config>/manifest.json`` holds the snapshot key and source revisions, the project
+version and git commit, the run config, the prompt template hashes, the model ids and sampling
+parameters per LLM role, row counts and the SHA-256 of every data file of the config (and of its
+lineage file). ``provenance/release.json`` closes the loop with the SHA-256 of the README, the
+plots, the decisions table and each manifest. Bytes are deterministic: keys sorted, two-space
+indent, no timestamps; the same inputs give byte-identical manifests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from collections.abc import Mapping
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow.parquet as pq
+
+from ragsft_assets.prompts import all_prompts
+from ragsft_assets.release.layout import PLOTS, PROVENANCE, README
+from ragsft_assets.storage import atomic_write_bytes
+
+MANIFEST = "manifest.json"
+RELEASE_INDEX = "release.json"
+DECISIONS = "decisions.parquet"
+LINEAGE = "lineage.parquet"
+FORMAT_VERSION = 1
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, streamed (release files can be large)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def json_bytes(obj: Any) -> bytes:
+    """The canonical bytes of a manifest: sorted keys, 2-space indent, trailing newline."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+
+
+@cache
+def project_info() -> dict[str, str]:
+    """The installed project version and the git commit of the package's checkout ("unknown" if none)."""
+    try:
+        version = metadata.version("ragsft")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    commit = "unknown"
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            commit = out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"name": "ragsft", "version": version, "git_commit": commit}
+
+
+def prompt_hashes() -> dict[str, str]:
+    """``{task.lang: version}`` of every prompt template the package ships."""
+    return {p.name: p.version for p in all_prompts()}
+
+
+def source_info(assets_root: Path, snapshots_root: Path | None, partition: str) -> dict[str, Any]:
+    """The source of a partition: snapshot key, its dump files (names, sizes) and article revisions.
+
+    Revisions come from the ``abstracts`` asset (``revision`` per document): their count, the
+    highest, and a SHA-256 over the sorted ``id\\trevision`` lines, so two releases can be compared
+    revision for revision without listing every article.
+    """
+    info: dict[str, Any] = {"snapshot": partition}
+    if snapshots_root is not None:
+        folder = snapshots_root / partition
+        if folder.is_dir():
+            info["files"] = {
+                str(p.relative_to(folder)): p.stat().st_size
+                for p in sorted(folder.rglob("*"))
+                if p.is_file() and not p.name.startswith(".")
+            }
+    abstracts = assets_root / partition / "abstracts"
+    files = sorted(abstracts.glob("*.parquet")) if abstracts.is_dir() else []
+    if files:
+        pairs: list[tuple[str, int | None]] = []
+        for f in files:
+            t = pq.read_table(f, columns=["id", "revision"])
+            pairs += zip(t["id"].to_pylist(), t["revision"].to_pylist(), strict=True)
+        pairs.sort(key=lambda p: p[0])
+        revs = [r for _, r in pairs if r is not None]
+        digest = hashlib.sha256("".join(f"{i}\t{'' if r is None else r}\n" for i, r in pairs).encode())
+        info["revisions"] = {
+            "articles": len(pairs),
+            "with_revision": len(revs),
+            "max_revision": max(revs) if revs else None,
+            "digest_sha256": digest.hexdigest(),
+        }
+    return info
+
+
+def llm_calls_by_stage(ledger_rows: list[dict[str, Any]], lookup: Any) -> dict[str, list[dict[str, Any]]]:
+    """Per deciding stage, the distinct (model identity, sampling params, template version) of its calls.
+
+    Read from the cached requests behind the ledger's cache keys (``lookup(key)`` returns the
+    LLM cache's ``{"request": {...}}`` entry or None), so the manifest says which model and which
+    parameters really produced the data, with the number of calls each. Keys not in the cache
+    are counted under ``missing``.
+    """
+    out: dict[str, dict[bytes, dict[str, Any]]] = {}
+    for row in ledger_rows:
+        for key in row.get("cache_keys") or []:
+            entry = lookup(key) if lookup is not None else None
+            req = (entry or {}).get("request") or {}
+            sig = {
+                "model": req.get("model"),
+                "params": req.get("params"),
+                "template_version": req.get("template_version"),
+            } if entry else {"missing": True}  # fmt: skip
+            slot = out.setdefault(row["stage"], {}).setdefault(json_bytes(sig), {**sig, "calls": 0})
+            slot["calls"] += 1
+    return {stage: [v for _, v in sorted(sigs.items())] for stage, sigs in sorted(out.items())}
+
+
+def build_manifest(
+    folder: Path,
+    *,
+    config: str,
+    asset: str,
+    partition: str,
+    data_files: Mapping[str, str],
+    source: Mapping[str, Any],
+    run_config: Mapping[str, Any],
+    llm_roles: Mapping[str, Any],
+    extra_files: Mapping[str, str] | None = None,
+    llm_calls: Mapping[str, Any] | None = None,
+    prompts: Mapping[str, str] | None = None,
+    project: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The manifest of one config, hashing its files as they lie in ``folder``.
+
+    Args:
+        folder: the release folder.
+        config: the config name (``default``, ``corpus``, ``hotpotqa_cite``...).
+        asset: the upstream asset it ships.
+        partition: the snapshot key.
+        data_files: ``{split: relative path}`` of the config's data files.
+        source: see ``source_info``.
+        run_config: the configuration of the runs that built the upstream assets (seed, shares...).
+        llm_roles: per upstream asset, the model and sampling metadata it recorded.
+        llm_calls: per ledger stage, the model identities and sampling parameters of the cached
+            calls behind its decisions (``llm_calls_by_stage``).
+        extra_files: ``{name: relative path}`` of provenance files to hash too (lineage).
+        prompts: template hashes (default: every template shipped).
+        project: version and git commit (default: ``project_info()``).
+    """
+    files: dict[str, dict[str, Any]] = {}
+    rows: dict[str, int] = {}
+    for split, rel in data_files.items():
+        path = folder / rel
+        n = pq.ParquetFile(path).metadata.num_rows
+        rows[split] = n
+        files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size, "rows": n, "split": split}
+    provenance = {rel: {"sha256": sha256_file(folder / rel)} for rel in (extra_files or {}).values()}
+    return {
+        "format_version": FORMAT_VERSION,
+        "config": config,
+        "asset": asset,
+        "snapshot": partition,
+        "source": dict(source),
+        "project": dict(project or project_info()),
+        "run_config": dict(run_config),
+        "prompt_templates": dict(prompts if prompts is not None else prompt_hashes()),
+        "llm_roles": dict(llm_roles),
+        "llm_calls": dict(llm_calls or {}),
+        "row_counts": rows,
+        "rows_total": sum(rows.values()),
+        "files": files,
+        "provenance_files": provenance,
+    }
+
+
+def manifest_path(config: str) -> str:
+    return f"{PROVENANCE}/{config}/{MANIFEST}"
+
+
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> Path:
+    """Write ``provenance/<config>/manifest.json`` atomically."""
+    return atomic_write_bytes(folder / manifest_path(manifest["config"]), json_bytes(manifest))
+
+
+def build_release_index(folder: Path, configs: list[str]) -> dict[str, Any]:
+    """``provenance/release.json``: SHA-256 of the README, plots, decisions and each config's manifest."""
+    rels = [README]
+    if (folder / PLOTS).is_dir():
+        rels += sorted(str(p.relative_to(folder)) for p in (folder / PLOTS).glob("*.png"))
+    if (folder / PROVENANCE / DECISIONS).is_file():
+        rels.append(f"{PROVENANCE}/{DECISIONS}")
+    if (folder / PROVENANCE / "notes.json").is_file():
+        rels.append(f"{PROVENANCE}/notes.json")
+    rels += [manifest_path(c) for c in configs]
+    return {
+        "format_version": FORMAT_VERSION,
+        "configs": sorted(configs),
+        "files": {rel: {"sha256": sha256_file(folder / rel)} for rel in rels if (folder / rel).is_file()},
+    }
+
+
+def write_release_index(folder: Path, configs: list[str]) -> Path:
+    return atomic_write_bytes(
+        folder / PROVENANCE / RELEASE_INDEX, json_bytes(build_release_index(folder, configs))
+    )

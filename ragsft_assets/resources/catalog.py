@@ -1,0 +1,33 @@
+"""The DuckDB catalog resource: one writer (``rebuild``), read-only connections for everyone else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+
+from ragsft_assets.home import ragsft_home
+from ragsft_assets.release.catalog import CATALOG_FILE, CatalogSummary, build_catalog, open_catalog
+
+
+class CatalogResource(dg.ConfigurableResource):
+    """``$RAGSFT_HOME/catalog.duckdb`` (``home`` defaults to ``$RAGSFT_HOME``): every asset as a view."""
+
+    home: str = ""
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).resolve() if self.home else ragsft_home()
+
+    @property
+    def db_path(self) -> Path:
+        return self.home_path / CATALOG_FILE
+
+    def rebuild(self) -> CatalogSummary:
+        """Rebuild the views (in a temp file renamed into place: readers are never blocked)."""
+        return build_catalog(self.home_path, self.db_path)
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection (built first if the database does not exist yet)."""
+        return open_catalog(self.home_path)

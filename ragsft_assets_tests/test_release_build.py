@@ -1,0 +1,342 @@
+"""Release folder: load_dataset per config, verify, deterministic manifests, lineage, catalog, explain."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from ragsft_assets import ids
+from ragsft_assets.prompts import all_prompts
+from ragsft_assets.release import build, layout
+from ragsft_assets.release.catalog import build_catalog, open_catalog
+from ragsft_assets.release.explain import default_cache_lookup, explain, format_trace
+from ragsft_assets.release.verify import verify_release
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets_tests.release_fixtures import PARTITION, write_world
+
+
+def make_release(home: Path, variant: int = 0) -> tuple[ArtifactStore, Path, dict]:
+    store = ArtifactStore(home=str(home))
+    cache = write_world(store, variant=variant)
+    folder = home / "releases" / PARTITION
+    build.build_release(store.root, PARTITION, folder)
+    build.write_card(folder, PARTITION, {"audit_auc": 0.71})
+    build.write_manifests(
+        folder, PARTITION, store.root, home / "snapshots", run_config={"seed": ids.DEFAULT_SEED}
+    )
+    return store, folder, cache
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[ArtifactStore, Path, dict]:
+    return make_release(tmp_path_factory.mktemp("home"))
+
+
+def test_load_dataset_every_config_offline(built, tmp_path, monkeypatch) -> None:
+    import datasets
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _, folder, _ = built
+    expected = {
+        "default": (
+            {"train": 5, "validation": 3, "test": 3},
+            {
+                "supporting_facts": {
+                    "title": datasets.List(datasets.Value("string")),
+                    "sent_id": datasets.List(datasets.Value("int32")),
+                },
+                "context": {
+                    "title": datasets.List(datasets.Value("string")),
+                    "sentences": datasets.List(datasets.List(datasets.Value("string"))),
+                },
+                "type": datasets.Value("string"),
+            },
+        ),
+        "corpus": ({"train": 6, "validation": 4, "test": 4}, {"identifier": datasets.Value("int64")}),
+        "hotpotqa_cite": (
+            {"train": 10, "validation": 6, "test": 6},
+            {
+                "messages": datasets.List(
+                    {"role": datasets.Value("string"), "content": datasets.Value("string")}
+                ),
+                "chunks_total": datasets.Value("int32"),
+            },
+        ),
+    }
+    for config, (splits, features) in expected.items():
+        ds = datasets.load_dataset(str(folder), config, cache_dir=str(tmp_path / "hf"))
+        assert {s: ds[s].num_rows for s in ds} == splits
+        for s in ds:
+            assert ds[s].num_rows > 0
+            assert "split" not in ds[s].features  # the file says the split
+            for name, feature in features.items():
+                assert ds[s].features[name] == feature, (config, name)
+            assert ds[s].features["id"] == datasets.Value("string")
+    # `default` is the config opened without a name
+    assert set(datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "hf"))) == {
+        "train",
+        "validation",
+        "test",
+    }
+
+
+def test_readme_declares_configs_license_and_card(built) -> None:
+    _, folder, _ = built
+    files = layout.release_files(folder)
+    assert list(files) == ["default", "corpus", "hotpotqa_cite"]
+    text = (folder / "README.md").read_text()
+    assert "license: cc-by-sa-4.0" in text
+    assert "CC BY-SA 4.0" in text and "```bibtex" in text
+    assert "**0.71**" in text  # the audit AUC as a limitation
+    assert "| question_checks | dropped | answer_not_in_b | 11 |" in text  # a real funnel number
+    for png in (folder / "plots").glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list((folder / "plots").glob("*.png"))) == 5
+
+
+def test_verify_passes_then_fails_on_changed_byte_and_removed_file(tmp_path) -> None:
+    _, folder, _ = make_release(tmp_path)
+    assert verify_release(folder).ok
+    target = folder / layout.data_file("hotpotqa_cite", "validation")
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    report = verify_release(folder)
+    assert not report.ok and report.mismatched == [layout.data_file("hotpotqa_cite", "validation")]
+    # keep the change, then remove another file
+    (folder / layout.data_file("corpus", "test")).unlink()
+    report = verify_release(folder)
+    assert report.missing == [layout.data_file("corpus", "test")]
+
+    from ragsft_assets.cli.release import verify
+
+    res = CliRunner().invoke(verify, [str(folder)])
+    assert res.exit_code == 1
+    assert "MISMATCH hotpotqa_cite/validation-00000-of-00001.parquet" in res.output
+    assert "MISSING  corpus/test-00000-of-00001.parquet" in res.output
+
+
+def test_verify_cli_ok_and_manifest_edit_caught(built, tmp_path) -> None:
+    import shutil
+
+    from ragsft_assets.cli.release import verify
+
+    _, folder, _ = built
+    copy = tmp_path / "rel"
+    shutil.copytree(folder, copy)
+    res = CliRunner().invoke(verify, [str(copy)])
+    assert res.exit_code == 0, res.output
+    # Editing a manifest to match a tampered file is caught by the release index.
+    m = copy / "provenance" / "corpus" / "manifest.json"
+    m.write_bytes(m.read_bytes().replace(b'"rows_total": 14', b'"rows_total": 15'))
+    assert verify_release(copy).mismatched == ["provenance/corpus/manifest.json"]
+
+
+def _provenance_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_manifests_byte_identical_and_change_with_input(tmp_path) -> None:
+    _, a, _ = make_release(tmp_path / "a")
+    _, b, _ = make_release(tmp_path / "b")
+    fa, fb = _provenance_bytes(a), _provenance_bytes(b)
+    assert fa.keys() == fb.keys()
+    assert fa == fb  # every file: data, lineage, decisions, README, plots, manifests
+    _, c, _ = make_release(tmp_path / "c", variant=1)  # one abstract's text differs
+    fc = _provenance_bytes(c)
+    assert fc["provenance/corpus/manifest.json"] != fa["provenance/corpus/manifest.json"]
+    # the questions' files did not change (their context sentences are not the changed ones)
+    assert fc["provenance/default/manifest.json"] == fa["provenance/default/manifest.json"]
+    assert fc["provenance/release.json"] != fa["provenance/release.json"]
+    manifest = orjson.loads(fa["provenance/hotpotqa_cite/manifest.json"])
+    assert manifest["snapshot"] == PARTITION
+    assert manifest["run_config"] == {"seed": ids.DEFAULT_SEED}
+    assert manifest["row_counts"] == {"train": 10, "validation": 6, "test": 6}
+    assert manifest["project"]["version"] and manifest["project"]["git_commit"]
+    assert manifest["source"]["revisions"]["articles"] == 14
+    # models and sampling parameters of the calls behind the ledger, read from the LLM cache
+    calls = manifest["llm_calls"]
+    assert [c["calls"] for c in calls["question_checks"]] == [22]
+    assert calls["ablation_verdicts"][0]["params"]["temperature"] == 0.0
+    assert calls["rag_verdicts"][0]["model"]["model"] == "scripted-double"
+    assert manifest["prompt_templates"] == {p.name: p.version for p in all_prompts()}
+    assert "time" not in fa["provenance/corpus/manifest.json"].decode()
+
+
+def test_every_lineage_key_resolves(built) -> None:
+    store, folder, cache = built
+    articles = {r["id"]: r for r in store.read(PARTITION, "abstracts").to_pylist()}
+    questions = {r["id"] for r in store.read(PARTITION, "multihop_questions").to_pylist()}
+    pairs = {r["id"]: r for r in store.read(PARTITION, "bridge_pairs").to_pylist()}
+    lookup = default_cache_lookup(store.home_path)  # the real LLM cache (LLMCache.show)
+    assert lookup is not None
+    seen_keys = 0
+    for config, splits in layout.release_files(folder).items():
+        rows = pa.concat_tables([pq.read_table(folder / p) for p in splits.values()])
+        lin = pq.read_table(folder / build.lineage_path(config)).to_pylist()
+        assert sorted(r["id"] for r in lin) == sorted(rows["id"].to_pylist())  # one lineage row per row
+        for r in lin:
+            assert r["documents"], r
+            for d in r["documents"]:
+                art = articles[d["doc_id"]]
+                assert (d["identifier"], d["url"], d["revision"]) == (
+                    art["identifier"],
+                    art["url"],
+                    art["revision"],
+                )
+            if config == "corpus":
+                continue
+            assert r["question_id"] in questions
+            pair = pairs[r["bridge_pair_id"]]
+            assert (pair["a_id"], pair["b_id"]) == (r["a_id"], r["b_id"])
+            assert r["question_id"] in {ids.question_id(r["a_id"], r["b_id"], k) for k in range(3)}
+            roles = {d["role"]: d["doc_id"] for d in r["documents"]}
+            assert roles["gold_a"] == r["a_id"] and roles["gold_b"] == r["b_id"]
+            assert r["cache_keys"]
+            for key in r["cache_keys"]:
+                entry = lookup(key)
+                assert entry is not None and entry["key"] == key
+                assert (
+                    entry["request"] == cache[key]["request"] and entry["response"] == cache[key]["response"]
+                )
+                seen_keys += 1
+            if config == "hotpotqa_cite":
+                assert r["twin_pair_id"] == ids.pair_id(r["question_id"])
+    assert seen_keys > 30
+
+
+def test_catalog_answers_over_each_asset(built) -> None:
+    store, _, _ = built
+    home = store.home_path
+    summary = build_catalog(home)
+    assert summary.path == home / "catalog.duckdb"
+    con = open_catalog(home)
+    try:
+        counts = {
+            "abstracts": 14, "bridge_pairs": 11, "multihop_questions": 11, "rag_sft": 22,
+        }  # fmt: skip
+        for asset, n in counts.items():
+            assert con.execute(f'SELECT count(*) FROM "{PARTITION}".{asset}').fetchone()[0] == n
+            assert (
+                con.execute(f"SELECT count(*) FROM {asset} WHERE partition = ?", [PARTITION]).fetchone()[0]
+                == n
+            )
+        rows = con.execute(
+            f"SELECT reason, count(*) FROM \"{PARTITION}\".final_decisions WHERE verdict = 'dropped' GROUP BY 1"
+        ).fetchall()
+        assert rows == [("answer_not_in_b", 11)]
+        assert con.execute("SELECT count(*) FROM decisions").fetchone()[0] == 11 * 2 + 11 + 11
+        assert con.execute("SELECT count(*) FROM final_decisions").fetchone()[0] == 33
+        # the question kept by the checks and by the judge: the judge (later stage) decided it
+        assert con.execute(
+            "SELECT DISTINCT stage FROM final_decisions WHERE product = 'multihop' AND verdict = 'kept'"
+        ).fetchall() == [("ablation_verdicts",)]
+        assert con.execute(f'SELECT count(*) FROM "{PARTITION}".lineage').fetchone()[0] == 11 + 14 + 22
+        with pytest.raises(duckdb.Error):  # read-only: the one writer is build_catalog
+            con.execute("CREATE TABLE x (a INT)")
+    finally:
+        con.close()
+
+
+def test_explain_chain_and_sql_trace(built) -> None:
+    store, folder, cache = built
+    home = store.home_path
+    sft = pq.read_table(folder / layout.data_file("hotpotqa_cite", "train")).to_pylist()
+    row = next(r for r in sft if r["supporting_facts_titles"])
+    trace = explain(row["id"], home=home)  # default lookup: the LLM cache under home
+    lin = trace.lineage
+    assert trace.partition == PARTITION and lin["config"] == "hotpotqa_cite"
+    assert lin["twin_pair_id"] == row["pair_id"] == ids.pair_id(lin["question_id"])
+    assert trace.question and trace.question["id"] == lin["question_id"]
+    stages = [d["stage"] for d in trace.decisions]
+    assert stages == ["question_checks", "ablation_verdicts", "rag_verdicts"]
+    assert all(v is not None for v in trace.calls.values()) and len(trace.calls) == 3
+    text = format_trace(trace)
+    for needle in (
+        lin["question_id"],
+        lin["a_id"],
+        "https://fr.wikipedia.org/wiki/",
+        "revision=5000",
+        "IMPOSSIBLE",
+    ):
+        assert needle in text
+    # The same trace in SQL over the catalog (the README shows this query).
+    build_catalog(home)
+    con = open_catalog(home)
+    try:
+        sql = f"""
+            SELECT l.question_id, d.title, d.url, d.revision
+            FROM "{PARTITION}".lineage l, unnest(l.documents) AS u(d)
+            WHERE l.id = ? ORDER BY d.role, d.title"""
+        got = con.execute(sql, [row["id"]]).fetchall()
+        assert {g[1] for g in got} == {d["title"] for d in lin["documents"]}
+        verdicts = con.execute(
+            f"""SELECT stage, verdict FROM "{PARTITION}".decisions
+                WHERE candidate_id IN (SELECT unnest([id, question_id, twin_pair_id, bridge_pair_id])
+                                       FROM "{PARTITION}".lineage WHERE id = ?) ORDER BY stage""",
+            [row["id"]],
+        ).fetchall()
+        assert verdicts == [
+            ("ablation_verdicts", "kept"),
+            ("question_checks", "kept"),
+            ("rag_verdicts", "kept"),
+        ]
+    finally:
+        con.close()
+
+
+def test_explain_without_release_and_unknown_id(tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path))
+    write_world(store)
+    qid = store.read(PARTITION, "multihop_questions", "test")["id"][0].as_py()
+    trace = explain(qid, home=tmp_path, lookup=lambda k: None)
+    assert trace.lineage["config"] == "default" and trace.lineage["resolution"] == "bridge_pairs"
+    assert "(not in the cache / no cache lookup)" in format_trace(trace)
+    with pytest.raises(KeyError):
+        explain("0" * 24, home=tmp_path)
+
+
+def test_missing_upstream_is_skipped_with_a_note(tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path))
+    write_world(store)
+    import shutil
+
+    shutil.rmtree(store.root / PARTITION / "rag_sft")
+    shutil.rmtree(store.root / PARTITION / "multihop_questions")
+    folder = tmp_path / "releases" / PARTITION
+    b = build.build_release(store.root, PARTITION, folder)
+    assert list(b.files) == ["corpus"]
+    assert any("hotpotqa_cite" in n and "rag_sft" in n for n in b.notes)
+    shutil.rmtree(store.root / PARTITION / "abstracts")
+    with pytest.raises(FileNotFoundError, match="Materialize at least `abstracts`"):
+        build.build_release(store.root, PARTITION, folder)
+    assert list(layout.release_files(folder)) == ["corpus"]  # the old release is untouched
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_all_file_without_split_column_ships_as_train(tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path))
+    store.write(pa.table({"id": ["b", "a"], "x": [1, 2]}), "x.fr", "rag_sft")
+    tables, notes = layout.read_config_tables(store.root, "x.fr")
+    assert list(tables) == ["hotpotqa_cite"] and tables["hotpotqa_cite"]["train"]["id"].to_pylist() == [
+        "a",
+        "b",
+    ]
+    assert len(notes) == 2
+
+
+def test_decisions_final_per_candidate(built) -> None:
+    _, folder, _ = built
+    d = pq.read_table(folder / "provenance" / "decisions.parquet")
+    assert d.num_rows == len(set(zip(d["product"].to_pylist(), d["candidate_id"].to_pylist(), strict=True)))
+    dropped = [r for r in d.to_pylist() if r["verdict"] == "dropped"]
+    assert {r["stage"] for r in dropped} == {"question_checks"} and len(dropped) == 11
+    assert os.path.getsize(folder / "provenance" / "decisions.parquet") > 0
