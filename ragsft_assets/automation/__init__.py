@@ -1,0 +1,1 @@
+"""Dagster-free logic of the automation family: snapshot discovery and failure notification."""

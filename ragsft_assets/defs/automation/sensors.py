@@ -1,0 +1,155 @@
+"""New-snapshot sensor, monthly schedule and run-failure reporter."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+from collections.abc import Callable
+
+import dagster as dg
+
+from ragsft_assets.automation.discovery import available_snapshots, is_ready_folder, is_valid_key, plan_tick
+from ragsft_assets.automation.notify import WEBHOOK_ENV, FailureReport, post_webhook
+from ragsft_assets.defs.jobs import full_job
+from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, snapshot_partitions
+
+# Runs of the full job are long (LLM steps): a few per tick is plenty, the rest come next tick.
+DEFAULT_MAX_RUNS_PER_TICK = 4
+MAX_RUNS_ENV = "RAGSFT_SENSOR_MAX_RUNS_PER_TICK"
+UI_URL_ENV = "RAGSFT_UI_URL"
+
+
+def max_runs_per_tick() -> int:
+    return int(os.environ.get(MAX_RUNS_ENV, DEFAULT_MAX_RUNS_PER_TICK))
+
+
+def list_available_snapshots() -> list[str]:
+    """The snapshot keys the source offers now (one cheap listing, no data read).
+
+    Local folders come from the snapshot source's own listing (``SnapshotSource.list_snapshots``:
+    folders under ``$RAGSFT_HOME/snapshots`` holding a dump file); folders still being copied and
+    names that are not snapshot keys are left out. With ``RAGSFT_SNAPSHOT_SOURCE=hub`` the hub's
+    configs for ``RAGSFT_HUB_LANGUAGES`` are added.
+    """
+    from ragsft_assets.resources.snapshots import SnapshotSource
+
+    source = SnapshotSource()
+    local = [
+        key for key in source.list_snapshots() if is_valid_key(key) and is_ready_folder(source.folder(key))
+    ]
+    return sorted(set(local) | set(available_snapshots(source.root)))
+
+
+def run_key(key: str) -> str:
+    """One run per snapshot and sensor: a repeated tick with the same key starts nothing."""
+    return f"snapshot:{key}"
+
+
+def build_new_snapshot_sensor(
+    lister: Callable[[], list[str]] = list_available_snapshots,
+    name: str = "new_snapshot_sensor",
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    """A sensor that adds each new snapshot as a partition and requests ``full_job`` for it."""
+
+    @dg.sensor(
+        name=name,
+        job=full_job,
+        minimum_interval_seconds=15 * 60,
+        default_status=default_status,
+        description=(
+            "Lists the snapshots the source offers; for each one that is not yet a partition, adds the "
+            f"partition and requests full_job (at most ${MAX_RUNS_ENV} or {DEFAULT_MAX_RUNS_PER_TICK} "
+            "per tick). The cursor holds the keys already handled."
+        ),
+    )
+    def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        partitions = context.instance.get_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME)
+        plan = plan_tick(lister(), partitions, context.cursor, max_runs_per_tick())
+        if plan.already_partitions:
+            context.log.info(f"already partitions, not requested: {', '.join(plan.already_partitions)}")
+        if not plan.to_request:
+            return dg.SensorResult(skip_reason=dg.SkipReason("no new snapshot"), cursor=plan.cursor)
+        if plan.remaining:
+            context.log.info(f"{plan.remaining} more new snapshot(s) wait for the next tick")
+        return dg.SensorResult(
+            run_requests=[
+                dg.RunRequest(run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name})
+                for key in plan.to_request
+            ],
+            dynamic_partitions_requests=[snapshot_partitions.build_add_request(plan.to_request)],
+            cursor=plan.cursor,
+        )
+
+    return _sensor
+
+
+def build_monthly_schedule(
+    lister: Callable[[], list[str]] = list_available_snapshots,
+    name: str = "monthly_snapshot_schedule",
+    cron_schedule: str = "0 4 2 * *",
+) -> dg.ScheduleDefinition:
+    """The same check on a calendar (the 2nd of each month, 04:00), off by default.
+
+    A schedule cannot return partition requests, so it adds the new partitions itself before
+    returning the run requests; "not yet a partition" is its memory, and ``run_key`` guards repeats.
+    """
+
+    @dg.schedule(
+        name=name,
+        job=full_job,
+        cron_schedule=cron_schedule,
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+        description="Monthly: add every new snapshot as a partition and request full_job for it.",
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
+        partitions = context.instance.get_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME)
+        plan = plan_tick(lister(), partitions, None, max_runs_per_tick())
+        if not plan.to_request:
+            return dg.SkipReason("no new snapshot")
+        context.instance.add_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME, plan.to_request)
+        context.log.info(f"added partitions {', '.join(plan.to_request)}")
+        return [
+            dg.RunRequest(run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name})
+            for key in plan.to_request
+        ]
+
+    return _schedule
+
+
+def failure_report(context: dg.RunFailureSensorContext) -> FailureReport:
+    """The report of a failed run: job, run id, partition, message and failed steps."""
+    run = context.dagster_run
+    ui = os.environ.get(UI_URL_ENV)
+    return FailureReport(
+        job=run.job_name,
+        run_id=run.run_id,
+        partition=run.tags.get("dagster/partition"),
+        message=(context.failure_event.message or "")[:2000],
+        failed_steps=sorted({e.step_key for e in context.get_step_failure_events() if e.step_key}),
+        ui_url=f"{ui.rstrip('/')}/runs/{run.run_id}" if ui else None,
+    )
+
+
+@dg.run_failure_sensor(
+    name="run_failure_reporter",
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description=f"Logs every failed run and POSTs a JSON report to ${WEBHOOK_ENV} when it is set.",
+)
+def run_failure_reporter(context: dg.RunFailureSensorContext) -> None:
+    report = failure_report(context)
+    context.log.error(report.text())
+    url = os.environ.get(WEBHOOK_ENV)
+    if not url:
+        return
+    try:
+        status = post_webhook(url, report.payload())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        # A broken webhook must not make the sensor fail and replay every failure: log and go on.
+        context.log.error(f"failure webhook {url} unreachable: {exc}")
+        return
+    context.log.info(f"failure webhook {url} answered {status}")
+
+
+new_snapshot_sensor = build_new_snapshot_sensor()
+monthly_snapshot_schedule = build_monthly_schedule()
