@@ -1,1 +1,24 @@
-"""Dagster wiring of the multihop family."""
+"""Dagster wiring of the multihop family (resources are merged by the lead: store, generator, judge)."""
+
+import dagster as dg
+
+from ragsft_assets.defs.multihop.assets import (
+    ablation_verdicts,
+    distractors_asset,
+    multihop_audit,
+    multihop_questions,
+    question_checks,
+    question_drafts,
+)
+
+multihop_assets = [
+    question_drafts,
+    question_checks,
+    distractors_asset,
+    ablation_verdicts,
+    multihop_questions,
+    multihop_audit,
+]
+
+# The five invariant checks are check_specs of multihop_questions (see checks.py).
+defs = dg.Definitions(assets=multihop_assets)

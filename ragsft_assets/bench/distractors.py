@@ -1,0 +1,107 @@
+"""``ragsft bench distractors``: sparse top-8 retrieval speed against rank-bm25, in one run.
+
+A synthetic corpus (Zipfian vocabulary, abstract-sized documents) of ``size``
+documents (default 100,000) and 2,000 queries cut from documents with noise
+words. It times the bigram tf-idf index (the default distractor method) and
+the BM25 index (fit + batched top-8), runs rank-bm25's ``BM25Okapi`` on a subset
+of the queries over the same corpus, checks that the top-8 lists are identical,
+and projects the tf-idf time of 300,000 questions over 800,000 abstracts: fit
+scaled linearly; per-query time fitted as a + b * corpus size from two corpus
+sizes measured in the same run (the full one and a quarter of it).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ragsft_assets.multihop.retrieval import SCORE_DECIMALS, BM25Index, TfidfBigramIndex, tokenize
+
+N_QUERIES = 2000
+K = 8
+REFERENCE_QUERIES = 12
+FULL_DOCS, FULL_QUESTIONS = 800_000, 300_000
+
+
+def synthetic_corpus(n_docs: int, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
+    """(doc ids, texts, queries): Zipf(1.1) words over a 60,000-word vocabulary, 40-90 words a document."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array([f"w{i}" for i in range(60_000)])
+    lengths = rng.integers(40, 91, size=n_docs)
+    words = vocab[np.minimum(rng.zipf(1.1, size=int(lengths.sum())) - 1, vocab.size - 1)]
+    bounds = np.concatenate([[0], np.cumsum(lengths)])
+    texts = [" ".join(words[bounds[i] : bounds[i + 1]]) for i in range(n_docs)]
+    ids = [f"{i:024x}" for i in range(n_docs)]
+    queries = []
+    for _ in range(N_QUERIES):
+        d = int(rng.integers(n_docs))
+        toks = texts[d].split()
+        start = int(rng.integers(max(len(toks) - 10, 1)))
+        noise = vocab[rng.integers(0, vocab.size, size=3)].tolist()
+        queries.append(" ".join(toks[start : start + 10] + noise))
+    return ids, texts, queries
+
+
+def run(size: int | None = None, workdir: str | None = None) -> dict[str, object]:
+    """Run the benchmark; returns the ordered key=value results (``ratio`` = our BM25 vs rank-bm25, q/s)."""
+    from rank_bm25 import BM25Okapi
+
+    n_docs = size or 100_000
+    print(f"building a synthetic corpus of {n_docs} documents and {N_QUERIES} queries", flush=True)
+    ids, texts, queries = synthetic_corpus(n_docs)
+
+    t0 = time.perf_counter()
+    tfidf = TfidfBigramIndex(ids, texts)
+    tfidf_fit = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tfidf.search(queries, K)
+    tfidf_query = time.perf_counter() - t0
+    print(f"tfidf: fit {tfidf_fit:.1f}s, {N_QUERIES} queries {tfidf_query:.1f}s", flush=True)
+    quarter = max(n_docs // 4, 1)
+    small = TfidfBigramIndex(ids[:quarter], texts[:quarter])
+    t0 = time.perf_counter()
+    small.search(queries, K)
+    small_query = time.perf_counter() - t0
+    print(f"tfidf on {quarter} documents: {N_QUERIES} queries {small_query:.1f}s", flush=True)
+
+    t0 = time.perf_counter()
+    bm25 = BM25Index(ids, texts)
+    bm25_fit = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = bm25.search(queries, K)
+    bm25_query = time.perf_counter() - t0
+    print(f"bm25: fit {bm25_fit:.1f}s, {N_QUERIES} queries {bm25_query:.1f}s", flush=True)
+
+    t0 = time.perf_counter()
+    reference = BM25Okapi([tokenize(t) for t in texts])
+    ref_fit = time.perf_counter() - t0
+    subset = list(range(0, N_QUERIES, N_QUERIES // REFERENCE_QUERIES))[:REFERENCE_QUERIES]
+    identical = True
+    t0 = time.perf_counter()
+    for qi in subset:
+        scores = np.round(reference.get_scores(tokenize(queries[qi])), SCORE_DECIMALS)
+        top = np.lexsort((np.arange(scores.size), -scores))[:K].tolist()
+        identical &= top == [h.doc for h in ours[qi]]
+    ref_query = time.perf_counter() - t0
+    print(
+        f"rank-bm25: fit {ref_fit:.1f}s, {len(subset)} queries {ref_query:.1f}s, identical={identical}",
+        flush=True,
+    )
+
+    ours_qps = N_QUERIES / bm25_query
+    ref_qps = len(subset) / ref_query
+    scale = FULL_DOCS / n_docs
+    per_doc = max((tfidf_query - small_query) / N_QUERIES / max(n_docs - quarter, 1), 0.0)
+    per_query_full = tfidf_query / N_QUERIES + per_doc * (FULL_DOCS - n_docs)
+    projected_s = tfidf_fit * scale + per_query_full * FULL_QUESTIONS
+    return {
+        "ratio": round(ours_qps / ref_qps, 1),
+        "queries_per_s": round(N_QUERIES / tfidf_query, 1),
+        "bm25_queries_per_s": round(ours_qps, 1),
+        "rank_bm25_queries_per_s": round(ref_qps, 2),
+        "docs": n_docs,
+        "tfidf_fit_s": round(tfidf_fit, 1),
+        "projected_full_min": round(projected_s / 60, 1),
+        "topk_identical": bool(identical),
+    }

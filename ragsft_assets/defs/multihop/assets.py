@@ -1,0 +1,422 @@
+"""Multihop assets: drafts -> checks -> distractors -> ablation verdicts -> questions -> audit.
+
+No ``from __future__ import annotations``: Dagster resolves config and resource types at
+decoration time. Thin wiring: each asset reads its inputs through the ``store``, calls the logic of
+``ragsft_assets.multihop``, writes Parquet and ledger rows, and returns metadata.
+"""
+
+import time
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
+from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.ids import DEFAULT_SEED, item_uniform
+from ragsft_assets.ledger import Decision, ledger_table
+from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.multihop import ablations, audit, caps, distractors, generation, hotpot_format
+from ragsft_assets.multihop import question_checks as checks_logic
+from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
+from ragsft_assets.prompts import load_prompt
+from ragsft_assets.resources.store import ArtifactStore
+
+GROUP = "multihop"
+PRODUCT = generation.PRODUCT
+
+
+class MultihopConfig(dg.Config):
+    """Run configuration shared by the multihop assets (same defaults everywhere)."""
+
+    seed: int = DEFAULT_SEED
+    max_pairs: int | None = 24  # keeps the default sample run within minutes on the embedded model
+    drafts_per_pair: int = 3
+    max_judged: int | None = None  # per-stage limit on questions sent to the judge
+    cascade_order: list[str] = list(ablations.DEFAULT_ORDER)
+    strict_impossible: bool = True  # a/b/none must answer IMPOSSIBLE (a wrong guess fails too)
+    retrieval: str = "tfidf"  # tfidf | bm25
+    distractors_k: int = distractors.DEFAULT_K
+    max_per_bridge: int = caps.MAX_PER_BRIDGE
+    max_per_source: int = caps.MAX_PER_SOURCE
+    near_dup_jaccard: float = caps.NEAR_DUP_JACCARD
+    language: str = ""  # prompt language; empty = the partition key's (20240916.fr -> fr)
+
+    def lang(self, partition: str) -> str:
+        return self.language or snapshot_language(partition)
+
+
+def _ledger(store: ArtifactStore, partition: str, stage: str, decisions: list[Decision]) -> int:
+    store.write_ledger(ledger_table(partition, PRODUCT, stage, decisions), partition, stage)
+    return len(decisions)
+
+
+def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> dict[str, Any]:
+    md: dict[str, Any] = dict(stats.to_metadata(prefix))
+    md[f"{prefix}/model"] = dg.MetadataValue.json(dict(model.model_identity()))
+    md[f"{prefix}/prompt"] = f"{template.name}@{template.version}"
+    return md
+
+
+def _docs(store: ArtifactStore, partition: str) -> dict[str, generation.Doc]:
+    return generation.docs_by_id(store.read(partition, "abstracts"))
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["bridge_pairs", "abstracts"],
+    pool="gpu",
+)
+def question_drafts(
+    context: dg.AssetExecutionContext,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    generator: dg.ResourceParam[ChatModel],
+) -> dg.MaterializeResult:
+    """Bridge-question drafts written by the generator, several per (source a, bridge b) pair."""
+    partition = context.partition_key
+    started = time.monotonic()
+    docs = _docs(store, partition)
+    pairs_table = store.read(partition, "bridge_pairs")
+    pairs, missing = generation.sample_pairs(pairs_table, docs, config.max_pairs, config.seed)
+    template = load_prompt("multihop_question", config.lang(partition))
+    params = generation.GENERATION_PARAMS.with_seed(config.seed)
+    table, stats = generation.generate_drafts(
+        pairs, docs, generator, template, config.drafts_per_pair, params, log=context.log
+    )
+    path = store.write(table, partition, "question_drafts")
+    rows = table.select(["id", "status", "error", "cache_key"]).to_pylist()
+    reason = {"ok": "drafted", "unreadable": "generation_unreadable", "missing": "generation_missing"}
+    verdict = {"ok": "kept", "unreadable": "unreadable", "missing": "dropped"}
+    _ledger(
+        store,
+        partition,
+        "question_drafts",
+        [
+            Decision(
+                r["id"],
+                verdict[r["status"]],
+                reason[r["status"]],
+                {"error": r["error"]} if r["error"] else None,
+                [r["cache_key"]] if r["cache_key"] else [],
+            )
+            for r in rows
+        ],
+    )
+    status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "unreadable", "missing")}
+    md = table_metadata([path], table.schema, preview_columns=["id", "question", "answer", "status"])
+    md.update(
+        {
+            "seed": config.seed,
+            "pairs_available": pairs_table.num_rows,
+            "pairs_missing_documents": missing,
+            "pairs_drawn": len(pairs),
+            "drafts_by_status": dg.MetadataValue.json(status_counts),
+            "wall_s": round(time.monotonic() - started, 3),
+            **_llm_metadata(generator, stats, "generator", template),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["question_drafts", "abstracts"],
+)
+def question_checks(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    """Deterministic checks of each readable draft: kept, or dropped with a counted reason."""
+    partition = context.partition_key
+    table = question_checks_logic(store, partition)
+    path = store.write(table, partition, "question_checks")
+    _ledger(
+        store,
+        partition,
+        "question_checks",
+        [
+            Decision(r["id"], r["verdict"], r["reason"], {"reasons": r["reasons"]} if r["reasons"] else None)
+            for r in table.to_pylist()
+        ],
+    )
+    counts = checks_logic.reason_counts(table)
+    kept = sum(1 for v in table["verdict"].to_pylist() if v == "kept")
+    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "reason"])
+    md.update({"checked": table.num_rows, "kept": kept, **funnel_metadata(counts, "rejections")})
+    return dg.MaterializeResult(metadata=md)
+
+
+def question_checks_logic(store: ArtifactStore, partition: str) -> pa.Table:
+    return checks_logic.run_checks(store.read(partition, "question_drafts"), _docs(store, partition))
+
+
+@dg.asset(
+    name="distractors",
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["question_checks", "question_drafts", "abstracts"],
+)
+def distractors_asset(
+    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """The 8 best same-split documents per question (no gold, no answer-bearing document)."""
+    partition = context.partition_key
+    started = time.monotonic()
+    kept = {
+        r["id"]
+        for r in store.read(partition, "question_checks").select(["id", "verdict"]).to_pylist()
+        if r["verdict"] == "kept"
+    }
+    drafts = store.read(partition, "question_drafts").to_pylist()
+    queries = [
+        distractors.Query(d["id"], d["split"], d["question"], d["answer"], d["a_id"], d["b_id"])
+        for d in drafts
+        if d["id"] in kept
+    ]
+    table = distractors.select_distractors(
+        queries, _docs(store, partition), config.retrieval, config.distractors_k
+    )
+    path = store.write(table, partition, "distractors")
+    _ledger(
+        store,
+        partition,
+        "distractors",
+        [
+            Decision(r["id"], r["verdict"], r["reason"])
+            for r in table.select(["id", "verdict", "reason"]).to_pylist()
+        ],
+    )
+    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "distractor_ids"])
+    too_few = sum(1 for r in table["reason"].to_pylist() if r == distractors.TOO_FEW)
+    md.update(
+        {
+            "method": config.retrieval,
+            "k": config.distractors_k,
+            "queries": len(queries),
+            distractors.TOO_FEW: too_few,
+            "wall_s": round(time.monotonic() - started, 3),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["distractors", "question_drafts", "abstracts"],
+    pool="gpu",
+)
+def ablation_verdicts(
+    context: dg.AssetExecutionContext,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    judge: dg.ResourceParam[ChatModel],
+) -> dg.MaterializeResult:
+    """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept."""
+    partition = context.partition_key
+    order = ablations.validate_order(config.cascade_order)
+    ready = sorted(
+        r["id"]
+        for r in store.read(partition, "distractors").select(["id", "verdict"]).to_pylist()
+        if r["verdict"] == "kept"
+    )
+    over: list[str] = []
+    if config.max_judged is not None and len(ready) > config.max_judged:
+        ranked = sorted(ready, key=lambda i: (item_uniform(config.seed, "judge_limit", i), i))
+        over = sorted(ranked[config.max_judged :])
+        ready = sorted(ranked[: config.max_judged])
+    docs = _docs(store, partition)
+    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    items = []
+    for qid in ready:
+        d = drafts[qid]
+        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        items.append(ablations.JudgeItem(qid, d["question"], d["answer"], a.title, a.text, b.title, b.text))
+    lang = config.lang(partition)
+    template = load_prompt("multihop_ablation", lang)
+    result = ablations.run_cascade(
+        items,
+        judge,
+        template,
+        order,
+        lang,
+        ablations.JUDGE_PARAMS,
+        strict_impossible=config.strict_impossible,
+        log=context.log,
+    )
+    path = store.write(result.verdicts, partition, "ablation_verdicts")
+    decisions = [Decision(q, v, r, None, keys) for q, (v, r, keys) in result.outcome.items()]
+    decisions += [Decision(q, "dropped", OVER_LIMIT) for q in over]
+    _ledger(store, partition, "ablation_verdicts", decisions)
+    judged = len(items)
+    md = table_metadata([path], result.verdicts.schema, preview_columns=["id", "ablation", "raw", "outcome"])
+    md.update(
+        {
+            "cascade_order": ",".join(order),
+            "judged": judged,
+            OVER_LIMIT: len(over),
+            "judge_calls": result.judge_calls,
+            "plain_4_call_run_calls": 4 * judged,
+            "judge_calls_per_judged_question": round(result.judge_calls / judged, 3) if judged else 0.0,
+            "rounds": dg.MetadataValue.json(result.rounds),
+            **_llm_metadata(judge, result.stats, "judge", template),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["ablation_verdicts", "distractors", "question_checks", "question_drafts", "abstracts"],
+    check_specs=invariant_check_specs,
+)
+def multihop_questions(
+    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """HotpotQA-format bridge questions (HF layout Parquet + original-layout JSON lines) per split."""
+    partition = context.partition_key
+    drafts_t = store.read(partition, "question_drafts")
+    checks_t = store.read(partition, "question_checks")
+    dist_t = store.read(partition, "distractors")
+    verdicts_t = store.read(partition, "ablation_verdicts")
+    drafts = {d["id"]: d for d in drafts_t.to_pylist()}
+    outcomes = ablations.outcomes_from_verdicts(verdicts_t)
+    survivors = [q for q, (v, _) in outcomes.items() if v == "kept"]
+    cap_candidates = [
+        caps.CapCandidate(q, drafts[q]["question"], drafts[q]["answer"], drafts[q]["a_id"], drafts[q]["b_id"])
+        for q in survivors
+    ]
+    decision = caps.apply_caps(
+        cap_candidates, config.seed, config.max_per_bridge, config.max_per_source, config.near_dup_jaccard
+    )
+    docs = _docs(store, partition)
+    dist = {r["id"]: r["distractor_ids"] for r in dist_t.select(["id", "distractor_ids"]).to_pylist()}
+    records = []
+    for qid, verdict in decision.items():
+        if verdict != "kept":
+            continue
+        d = drafts[qid]
+        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        rec = hotpot_format.build_record(
+            qid,
+            d["question"],
+            d["answer"],
+            (a.title, a.sentences),
+            (b.title, b.sentences),
+            d["support_a"],
+            d["support_b"],
+            [(docs[i].title, docs[i].sentences) for i in dist[qid]],
+            config.seed,
+        )
+        rec["split"] = d["split"]
+        records.append(rec)
+    table = hotpot_format.records_table(records)
+    paths = store.write_splits(table, partition, "multihop_questions")
+    for split, path in paths.items():
+        hotpot_format.write_jsonl(
+            [r for r in table.to_pylist() if r["split"] == split], path.with_suffix(".jsonl")
+        )
+    _ledger(
+        store,
+        partition,
+        "multihop_questions",
+        [
+            Decision(q, "kept" if v == "kept" else "dropped", v if v != "kept" else "released")
+            for q, v in decision.items()
+        ],
+    )
+    funnel = build_funnel(drafts_t, checks_t, dist_t, verdicts_t, decision)
+    files = [paths[s] for s in sorted(paths)]
+    md = table_metadata(
+        files, table.schema, preview_columns=["id", "question", "answer", "split"], split_column="split"
+    )
+    md.update(funnel_metadata(funnel))
+    md["funnel_json"] = dg.MetadataValue.json(funnel)
+    md["judge_calls_per_judged_question"] = funnel["judge calls per judged question"]
+    md["seed"] = config.seed
+    md["jsonl"] = dg.MetadataValue.json({s: str(p.with_suffix(".jsonl")) for s, p in sorted(paths.items())})
+    checks = invariant_check_results(table.to_pylist(), 2 + config.distractors_k)
+    return dg.MaterializeResult(metadata=md, check_results=checks)
+
+
+def read_release_rows(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
+    """The released questions of every split as HF-layout rows with their split."""
+    files = store.files(partition, "multihop_questions")
+    if not files:
+        return []
+    return store.read(partition, "multihop_questions").to_pylist()
+
+
+def in_degrees(store: ArtifactStore, partition: str) -> dict[str, int]:
+    """Title -> in-degree from the link graph (empty when it is absent)."""
+    if not store.files(partition, "link_graph"):
+        return {}
+    lg = store.read(partition, "link_graph").select(["target_title", "target_in_degree"]).to_pylist()
+    return {r["target_title"]: int(r["target_in_degree"] or 0) for r in lg}
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["multihop_questions", "link_graph"],
+)
+def multihop_audit(
+    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """Invariants, surface-feature classifier AUC (vs 0.62) and longest-gold rate of the release."""
+    partition = context.partition_key
+    rows = read_release_rows(store, partition)
+    inv = audit.check_invariants(rows, 2 + config.distractors_k)
+    x, y, groups = audit.paragraph_features(rows, in_degrees(store, partition))
+    auc, aucs = audit.surface_auc(x, y, groups, repeats=5, seed=config.seed)
+    longest, chance = audit.gold_longest_rate(rows)
+    measures = [(f"invariant:{r.name}", float(r.failures), 0.0, r.passed) for r in inv]
+    measures.append(
+        (
+            "surface_auc",
+            auc if auc is not None else float("nan"),
+            audit.AUC_BAR,
+            auc is None or auc <= audit.AUC_BAR,
+        )
+    )
+    measures.append(
+        ("gold_longest_rate", longest if longest is not None else float("nan"), chance or 0.0, True)
+    )
+    table = pa.table(
+        {
+            "measure": [m[0] for m in measures],
+            "value": [m[1] for m in measures],
+            "reference": [m[2] for m in measures],
+            "ok": [m[3] for m in measures],
+        }
+    )
+    path = store.write(table, partition, "multihop_audit")
+    md = table_metadata([path], table.schema)
+    md.update(
+        {
+            "questions": len(rows),
+            "invariants": dg.MetadataValue.json(
+                {r.name: {"failures": r.failures, "examples": r.examples} for r in inv}
+            ),
+            "surface_auc_mean": auc if auc is not None else -1.0,
+            "surface_auc_repeats": dg.MetadataValue.json(aucs),
+            "surface_auc_bar": audit.AUC_BAR,
+            "gold_longest_rate": longest if longest is not None else -1.0,
+            "gold_longest_chance": chance if chance is not None else -1.0,
+        }
+    )
+    return dg.MaterializeResult(metadata=md)

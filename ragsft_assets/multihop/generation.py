@@ -1,0 +1,200 @@
+"""Question drafts: sample (source a, bridge b) pairs, prompt the generator, parse its JSON into rows.
+
+One generator call per pair asks for ``drafts_per_pair`` bridge questions; draft
+``i`` of pair (a, b) has the id ``question_id(a_id, b_id, i)`` whatever the model
+wrote. Every draft slot becomes a row: ``ok`` (parsed), ``unreadable`` (the call's
+text did not match the schema; raw text kept) or ``missing`` (the model wrote
+fewer questions than asked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ragsft_assets.ids import item_uniform, question_id
+from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
+from ragsft_assets.prompts import PromptTemplate
+
+PRODUCT = "multihop"
+STATUS_OK, STATUS_UNREADABLE, STATUS_MISSING = "ok", "unreadable", "missing"
+
+DRAFT_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "questions": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string"},
+                    "answer": {"type": "string"},
+                    "support_a": {"type": "array", "items": {"type": "integer"}},
+                    "support_b": {"type": "array", "items": {"type": "integer"}},
+                },
+                "required": ["question", "answer", "support_a", "support_b"],
+            },
+        }
+    },
+    "required": ["questions"],
+}
+
+DRAFTS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("draft_index", pa.int32()),
+        ("split", pa.string()),
+        ("a_id", pa.string()),
+        ("a_title", pa.string()),
+        ("b_id", pa.string()),
+        ("b_title", pa.string()),
+        ("alias", pa.string()),
+        ("question", pa.string()),
+        ("answer", pa.string()),
+        ("support_a", pa.list_(pa.int32())),
+        ("support_b", pa.list_(pa.int32())),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("raw", pa.string()),
+        ("cache_key", pa.string()),
+        ("template_version", pa.string()),
+    ]
+)
+
+GENERATION_PARAMS = SamplingParams(temperature=0.7, max_tokens=768)
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    id: str
+    a_id: str
+    a_title: str
+    b_id: str
+    b_title: str
+    alias: str
+    split: str
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    id: str
+    title: str
+    sentences: tuple[str, ...]
+    split: str
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.sentences)
+
+
+def docs_by_id(abstracts: pa.Table) -> dict[str, Doc]:
+    """Abstract rows keyed by id (only the columns the multihop stages need)."""
+    cols = abstracts.select(["id", "title", "sentences", "split"]).to_pydict()
+    return {
+        i: Doc(i, t, tuple(s or ()), sp)
+        for i, t, s, sp in zip(cols["id"], cols["title"], cols["sentences"], cols["split"], strict=True)
+    }
+
+
+def sample_pairs(
+    bridge_pairs: pa.Table, docs: Mapping[str, Doc], max_pairs: int | None, seed: int
+) -> tuple[list[Pair], int]:
+    """Draw up to ``max_pairs`` pairs whose two documents exist, by a seeded per-pair key.
+
+    The draw does not depend on row order: pairs are ranked by ``item_uniform(seed,
+    "pair_sample", pair id)``. Returns (pairs sorted by id, pairs skipped because a
+    document is missing from the abstracts).
+    """
+    cols = bridge_pairs.select(["id", "a_id", "a_title", "b_id", "b_title", "alias", "split"]).to_pylist()
+    usable = [Pair(**c) for c in cols if c["a_id"] in docs and c["b_id"] in docs]
+    missing = len(cols) - len(usable)
+    usable.sort(key=lambda p: (item_uniform(seed, "pair_sample", p.id), p.id))
+    if max_pairs is not None:
+        usable = usable[: max(max_pairs, 0)]
+    return sorted(usable, key=lambda p: p.id), missing
+
+
+def numbered(sentences: Sequence[str]) -> str:
+    """Sentences one per line, prefixed with their index: what the support indices point at."""
+    return "\n".join(f"[{i}] {s.strip()}" for i, s in enumerate(sentences))
+
+
+def build_messages(template: PromptTemplate, pair: Pair, a: Doc, b: Doc, n: int) -> list[dict[str, str]]:
+    """The generator conversation for one pair."""
+    content = template.render(
+        n=n,
+        a_title=a.title,
+        a_sentences=numbered(a.sentences),
+        b_title=b.title,
+        b_sentences=numbered(b.sentences),
+        alias=pair.alias or b.title,
+    )
+    return [{"role": "user", "content": content}]
+
+
+def _as_int_list(values: Any) -> list[int]:
+    return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
+
+
+def draft_rows(pair: Pair, n: int, result: Any, template_version: str) -> list[dict[str, Any]]:
+    """One row per draft slot of a pair from its ChatResult (never raises)."""
+    base = {
+        "pair_id": pair.id,
+        "split": pair.split,
+        "a_id": pair.a_id,
+        "a_title": pair.a_title,
+        "b_id": pair.b_id,
+        "b_title": pair.b_title,
+        "alias": pair.alias,
+        "raw": result.text,
+        "cache_key": result.cache_key,
+        "template_version": template_version,
+    }
+    items: list[Any] = []
+    if result.ok and isinstance(result.parsed, dict):
+        items = list(result.parsed.get("questions") or [])
+    rows = []
+    for i in range(n):
+        row = dict(base, id=question_id(pair.a_id, pair.b_id, i), draft_index=i, question=None, answer=None)
+        row.update(support_a=[], support_b=[], error=None)
+        if not result.ok:
+            row.update(status=STATUS_UNREADABLE, error=result.error or result.status)
+        elif i >= len(items) or not isinstance(items[i], dict):
+            row.update(status=STATUS_MISSING, error=f"the model wrote {len(items)} of {n} questions")
+        else:
+            item = items[i]
+            row.update(
+                status=STATUS_OK,
+                question=str(item.get("question", "")).strip(),
+                answer=str(item.get("answer", "")).strip(),
+                support_a=_as_int_list(item.get("support_a", [])),
+                support_b=_as_int_list(item.get("support_b", [])),
+            )
+        rows.append(row)
+    return rows
+
+
+def generate_drafts(
+    pairs: Sequence[Pair],
+    docs: Mapping[str, Doc],
+    model: ChatModel,
+    template: PromptTemplate,
+    n: int,
+    params: SamplingParams = GENERATION_PARAMS,
+    log: Any = None,
+) -> tuple[pa.Table, BatchStats]:
+    """Ask the generator for ``n`` questions per pair; returns (drafts table sorted by id, LLM stats)."""
+    conversations = [build_messages(template, p, docs[p.a_id], docs[p.b_id], n) for p in pairs]
+    batch = model.chat(
+        conversations, params, json_schema=DRAFT_JSON_SCHEMA, template_version=template.version, log=log
+    )
+    rows: list[dict[str, Any]] = []
+    for pair, result in zip(pairs, batch.results, strict=True):
+        rows.extend(draft_rows(pair, n, result, template.version))
+    rows.sort(key=lambda r: r["id"])
+    return pa.Table.from_pylist(rows, schema=DRAFTS_SCHEMA), batch.stats

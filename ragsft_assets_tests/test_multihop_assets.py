@@ -1,0 +1,405 @@
+"""The multihop assets end to end on a scripted corpus and scripted models: funnel, ledger, reruns."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import orjson
+import pyarrow as pa
+import pytest
+
+from ragsft_assets.defs.multihop import multihop_assets
+from ragsft_assets.ids import derived_id, doc_id
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets_tests.llm_double import ScriptedChatModel
+
+PARTITION = "test.en"
+SPLIT_OF = {i: "train" for i in range(10)} | {10: "validation", 11: "validation", 12: "test"}
+FILLERS = {"train": 12, "validation": 10, "test": 4}
+SOURCE_OF = {i: f"Source{i:02d}" for i in range(13)} | {6: "Source05"}  # pairs 5 and 6 share a source
+EXTRA_B = {
+    2: "It sells tools, toys and garden furniture across many countries of the whole wide world.",
+    6: "It makes cars, bikes and boats.",
+}
+
+
+def _b_sentences(i: int) -> list[str]:
+    s = [
+        f"Bridge{i:02d} is a company.",
+        f"It was founded in Town{i:02d} in {1900 + i}.",
+        f"Its founder was Person{i:02d}.",
+    ]
+    return s + ([EXTRA_B[i]] if i in EXTRA_B else [])
+
+
+def _a_sentences(title: str) -> list[str]:
+    made = [i for i, s in SOURCE_OF.items() if s == title]
+    return [f"{title} is a product."] + [f"It is made by Bridge{i:02d}." for i in made]
+
+
+def _questions(i: int) -> list[tuple[str, str, list[int], list[int]]]:
+    """The drafts the scripted generator writes for pair i: (question, answer, support_a, support_b)."""
+    src, role = SOURCE_OF[i], "seller" if i == 6 else "maker"
+    good = [
+        (f"In which town was the {role} of {src} founded?", f"Town{i:02d}", [1], [1]),
+        (f"In which year was the {role} of {src} founded?", f"{1900 + i}", [1], [1]),
+        (f"Who founded the {role} of {src}?", f"Person{i:02d}", [1], [2]),
+    ]
+    bad = {
+        0: (good[2][0], "Atlantis", [1], [2]),  # answer_not_in_b
+        1: (f"Where was Bridge{i:02d} founded?", f"Town{i:02d}", [1], [1]),  # question_names_bridge
+        2: (
+            "What does it sell?",
+            "tools, toys and garden furniture across many countries of the whole wide world",
+            [1],
+            [3],
+        ),  # answer_too_long
+        5: (good[2][0], good[2][1], [1], [7]),  # support_out_of_bounds
+        6: ("What does it make?", "cars, bikes and boats", [1], [3]),  # answer_enumeration
+        7: ("What happened?", f"It was founded in Town{i:02d}", [1], [1]),  # answer_is_clause
+        8: (good[0][0].replace("?", " ?!"), good[0][1], [1], [1]),  # near duplicate of draft 0
+        9: (good[2][0], good[2][1], [], [2]),  # support_missing
+        10: good[0],  # identical to draft 0: one judge call per ablation for both
+        12: ("", "Town12", [1], [1]),  # empty_question_or_answer
+    }
+    drafts = [good[0], good[1], bad.get(i, good[2])]
+    if i == 9:
+        drafts[1] = (f"Was the maker of {src} founded in Town09?", "Town09", [1], [1])  # answer_in_question
+    return drafts
+
+
+QUESTIONS = {q: (i, d, a) for i in range(13) for d, (q, a, _, _) in enumerate(_questions(i)) if q}
+
+
+def generator_responder(messages) -> str:
+    text = messages[-1]["content"]
+    i = int(re.search(r"Document B: Bridge(\d+)", text).group(1))
+    if i == 3:
+        return "I cannot do that."  # unreadable
+    qs = _questions(i)[:1] if i == 4 else _questions(i)  # pair 4: only one question
+    items = [{"question": q, "answer": a, "support_a": sa, "support_b": sb} for q, a, sa, sb in qs]
+    return orjson.dumps({"questions": items}).decode()
+
+
+JUDGE_FAILS = {  # (pair, draft, ablation) -> reply; everything else answers as an ideal judge
+    (0, 0, "b"): "GOLD",
+    (0, 1, "b"): "GOLD",
+    (2, 0, "ab"): "IMPOSSIBLE",
+    (7, 1, "none"): "GOLD",
+    (1, 0, "a"): "GOLD",
+    (9, 0, "a"): "",  # empty -> unreadable
+}
+
+
+def judge_responder(messages) -> str:
+    text = messages[-1]["content"]
+    question = re.search(r"Question: (.*)\nAnswer:", text).group(1)
+    titles = re.findall(r"Document \d+: (\S+)", text)
+    kind = {2: "ab", 0: "none"}.get(len(titles)) or ("a" if titles[0].startswith("Source") else "b")
+    i, d, gold = QUESTIONS[question]
+    reply = JUDGE_FAILS.get((i, d, kind), "GOLD" if kind == "ab" else "IMPOSSIBLE")
+    return gold if reply == "GOLD" else reply
+
+
+def _doc_row(title: str, sentences: list[str], split: str) -> dict:
+    return {
+        "id": doc_id(title),
+        "title": title,
+        "identifier": int(doc_id(title)[:8], 16),
+        "url": f"https://en.wikipedia.org/wiki/{title}",
+        "revision": 1,
+        "qid": None,
+        "text": " ".join(sentences),
+        "sentences": sentences,
+        "links": [],
+        "split": split,
+    }
+
+
+def write_corpus(store: ArtifactStore, partition: str = PARTITION) -> None:
+    """abstracts / link_graph / bridge_pairs tables following the corpus contract."""
+    docs, pairs, edges = {}, [], []
+    for i, split in SPLIT_OF.items():
+        a_title, b_title = SOURCE_OF[i], f"Bridge{i:02d}"
+        docs[a_title] = _doc_row(a_title, _a_sentences(a_title), split)
+        docs[b_title] = _doc_row(b_title, _b_sentences(i), split)
+        a_id, b_id = doc_id(a_title), doc_id(b_title)
+        sentence = 1 + [k for k, s in SOURCE_OF.items() if s == a_title].index(i)
+        pairs.append(
+            {
+                "id": derived_id("bridge_pair", a_id, b_id),
+                "a_id": a_id,
+                "a_title": a_title,
+                "b_id": b_id,
+                "b_title": b_title,
+                "alias": b_title,
+                "a_sentence": sentence,
+                "split": split,
+            }
+        )
+        edges.append(
+            {
+                "source_id": a_id,
+                "source_title": a_title,
+                "target_id": b_id,
+                "target_title": b_title,
+                "alias": b_title,
+                "sentence": sentence,
+                "sentence_text": docs[a_title]["sentences"][sentence],
+                "split": split,
+                "target_in_degree": 1,
+                "is_bridge": True,
+            }
+        )
+    words = ["river", "mountain", "history", "music", "garden", "forest", "painter", "valley", "harbour"]
+    for split, n in FILLERS.items():
+        for j in range(n):
+            title = f"Filler{split[:2]}{j:02d}"
+            docs[title] = _doc_row(
+                title,
+                [
+                    f"{title} is a place about {words[j % 9]} and the town founded by locals.",
+                    f"The maker of {words[(j + 3) % 9]} lives there.",
+                ],
+                split,
+            )
+    link = pa.struct(
+        [
+            ("target_title", pa.string()),
+            ("target_id", pa.string()),
+            ("anchor", pa.string()),
+            ("sentence", pa.int32()),
+        ]
+    )
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("title", pa.string()),
+            ("identifier", pa.int64()),
+            ("url", pa.string()),
+            ("revision", pa.int64()),
+            ("qid", pa.string()),
+            ("text", pa.string()),
+            ("sentences", pa.list_(pa.string())),
+            ("links", pa.list_(link)),
+            ("split", pa.string()),
+        ]
+    )
+    store.write_splits(
+        pa.Table.from_pylist(sorted(docs.values(), key=lambda r: r["id"]), schema=schema),
+        partition,
+        "abstracts",
+    )
+    store.write(pa.Table.from_pylist(sorted(pairs, key=lambda r: r["id"])), partition, "bridge_pairs")
+    edges.sort(key=lambda r: (r["source_id"], r["target_id"], r["sentence"]))
+    store.write(
+        pa.Table.from_pylist(edges).cast(
+            pa.Table.from_pylist(edges)
+            .schema.set(5, pa.field("sentence", pa.int32()))
+            .set(8, pa.field("target_in_degree", pa.int32()))
+        ),
+        partition,
+        "link_graph",
+    )
+
+
+def materialize(home: Path, run_config: dict | None = None):
+    store = ArtifactStore(home=str(home))
+    write_corpus(store)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("snapshot", [PARTITION])
+    generator, judge = ScriptedChatModel(generator_responder), ScriptedChatModel(judge_responder)
+    upstream = [dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]
+    result = dg.materialize(
+        [*multihop_assets, *upstream],
+        resources={"store": store, "generator": generator, "judge": judge},
+        partition_key=PARTITION,
+        instance=instance,
+        run_config=run_config,
+        selection=[a.key for a in multihop_assets],
+    )
+    return result, store, generator, judge
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return materialize(tmp_path_factory.mktemp("home"))
+
+
+def _metadata(result, asset: str) -> dict:
+    mats = result.asset_materializations_for_node(asset)
+    return {k: v.value for k, v in mats[0].metadata.items()}
+
+
+def test_funnel_exact_counts(run):
+    result, store, generator, judge = run
+    assert result.success
+    funnel = _metadata(result, "multihop_questions")["funnel_json"]
+    expected = {
+        "pairs drawn": 13,
+        "draft slots": 39,
+        "generation unreadable": 3,
+        "generation missing": 2,
+        "questions generated": 34,
+        "dropped: empty_question_or_answer": 1,
+        "dropped: answer_not_in_b": 1,
+        "dropped: question_names_bridge": 1,
+        "dropped: answer_in_question": 1,
+        "dropped: support_out_of_bounds": 1,
+        "dropped: support_missing": 1,
+        "dropped: answer_too_long": 1,
+        "dropped: answer_enumeration": 1,
+        "dropped: answer_is_clause": 1,
+        "dropped: too_few_distractors": 2,
+        "dropped: over_judge_limit": 0,
+        "dropped before judge": 11,
+        "judged": 23,
+        "rejected: ab_fails": 1,
+        "rejected: a_alone_suffices": 1,
+        "rejected: b_alone_suffices": 2,
+        "rejected: no_document_suffices": 1,
+        "rejected: a_alone_not_impossible": 0,
+        "rejected: b_alone_not_impossible": 0,
+        "rejected: no_document_not_impossible": 0,
+        "rejected: judge_unreadable": 1,
+        "passed ablations": 17,
+        "dropped: near_duplicate": 2,
+        "dropped: bridge_cap": 1,
+        "dropped: source_cap": 1,
+        "kept": 13,
+        # order b, ab, none, a: 23 asked, 21, 20, 19; one identical pair of prompts each round
+        "judge calls": 22 + 20 + 19 + 18,
+        "plain 4-call run calls": 92,
+        "judge calls per judged question": round(79 / 23, 3),
+    }
+    assert funnel == expected
+    assert len(judge.calls) == 79
+    assert len(generator.calls) == 13
+    rows = store.read(PARTITION, "multihop_questions")
+    assert rows.num_rows == 13
+    splits = rows["split"].to_pylist()
+    # validation: pair 10 keeps 2 of 3 (near duplicate), pair 11 keeps 2 of 3 (bridge cap)
+    assert (splits.count("train"), splits.count("validation"), splits.count("test")) == (9, 4, 0)
+
+
+def test_ledger_rows_per_stage_queryable_with_duckdb(run):
+    _, store, _, _ = run
+    folder = store.root / PARTITION / "_ledger"
+    con = duckdb.connect()
+    rows = con.execute(
+        f"SELECT stage, verdict, count(*) FROM read_parquet('{folder}/*.parquet') GROUP BY 1, 2 ORDER BY 1, 2"
+    ).fetchall()
+    assert rows == [
+        ("ablation_verdicts", "dropped", 5),
+        ("ablation_verdicts", "kept", 17),
+        ("ablation_verdicts", "unreadable", 1),
+        ("distractors", "dropped", 2),
+        ("distractors", "kept", 23),
+        ("multihop_questions", "dropped", 4),
+        ("multihop_questions", "kept", 13),
+        ("question_checks", "dropped", 9),
+        ("question_checks", "kept", 25),
+        ("question_drafts", "dropped", 2),
+        ("question_drafts", "kept", 34),
+        ("question_drafts", "unreadable", 3),
+    ]
+    # every candidate's final verdict: the last stage that decided it
+    final = con.execute(
+        f"""SELECT verdict, count(*) FROM (
+              SELECT candidate_id, arg_max(verdict, CASE stage WHEN 'question_drafts' THEN 1 WHEN 'question_checks'
+                THEN 2 WHEN 'distractors' THEN 3 WHEN 'ablation_verdicts' THEN 4 ELSE 5 END) AS verdict
+              FROM read_parquet('{folder}/*.parquet') WHERE product = 'multihop' GROUP BY 1) GROUP BY 1 ORDER BY 1"""
+    ).fetchall()
+    assert final == [("dropped", 22), ("kept", 13), ("unreadable", 4)]
+
+
+def test_verdicts_keep_raw_text_and_shared_calls(run):
+    _, store, _, _ = run
+    v = store.read(PARTITION, "ablation_verdicts").to_pylist()
+    assert len(v) == 23 + 21 + 20 + 19
+    assert sum(not r["shared"] for r in v) == 79
+    unreadable = [r for r in v if r["outcome"] == "unreadable"]
+    assert len(unreadable) == 1 and unreadable[0]["raw"] == "" and unreadable[0]["ablation"] == "a"
+    assert {r["raw"] for r in v if r["ablation"] == "b" and r["outcome"] == "pass"} == {"IMPOSSIBLE"}
+
+
+def test_invariant_checks_pass_and_audit_runs(run):
+    result, store, _, _ = run
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 5 and all(c.passed for c in checks)
+    audit = store.read(PARTITION, "multihop_audit").to_pylist()
+    assert [r["measure"] for r in audit][:5] == [
+        "invariant:context_size",
+        "invariant:no_duplicate_document",
+        "invariant:golds_present",
+        "invariant:answer_in_no_distractor",
+        "invariant:no_document_shared_between_splits",
+    ]
+    assert all(r["ok"] for r in audit[:5])
+    jsonl = store.path(PARTITION, "multihop_questions", "validation").with_suffix(".jsonl")
+    recs = [orjson.loads(line) for line in jsonl.read_bytes().splitlines()]
+    assert len(recs) == 4 and all(len(r["context"]) == 10 for r in recs)
+
+
+def test_rerun_is_byte_identical(run, tmp_path):
+    _, store, _, _ = run
+    _, store2, _, _ = materialize(tmp_path)
+    for asset in (
+        "question_drafts",
+        "question_checks",
+        "distractors",
+        "ablation_verdicts",
+        "multihop_questions",
+        "multihop_audit",
+        "_ledger",
+    ):
+        first = sorted((store.root / PARTITION / asset).iterdir())
+        second = sorted((store2.root / PARTITION / asset).iterdir())
+        assert [p.name for p in first] == [p.name for p in second]
+        for a, b in zip(first, second, strict=True):
+            assert a.read_bytes() == b.read_bytes(), a
+
+
+def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
+    store = ArtifactStore(home=str(tmp_path))
+    write_corpus(store)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("snapshot", [PARTITION])
+    garbage = ScriptedChatModel(lambda m: "<think>hmm")  # unclosed think block: empty answer
+    result = dg.materialize(
+        [*multihop_assets, *[dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]],
+        resources={"store": store, "generator": garbage, "judge": garbage},
+        partition_key=PARTITION,
+        instance=instance,
+        selection=[a.key for a in multihop_assets],
+    )
+    assert result.success
+    funnel = _metadata(result, "multihop_questions")["funnel_json"]
+    assert funnel["generation unreadable"] == 39 and funnel["judged"] == 0 and funnel["kept"] == 0
+    ledger = store.read(PARTITION, "_ledger", "question_drafts")
+    assert set(ledger["verdict"].to_pylist()) == {"unreadable"}
+
+
+def test_cascade_order_and_judge_limit_from_config(tmp_path):
+    config = {"order": ["a", "none", "ab", "b"], "max_judged": 10}
+    ops = {
+        name: {"config": {"cascade_order": config["order"], "max_judged": config["max_judged"]}}
+        for name in (
+            "question_drafts",
+            "distractors",
+            "ablation_verdicts",
+            "multihop_questions",
+            "multihop_audit",
+        )
+    }
+    result, store, _, judge = materialize(tmp_path, {"ops": ops})
+    funnel = _metadata(result, "multihop_questions")["funnel_json"]
+    assert funnel["judged"] == 10 and funnel["dropped: over_judge_limit"] == 13
+    assert funnel["judge calls"] == len(judge.calls)
+    first_round = {
+        r["ablation"] for r in store.read(PARTITION, "ablation_verdicts").to_pylist() if r["round"] == 0
+    }
+    assert first_round == {"a"}

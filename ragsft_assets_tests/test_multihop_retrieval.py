@@ -1,0 +1,138 @@
+"""Sparse tf-idf / BM25 top-k equal the dense references; distractor selection rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rank_bm25 import BM25Okapi
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.metrics.pairwise import cosine_similarity
+
+from ragsft_assets.ids import doc_id
+from ragsft_assets.multihop.distractors import TOO_FEW, Query, select_distractors
+from ragsft_assets.multihop.generation import Doc
+from ragsft_assets.multihop.normalize import contains_normalized, normalize_text
+from ragsft_assets.multihop.retrieval import (
+    SCORE_DECIMALS,
+    BM25Index,
+    TfidfBigramIndex,
+    build_index,
+    tokenize,
+)
+
+HOTPOT = (
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpotqa_train_distractor_70.json"
+)
+
+
+@pytest.fixture(scope="module")
+def hotpot():
+    records = json.loads(HOTPOT.read_text())
+    paragraphs = {t: "".join(s) for r in records for t, s in r["context"]}
+    ids = sorted(doc_id(t) for t in paragraphs)
+    by_id = {doc_id(t): x for t, x in paragraphs.items()}
+    return records, ids, [by_id[i] for i in ids]
+
+
+def _reference_topk(scores: np.ndarray, k: int, eligible) -> list[int]:
+    out = []
+    for d in np.lexsort((np.arange(scores.size), -np.round(scores, SCORE_DECIMALS))):
+        if eligible(int(d)):
+            out.append(int(d))
+            if len(out) == k:
+                break
+    return out
+
+
+def _dense_scores(method: str, texts: list[str], queries: list[str]) -> np.ndarray:
+    if method == "tfidf":
+        vec = TfidfVectorizer(ngram_range=(2, 2))  # defaults: lowercase, (?u)\b\w\w+\b, smooth idf, l2
+        x = vec.fit_transform(texts).toarray()
+        return cosine_similarity(vec.transform(queries).toarray(), x)
+    bm = BM25Okapi([tokenize(t) for t in texts])  # k1=1.5, b=0.75, epsilon=0.25
+    return np.array([bm.get_scores(tokenize(q)) for q in queries])
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_topk_equals_dense_reference_on_hotpotqa_paragraphs(hotpot, method):
+    records, ids, texts = hotpot
+    queries = [r["question"] for r in records] + ["", "zzzz unknownword"]
+    index = build_index(method, ids, texts)
+    dense = _dense_scores(method, texts, queries)
+    hits = index.search(queries, 8, batch_size=16)
+    for qi in range(len(queries)):
+        assert [h.doc for h in hits[qi]] == _reference_topk(dense[qi], 8, lambda d: True), qi
+        assert [h.score for h in hits[qi]] == pytest.approx(
+            [float(np.round(dense[qi][h.doc], SCORE_DECIMALS)) for h in hits[qi]], abs=1e-9
+        )
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_topk_with_exclusions_equals_reference(hotpot, method):
+    records, ids, texts = hotpot
+    queries = [r["question"] for r in records]
+    answers = [normalize_text(r["answer"]) for r in records]
+    gold = [{doc_id(t) for t, _ in r["supporting_facts"]} for r in records]
+    norm = [normalize_text(t) for t in texts]
+
+    def eligible(qi: int, d: int) -> bool:
+        return ids[d] not in gold[qi] and not contains_normalized(norm[d], answers[qi])
+
+    dense = _dense_scores(method, texts, queries)
+    hits = build_index(method, ids, texts).search(queries, 8, eligible, batch_size=7)
+    for qi in range(len(queries)):
+        assert [h.doc for h in hits[qi]] == _reference_topk(dense[qi], 8, lambda d, qi=qi: eligible(qi, d))
+
+
+@pytest.mark.parametrize("cls", [TfidfBigramIndex, BM25Index])
+def test_ties_go_to_the_smaller_doc_id_whatever_the_input_order(cls):
+    # fillers keep every BM25 idf positive (rank-bm25 floors idf of terms in over half the documents)
+    texts = ["red apple pie", "red apple pie", "green apple pie", "red apple pie"] + [
+        f"blue sky {i}" for i in range(6)
+    ]
+    ids = ["d3", "d1", "d2", "d0"] + [f"e{i}" for i in range(6)]
+    index = cls(ids, texts)
+    hits = index.search(["red apple pie"], 4)[0]
+    assert [index.doc_ids[h.doc] for h in hits] == ["d0", "d1", "d3", "d2"]
+    shuffled = cls(ids[::-1], texts[::-1])
+    assert [shuffled.doc_ids[h.doc] for h in shuffled.search(["red apple pie"], 4)[0]] == [
+        "d0",
+        "d1",
+        "d3",
+        "d2",
+    ]
+
+
+def test_unknown_method_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown retrieval method"):
+        build_index("dense", ["a"], ["x"])
+
+
+def _docs(n_fillers: int) -> dict[str, Doc]:
+    docs = [
+        Doc("a", "A", ("Alpha is made by Beta.",), "train"),
+        Doc("b", "B", ("Beta was founded in Paris.",), "train"),
+    ]
+    docs += [Doc(f"f{j:02d}", f"F{j}", (f"Beta makes alpha number {j}.",), "train") for j in range(n_fillers)]
+    docs += [
+        Doc("p", "P", ("Beta moved to paris.",), "train"),
+        Doc("v", "V", ("Beta makes alpha.",), "validation"),
+    ]
+    return {d.id: d for d in docs}
+
+
+def test_distractors_exclude_golds_answer_docs_and_other_splits():
+    q = Query("q1", "train", "Where was the maker of alpha founded?", "Paris", "a", "b")
+    table = select_distractors([q], _docs(9), "tfidf", k=8).to_pylist()
+    assert table[0]["verdict"] == "kept" and len(table[0]["distractor_ids"]) == 8
+    assert not {"a", "b", "p", "v"} & set(table[0]["distractor_ids"])
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_too_few_eligible_documents_is_a_counted_drop(method):
+    q = Query("q1", "train", "Where was the maker of alpha founded?", "Paris", "a", "b")
+    row = select_distractors([q], _docs(7), method, k=8).to_pylist()[0]
+    assert (row["verdict"], row["reason"], len(row["distractor_ids"])) == ("dropped", TOO_FEW, 7)
