@@ -1,12 +1,46 @@
-"""The default resources of the code location, by role."""
+"""The default resources of the code location, by role.
+
+LLM roles default to the embedded CPU model (SmolLM2-135M-Instruct on vLLM's CPU build); one
+engine serves every role of a process. Point a role at a stronger model from the launchpad or
+with environment variables, e.g. ``RAGSFT_JUDGE_BACKEND=openai``,
+``RAGSFT_JUDGE_BASE_URLS=http://gpu-1:8000/v1,http://gpu-2:8000/v1``, ``RAGSFT_JUDGE_MODEL=...``.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ragsft_assets.resources.catalog import CatalogResource
+from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
+
+LLM_ROLES = ("generator", "judge", "base_model")
+
+
+def llm_for_role(role: str) -> LLMResource:
+    """The LLM resource of one role, from ``RAGSFT_<ROLE>_*`` variables when set, else embedded."""
+    prefix = f"RAGSFT_{role.upper()}_"
+    fields: dict[str, Any] = {"role": role}
+    backend = os.environ.get(prefix + "BACKEND")
+    if backend:
+        fields["backend"] = backend
+    if os.environ.get(prefix + "MODEL"):
+        fields["model"] = os.environ[prefix + "MODEL"]
+    if os.environ.get(prefix + "BASE_URLS"):
+        fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
+    if os.environ.get(prefix + "API_KEY_ENV"):
+        fields["api_key_env"] = os.environ[prefix + "API_KEY_ENV"]
+    return LLMResource(**fields)
 
 
 def default_resources() -> dict[str, Any]:
     """Resources used by ``dagster dev`` and the CLI; tests pass their own."""
-    return {"store": ArtifactStore()}
+    resources: dict[str, Any] = {
+        "store": ArtifactStore(),
+        "snapshots": SnapshotSource(),
+        "catalog": CatalogResource(),
+    }
+    resources.update({role: llm_for_role(role) for role in LLM_ROLES})
+    return resources

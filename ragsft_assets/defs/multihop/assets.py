@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
@@ -70,6 +71,7 @@ def _docs(store: ArtifactStore, partition: str) -> dict[str, generation.Doc]:
     kinds={"parquet"},
     deps=["bridge_pairs", "abstracts"],
     pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
 )
 def question_drafts(
     context: dg.AssetExecutionContext,
@@ -214,6 +216,7 @@ def distractors_asset(
     kinds={"parquet"},
     deps=["distractors", "question_drafts", "abstracts"],
     pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
 )
 def ablation_verdicts(
     context: dg.AssetExecutionContext,

@@ -8,6 +8,7 @@ import time
 
 import dagster as dg
 
+from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED, sha256_hex
@@ -137,6 +138,8 @@ def rag_prompts(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     deps=[rag_prompts],
+    pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
     code_version="1",
     kinds={"parquet"},
 )
@@ -190,6 +193,8 @@ def rag_responses(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     deps=[rag_responses],
+    pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
     code_version=f"1-{_templates_version(JUDGE_TASKS)}",
     kinds={"parquet"},
 )

@@ -1,0 +1,64 @@
+"""The whole code location loads, with the asset graph, checks and jobs we expect."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from ragsft_assets.definitions import defs
+
+EXPECTED_ASSETS = [
+    "ablation_verdicts",
+    "abstracts",
+    "bridge_pairs",
+    "dataset_card",
+    "distractors",
+    "link_graph",
+    "multihop_audit",
+    "multihop_questions",
+    "question_checks",
+    "question_drafts",
+    "rag_prompts",
+    "rag_responses",
+    "rag_sft",
+    "rag_verdicts",
+    "release",
+    "release_manifest",
+]
+
+
+def test_asset_keys() -> None:
+    repo = defs.get_repository_def()
+    keys = sorted(k.to_user_string() for k in repo.asset_graph.get_all_asset_keys())
+    assert keys == EXPECTED_ASSETS
+
+
+def test_jobs_and_automation() -> None:
+    repo = defs.get_repository_def()
+    jobs = {j.name for j in repo.get_all_jobs()}
+    assert {"corpus_job", "multihop_job", "rag_sft_job", "release_job", "full_job"} <= jobs
+    assert repo.get_sensor_def("new_snapshot_sensor") is not None
+    assert repo.schedule_defs, "a schedule is defined"
+
+
+def test_every_asset_is_partitioned_and_versioned() -> None:
+    repo = defs.get_repository_def()
+    for key in repo.asset_graph.get_all_asset_keys():
+        node = repo.asset_graph.get(key)
+        assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), key
+        assert node.partitions_def.name == "snapshot", key
+        assert node.code_version, f"{key.to_user_string()} has no code version"
+
+
+def test_llm_assets_run_in_gpu_pool() -> None:
+    repo = defs.get_repository_def()
+    llm_assets = {"question_drafts", "ablation_verdicts", "rag_responses", "rag_verdicts"}
+    for name in llm_assets:
+        node = repo.asset_graph.get(dg.AssetKey(name))
+        assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name
+
+
+def test_blocking_checks_exist() -> None:
+    repo = defs.get_repository_def()
+    check_keys = repo.asset_graph.asset_check_keys
+    checked_assets = {k.asset_key.to_user_string() for k in check_keys}
+    assert {"abstracts", "link_graph", "multihop_questions", "rag_sft"} <= checked_assets
