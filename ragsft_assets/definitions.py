@@ -16,7 +16,12 @@ def build_definitions() -> dg.Definitions:
         family_defs = getattr(module, "defs", None)
         if family_defs is not None:
             families.append(family_defs)
-    return dg.Definitions.merge(*families, dg.Definitions(jobs=ALL_JOBS, resources=default_resources()))
+    # In-process execution: one embedded engine serves the whole run instead of one per step
+    # process, and LLM steps never compete for the same cores (or GPU).
+    return dg.Definitions.merge(
+        *families,
+        dg.Definitions(jobs=ALL_JOBS, resources=default_resources(), executor=dg.in_process_executor),
+    )
 
 
 defs = build_definitions()

@@ -42,7 +42,9 @@ class ScriptedChatModel:
             self.calls.append([dict(m) for m in conv])
             raw = self.responder(conv)
             answer, reasoning, parsed, status, error = interpret(raw, json_schema)
-            key = sha256_hex(repr((self.model_id, params.to_dict(), [dict(m) for m in conv], template_version)))
+            key = sha256_hex(
+                repr((self.model_id, params.to_dict(), [dict(m) for m in conv], template_version))
+            )
             res = ChatResult(
                 text=answer,
                 status=status,

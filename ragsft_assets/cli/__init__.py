@@ -14,6 +14,7 @@ import click
 COMMANDS: dict[str, str] = {
     "snapshots": "ragsft_assets.cli.snapshots:snapshots",
     "bench": "ragsft_assets.cli.bench:bench",
+    "cache": "ragsft_assets.cli.cache:cache",
     "catalog": "ragsft_assets.cli.release:catalog",
     "explain": "ragsft_assets.cli.release:explain",
     "verify": "ragsft_assets.cli.release:verify",

@@ -53,7 +53,9 @@ def parse_json(text: str) -> tuple[Any, str | None]:
     return None, "no JSON object in the answer"
 
 
-def interpret(text: str, json_schema: Mapping[str, Any] | None) -> tuple[str, str | None, Any, str, str | None]:
+def interpret(
+    text: str, json_schema: Mapping[str, Any] | None
+) -> tuple[str, str | None, Any, str, str | None]:
     """Interpret raw model text.
 
     Returns (answer, reasoning, parsed, status, error): ``parsed`` is the validated JSON

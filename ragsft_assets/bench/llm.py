@@ -1,0 +1,125 @@
+"""``ragsft bench llm``: the embedded backend on a fixed batch of JSON chat prompts, then the rerun.
+
+32 prompts (``size``) of about 300 tokens each ask for a JSON summary (structured outputs on,
+room for 64+ generated tokens); the same batch is then sent again and must be served wholly
+from the cache. The cache is a fresh folder under ``workdir`` so the first pass is cold.
+Closing line: ``bench=llm tok_per_s=... json_valid=k/n rerun_calls=0 ...``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from ragsft_assets.llm import engines
+from ragsft_assets.llm.cache import LLMCache
+from ragsft_assets.llm.client import ChatClient
+from ragsft_assets.llm.models import count_tokens
+from ragsft_assets.llm.types import SamplingParams
+
+# String length caps keep a small model from rambling past max_tokens (a truncated object is
+# unreadable); structured outputs enforce them while decoding.
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "topic": {"type": "string", "maxLength": 60},
+        "summary": {"type": "string", "maxLength": 240},
+        "keywords": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 5},
+    },
+    "required": ["topic", "summary", "keywords"],
+    "additionalProperties": False,
+}
+
+_CITIES = [
+    "Lyon",
+    "Porto",
+    "Krakow",
+    "Ghent",
+    "Turin",
+    "Bergen",
+    "Seville",
+    "Leipzig",
+    "Tartu",
+    "Aarhus",
+    "Bilbao",
+]
+_FACTS = [
+    "{c} lies on a river that shaped its trade for centuries, and its old quarter keeps a street plan drawn in the Middle Ages.",
+    "The university of {c} was founded by a charter of a local bishop and now teaches about forty thousand students.",
+    "A railway line reached {c} in the nineteenth century, which turned the town into a hub for textiles and machinery.",
+    "Its cathedral took more than two hundred years to build, so the nave and the towers show different styles.",
+    "During the industrial era the population of {c} tripled, and new districts grew along the tram lines.",
+    "The city hosts a yearly festival of music and film that draws visitors from all over the continent.",
+    "Local cuisine in {c} is known for slow-cooked stews, river fish and a sweet pastry sold in every bakery.",
+    "The harbour of {c} was rebuilt after a great fire, and its warehouses now hold museums and offices.",
+    "A bridge of stone arches links the two halves of {c}; it was damaged in a war and restored afterwards.",
+    "The climate is mild, with wet winters and warm summers, which suits the vineyards on the nearby hills.",
+]
+
+
+def prompts(n: int) -> list[list[dict[str, str]]]:
+    """n fixed chat prompts of roughly 300 tokens (same text every run: the bench is comparable)."""
+    out = []
+    for i in range(n):
+        city = _CITIES[i % len(_CITIES)]
+        facts = [_FACTS[(i + k) % len(_FACTS)].format(c=city) for k in range(len(_FACTS))]
+        doc = " ".join(facts + facts[:4])
+        out.append(
+            [
+                {"role": "system", "content": "You summarize documents. Answer with a JSON object only."},
+                {
+                    "role": "user",
+                    "content": f"Document {i}:\n{doc}\n\nGive the topic, a two-sentence summary and up to five keywords.",
+                },
+            ]
+        )
+    return out
+
+
+class _PrintLog:
+    """Progress lines of the client, printed (the bench has no Dagster log)."""
+
+    def info(self, msg: str) -> None:
+        print(f"bench llm: {msg}", flush=True)
+
+
+def run(size: int | None = None, workdir: str | None = None) -> dict:
+    """Run the benchmark; prints progress lines and returns the closing key=value pairs."""
+    n = size or 32
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-llm-"))
+    cache_dir = root / f"llm_cache-{time.time_ns()}"
+    convs = prompts(n)
+    prompt_tokens = count_tokens([" ".join(m["content"] for m in c) for c in convs])
+    print(
+        f"bench llm: {n} prompts, mean {sum(prompt_tokens) / n:.0f} prompt tokens; starting the embedded engine",
+        flush=True,
+    )
+    handle, backend = engines.acquire("embedded", max_model_len=4096)
+    try:
+        t0 = time.monotonic()
+        backend.generate([], lambda i, c: None)  # starts the engine outside the timed batch
+        startup_s = time.monotonic() - t0
+        client = ChatClient(backend, LLMCache(cache_dir), name="bench", slice_size=n, progress_every_s=5.0)
+        params = SamplingParams(max_tokens=192)
+        first = client.chat(convs, params, json_schema=SCHEMA, template_version="bench-llm", log=_PrintLog())
+        s = first.stats
+        print(
+            f"bench llm: cold batch {s.calls} calls, {s.completion_tokens} tokens in {s.wall_s:.1f}s",
+            flush=True,
+        )
+        second = client.chat(convs, params, json_schema=SCHEMA, template_version="bench-llm", log=_PrintLog())
+    finally:
+        engines.release(handle)
+    valid = sum(r.ok for r in first.results)
+    return {
+        "tok_per_s": round(s.tokens_per_s, 1),
+        "json_valid": f"{valid}/{n}",
+        "rerun_calls": second.stats.calls,
+        "rerun_hits": second.stats.cache_hits,
+        "prompt_tokens_mean": round(s.prompt_tokens / max(1, s.calls), 1),
+        "gen_tokens_mean": round(s.completion_tokens / max(1, s.calls), 1),
+        "batch_s": round(s.wall_s, 2),
+        "rerun_s": round(second.stats.wall_s, 3),
+        "engine_start_s": round(startup_s, 1),
+    }

