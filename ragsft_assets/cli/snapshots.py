@@ -1,0 +1,151 @@
+"""``ragsft snapshots add|list|remove``: snapshot folders and the ``snapshot`` dynamic partitions.
+
+Dynamic partitions have no Dagster CLI: these commands put a dump under
+``$RAGSFT_HOME/snapshots/<key>/`` and register ``<key>`` in the Dagster instance at
+``home.dagster_home()`` (the one ``dagster dev`` uses), creating it if needed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from ragsft_assets.corpus.structured_wikipedia import dump_files
+from ragsft_assets.home import dagster_home, snapshots_dir
+from ragsft_assets.resources.snapshots import SNAPSHOT_CONFIG
+
+SAMPLE_KEY = "sample.fr"
+PARTITIONS = "snapshot"
+_MINIMAL_DAGSTER_YAML = "# Created by `ragsft snapshots add`: a local instance shared with `dagster dev`.\ntelemetry:\n  enabled: false\n"
+
+
+def sample_folder() -> Path:
+    """The bundled sample snapshot folder (package data)."""
+    return Path(str(resources.files("ragsft_assets") / "sample_snapshot" / SAMPLE_KEY))
+
+
+def ensure_instance_dir(home: Path | None = None) -> Path:
+    """The DAGSTER_HOME folder, created with a minimal ``dagster.yaml`` when absent."""
+    folder = dagster_home(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "dagster.yaml"
+    if not config.exists():
+        project_yaml = Path.cwd() / "dagster.yaml"  # the repo's instance settings, when run from the repo
+        config.write_text(
+            project_yaml.read_text(encoding="utf-8") if project_yaml.is_file() else _MINIMAL_DAGSTER_YAML,
+            encoding="utf-8",
+        )
+    return folder
+
+
+def _instance(home: Path | None = None):  # -> dg.DagsterInstance (dagster imported lazily: fast --help)
+    import dagster as dg
+
+    return dg.DagsterInstance.from_config(str(ensure_instance_dir(home)))
+
+
+def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: bool = False) -> Path:
+    """Copy (or symlink) the dump files and snapshot.json of ``source`` into the snapshot folder of ``key``.
+
+    ``source`` may be a folder or one dump file. Raises ValueError when it holds no dump file.
+    """
+    from ragsft_assets.defs.partitions import validate_snapshot_key
+
+    validate_snapshot_key(key)
+    source = source.expanduser().resolve()
+    files = dump_files(source) if source.is_dir() else [source]
+    if not files or not all(f.is_file() for f in files):
+        raise ValueError(f"no dump file (*.jsonl, *.jsonl.gz, *.parquet) in {source}")
+    target = snapshots_dir(home) / key
+    target.mkdir(parents=True, exist_ok=True)
+    extra = [source / SNAPSHOT_CONFIG] if source.is_dir() and (source / SNAPSHOT_CONFIG).is_file() else []
+    for f in [*files, *extra]:
+        dest = target / f.name
+        if dest.exists() or dest.is_symlink():
+            dest.unlink()
+        if link:
+            dest.symlink_to(f)
+        else:
+            shutil.copy2(f, dest)
+    return target
+
+
+def register_partition(key: str, home: Path | None = None) -> bool:
+    """Add ``key`` to the ``snapshot`` dynamic partitions; False when it was already there."""
+    instance = _instance(home)
+    if instance.has_dynamic_partition(PARTITIONS, key):
+        return False
+    instance.add_dynamic_partitions(PARTITIONS, [key])
+    return True
+
+
+@click.group()
+def snapshots() -> None:
+    """Snapshot folders under $RAGSFT_HOME/snapshots and the `snapshot` partitions."""
+
+
+@snapshots.command("add")
+@click.argument("key")
+@click.option("--from", "source", type=click.Path(exists=True, path_type=Path), help="Folder or dump file.")
+@click.option("--sample", is_flag=True, help="Install the bundled sample snapshot (key sample.fr).")
+@click.option("--hub", is_flag=True, help="Download KEY (<YYYYMMDD>.<lang>) from the Hugging Face hub.")
+@click.option("--link", is_flag=True, help="Symlink the files instead of copying them.")
+def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool) -> None:
+    """Install snapshot KEY and register it as a partition."""
+    if sum([source is not None, sample, hub]) != 1:
+        raise click.UsageError("give exactly one of --from FOLDER, --sample, --hub")
+    try:
+        if sample:
+            folder = install_snapshot(key, sample_folder())
+        elif hub:
+            from ragsft_assets.resources.snapshots import SnapshotSource
+
+            SnapshotSource().fetch_from_hub(key)
+            folder = snapshots_dir() / key
+        else:
+            assert source is not None
+            folder = install_snapshot(key, source, link=link)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    added = register_partition(key)
+    click.echo(f"snapshot {key}: {len(dump_files(folder))} file(s) in {folder}")
+    click.echo(f"partition {key} {'added to' if added else 'already in'} the instance at {dagster_home()}")
+
+
+@snapshots.command("list")
+def list_() -> None:
+    """List snapshot folders and whether each is a registered partition."""
+    from ragsft_assets.resources.snapshots import SnapshotSource
+
+    keys = SnapshotSource().list_snapshots()
+    registered = (
+        set(_instance().get_dynamic_partitions(PARTITIONS)) if keys or dagster_home().exists() else set()
+    )
+    for key in sorted(set(keys) | registered):
+        state = ("folder" if key in keys else "NO FOLDER") + (
+            ", partition" if key in registered else ", no partition"
+        )
+        click.echo(f"{key}\t{state}")
+    if not keys and not registered:
+        click.echo(
+            f"no snapshot under {snapshots_dir()}; add one with `ragsft snapshots add KEY --from FOLDER`"
+        )
+
+
+@snapshots.command("remove")
+@click.argument("key")
+@click.option("--keep-files", is_flag=True, help="Only remove the partition, keep the snapshot folder.")
+def remove(key: str, keep_files: bool) -> None:
+    """Remove snapshot KEY: its partition and its folder (built assets are left in place)."""
+    instance = _instance()
+    if instance.has_dynamic_partition(PARTITIONS, key):
+        instance.delete_dynamic_partition(PARTITIONS, key)
+        click.echo(f"partition {key} removed")
+    folder = snapshots_dir() / key
+    if folder.exists() and not keep_files:
+        shutil.rmtree(folder) if not folder.is_symlink() else os.unlink(folder)
+        click.echo(f"folder {folder} removed")

@@ -1,0 +1,293 @@
+"""Corpus assets: abstracts, link graph, bridge pairs (thin: read, call the logic, write, describe)."""
+
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from ragsft_assets import table_stats
+from ragsft_assets.corpus.abstracts import (
+    ABSTRACTS_SCHEMA,
+    DEFAULT_SPLIT_SHARES,
+    AbstractsConfig,
+    normalise_shares,
+)
+from ragsft_assets.corpus.bridge_pairs import (
+    BRIDGE_PAIRS_SCHEMA,
+    NOT_DRAWN,
+    BridgePairsConfig,
+    draw_bridge_pairs,
+)
+from ragsft_assets.corpus.build import build_abstracts, check_bad_share, default_workers
+from ragsft_assets.corpus.link_graph import (
+    DEFAULT_BRIDGE_TOP_K,
+    DEFAULT_IN_DEGREE_CAP,
+    LINK_GRAPH_SCHEMA,
+    LinkGraphConfig,
+    build_link_graph,
+)
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.ids import DEFAULT_SEED
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
+from ragsft_assets.resources.snapshots import SnapshotSource
+from ragsft_assets.resources.store import ArtifactStore
+
+GROUP = "corpus"
+PRODUCT = "corpus"
+# Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
+ABSTRACTS_VERSION = "abstracts-v1"
+LINK_GRAPH_VERSION = "link_graph-v1"
+BRIDGE_PAIRS_VERSION = "bridge_pairs-v1"
+
+
+class AbstractsAssetConfig(dg.Config):
+    """Filters, seed and split shares of ``abstracts`` (unset values come from snapshot.json, then defaults)."""
+
+    seed: int = DEFAULT_SEED
+    split_shares: list[float] | None = None
+    min_chars: int = 300
+    min_sentences: int = 2
+    max_bad_share: float = 0.01
+    workers: int = 0  # 0 = every core this process may use
+
+
+class LinkGraphAssetConfig(dg.Config):
+    """In-degree cap and bridge rule (unset values come from snapshot.json, then defaults)."""
+
+    in_degree_cap: int | None = None
+    bridge_titles: list[str] = []
+    bridge_titles_file: str = ""  # one title per line, e.g. the vital articles level 4
+    bridge_top_k: int | None = None
+    workers: int = 0  # processes for the enumeration rule on large graphs; 0 = every core
+
+
+class BridgePairsAssetConfig(dg.Config):
+    """Seed and number of pairs drawn (``max_pairs`` 0 = snapshot.json's value, else every pair)."""
+
+    seed: int = DEFAULT_SEED
+    max_pairs: int = 0
+
+
+def _snapshot_setting(snapshots: SnapshotSource, key: str, name: str, value: Any, default: Any) -> Any:
+    if value is not None:
+        return value
+    return snapshots.config(key).get(name, default)
+
+
+def _funnel_rows(funnel: dict[str, int]) -> dict[str, int]:
+    return {k: int(v) for k, v in funnel.items()}
+
+
+def _common_metadata(seed: int | None, started: float, **config: Any) -> dict[str, Any]:
+    md: dict[str, Any] = {"wall_time_s": round(time.perf_counter() - started, 3)}
+    if seed is not None:
+        md["seed"] = seed
+    md["config"] = dg.MetadataValue.json(config)
+    return md
+
+
+def _reason_table(files: list[Path], column: str = "reason") -> str:
+    if not files:
+        return "(none)"
+    rows = table_stats.query(
+        files, f'SELECT "{column}", count(*) FROM t GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20'
+    )
+    return table_stats.markdown_table([column, "count"], rows)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version=ABSTRACTS_VERSION,
+    kinds={"parquet", "duckdb"},
+)
+def abstracts(
+    context: dg.AssetExecutionContext,
+    config: AbstractsAssetConfig,
+    store: ArtifactStore,
+    snapshots: SnapshotSource,
+) -> dg.MaterializeResult:
+    """Article abstracts of the snapshot: sentences, resolved links, split; filtered with counted reasons."""
+    started = time.perf_counter()
+    key = context.partition_key
+    files = snapshots.files(key)
+    shares = normalise_shares(
+        _snapshot_setting(snapshots, key, "split_shares", config.split_shares, DEFAULT_SPLIT_SHARES)
+    )
+    cfg = AbstractsConfig(
+        lang=snapshot_language(key).split("-")[0],
+        min_chars=config.min_chars,
+        min_sentences=config.min_sentences,
+        seed=config.seed,
+        split_shares=shares,
+    )
+    workers = config.workers or default_workers()
+    context.log.info(f"reading {len(files)} dump file(s) of {key} with {workers} worker(s)")
+    build = build_abstracts(files, cfg, workers=workers)
+    check_bad_share(build, config.max_bad_share, where=str(snapshots.folder(key)))
+    for f, n, reason, detail in build.bad_examples[:20]:
+        context.log.warning(f"skipped {f}:{n}: {reason} ({detail})")
+
+    paths = store.write_splits(build.table, key, "abstracts")
+    decisions = [Decision(i, DROPPED, reason, {"title": title}) for i, reason, title in build.rejected]
+    decisions += [Decision(i, KEPT) for i in build.table.column("id").to_pylist()]
+    ledger_path = store.write_ledger(ledger_table(key, PRODUCT, "abstracts", decisions), key, "abstracts")
+
+    files_out = [paths[s] for s in ("train", "validation", "test")]
+    md = table_metadata(
+        files_out, ABSTRACTS_SCHEMA, preview_columns=["id", "title", "split", "text"], split_column="split"
+    )
+    md.update(funnel_metadata(_funnel_rows(build.funnel)))
+    md.update(funnel_metadata(_funnel_rows(build.link_funnel), key="link_funnel"))
+    md["bad_lines"] = build.bad_lines
+    md["bad_share"] = round(build.bad_share, 6)
+    md["bad_line_examples"] = dg.MetadataValue.md(
+        table_stats.markdown_table(["file", "line", "reason", "detail"], build.bad_examples[:20])
+        if build.bad_examples
+        else "(none)"
+    )
+    md["ledger"] = dg.MetadataValue.path(str(ledger_path))
+    md["rejections_by_reason"] = dg.MetadataValue.md(_reason_table([ledger_path]))
+    md["source_files"] = dg.MetadataValue.json([str(f) for f in files])
+    md.update(
+        _common_metadata(
+            config.seed,
+            started,
+            split_shares=list(shares),
+            min_chars=config.min_chars,
+            min_sentences=config.min_sentences,
+            max_bad_share=config.max_bad_share,
+            workers=workers,
+        )
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+def load_bridge_titles(config: LinkGraphAssetConfig, snapshots: SnapshotSource, key: str) -> tuple[str, ...]:
+    """Bridge titles from the config list, the config file, or snapshot.json's ``bridge_titles``."""
+    titles = list(config.bridge_titles)
+    if config.bridge_titles_file:
+        path = Path(config.bridge_titles_file).expanduser()
+        titles += [t.strip() for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
+    if not titles:
+        titles = list(snapshots.config(key).get("bridge_titles", []))
+    return tuple(sorted(set(titles)))
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version=LINK_GRAPH_VERSION,
+    kinds={"parquet", "duckdb"},
+    deps=[abstracts],
+)
+def link_graph(
+    context: dg.AssetExecutionContext,
+    config: LinkGraphAssetConfig,
+    store: ArtifactStore,
+    snapshots: SnapshotSource,
+) -> dg.MaterializeResult:
+    """Hyperlink edges a -> b between abstracts of the same split, with alias, sentence and bridge flag."""
+    started = time.perf_counter()
+    key = context.partition_key
+    table = store.read(key, "abstracts")
+    cfg = LinkGraphConfig(
+        in_degree_cap=int(
+            _snapshot_setting(snapshots, key, "in_degree_cap", config.in_degree_cap, DEFAULT_IN_DEGREE_CAP)
+        ),
+        bridge_titles=load_bridge_titles(config, snapshots, key),
+        bridge_top_k=int(
+            _snapshot_setting(snapshots, key, "bridge_top_k", config.bridge_top_k, DEFAULT_BRIDGE_TOP_K)
+        ),
+    )
+    build = build_link_graph(table, cfg, workers=config.workers or default_workers())
+    path = store.write(build.table, key, "link_graph")
+    decisions = [
+        Decision(f"{s}>{t}#{n}", DROPPED, reason, {"alias": alias})
+        for s, t, alias, n, reason in build.dropped
+    ]
+    decisions += [
+        Decision(f"{s}>{t}#{n}", KEPT)
+        for s, t, n in zip(
+            build.table.column("source_id").to_pylist(),
+            build.table.column("target_id").to_pylist(),
+            build.table.column("sentence").to_pylist(),
+            strict=True,
+        )
+    ]
+    ledger_path = store.write_ledger(ledger_table(key, PRODUCT, "link_graph", decisions), key, "link_graph")
+
+    md = table_metadata(
+        [path],
+        LINK_GRAPH_SCHEMA,
+        preview_columns=["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
+        split_column="split",
+    )
+    md.update(funnel_metadata(_funnel_rows(build.funnel)))
+    md["bridges"] = len(build.bridge_ids)
+    md["bridge_edges"] = int(table_stats.query([path], "SELECT count(*) FROM t WHERE is_bridge")[0][0])
+    md["top_targets"] = dg.MetadataValue.md(
+        table_stats.markdown_table(
+            ["target_title", "in_degree", "is_bridge"],
+            table_stats.query(
+                [path],
+                "SELECT target_title, max(target_in_degree) d, bool_or(is_bridge) FROM t "
+                "GROUP BY target_title ORDER BY d DESC, target_title LIMIT 10",
+            ),
+        )
+        if build.table.num_rows
+        else "(empty)"
+    )
+    md["ledger"] = dg.MetadataValue.path(str(ledger_path))
+    md.update(
+        _common_metadata(
+            None,
+            started,
+            in_degree_cap=cfg.in_degree_cap,
+            bridge_titles=len(cfg.bridge_titles),
+            bridge_top_k=cfg.bridge_top_k,
+        )
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version=BRIDGE_PAIRS_VERSION,
+    kinds={"parquet", "duckdb"},
+    deps=[link_graph],
+)
+def bridge_pairs(
+    context: dg.AssetExecutionContext,
+    config: BridgePairsAssetConfig,
+    store: ArtifactStore,
+    snapshots: SnapshotSource,
+) -> dg.MaterializeResult:
+    """Seeded, reproducible (source a, bridge b) pairs drawn from the bridge edges of the link graph."""
+    started = time.perf_counter()
+    key = context.partition_key
+    graph = store.read(key, "link_graph")
+    max_pairs = config.max_pairs or snapshots.config(key).get("max_pairs") or None
+    table, funnel, not_drawn = draw_bridge_pairs(
+        graph, BridgePairsConfig(seed=config.seed, max_pairs=max_pairs)
+    )
+    path = store.write(table, key, "bridge_pairs")
+    decisions = [Decision(i, KEPT) for i in table.column("id").to_pylist()]
+    decisions += [Decision(i, DROPPED, NOT_DRAWN) for i in not_drawn]
+    ledger_path = store.write_ledger(
+        ledger_table(key, PRODUCT, "bridge_pairs", decisions), key, "bridge_pairs"
+    )
+    md = table_metadata(
+        [path],
+        BRIDGE_PAIRS_SCHEMA,
+        preview_columns=["a_title", "b_title", "alias", "a_sentence", "split"],
+        split_column="split",
+    )
+    md.update(funnel_metadata(_funnel_rows(funnel)))
+    md["distinct_bridges"] = len(set(table.column("b_id").to_pylist()))
+    md["ledger"] = dg.MetadataValue.path(str(ledger_path))
+    md.update(_common_metadata(config.seed, started, max_pairs=max_pairs))
+    return dg.MaterializeResult(metadata=md)

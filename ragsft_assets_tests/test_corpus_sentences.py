@@ -1,0 +1,56 @@
+"""The rule-based sentence splitter (French and English)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragsft_assets.corpus.sentences import split_sentences
+
+
+@pytest.mark.parametrize(
+    ("text", "lang", "expected"),
+    [
+        ("Une phrase. Une autre.", "fr", ["Une phrase.", "Une autre."]),
+        (
+            "Il meurt en 44 av. J.-C. à Rome. Son fils règne.",
+            "fr",
+            ["Il meurt en 44 av. J.-C. à Rome.", "Son fils règne."],
+        ),
+        ("M. Delcros est maire. Il règne.", "fr", ["M. Delcros est maire.", "Il règne."]),
+        ("Il cite J.-S. Bach. Puis il part.", "fr", ["Il cite J.-S. Bach.", "Puis il part."]),
+        (
+            "Un barrage d'env. 300 m de long. Il date de 1900.",
+            "fr",
+            ["Un barrage d'env. 300 m de long.", "Il date de 1900."],
+        ),
+        ("La symphonie n° 2 est jouée. Elle plaît.", "fr", ["La symphonie n° 2 est jouée.", "Elle plaît."]),
+        (
+            "Écrit par J. R. R. Tolkien. Publié en 1954.",
+            "fr",
+            ["Écrit par J. R. R. Tolkien.", "Publié en 1954."],
+        ),
+        ("Quoi ? Rien ! Enfin… Voilà.", "fr", ["Quoi ?", "Rien !", "Enfin…", "Voilà."]),
+        ("« Oui. » Il part.", "fr", ["« Oui. »", "Il part."]),
+        ("Il vaut 3.5 euros. Fin.", "fr", ["Il vaut 3.5 euros.", "Fin."]),
+        ("il est né en 1900. et il est mort.", "fr", ["il est né en 1900. et il est mort."]),
+        ("Mr. Smith met Dr. Jones. They talked.", "en", ["Mr. Smith met Dr. Jones.", "They talked."]),
+        ("The U.S. Army won. It was 1945.", "en", ["The U.S. Army won.", "It was 1945."]),
+        ("Premier paragraphe\nSecond paragraphe", "fr", ["Premier paragraphe", "Second paragraphe"]),
+        ("  Espaces   multiples.   Ici. ", "fr", ["Espaces multiples.", "Ici."]),
+        ("", "fr", []),
+    ],
+)
+def test_split_sentences(text: str, lang: str, expected: list[str]) -> None:
+    assert split_sentences(text, lang) == expected
+
+
+def test_joined_sentences_equal_normalised_text() -> None:
+    text = "Le manoir est situé à Plaudren. Il date du XVIe s. et fut restauré. Mme Dupont y vit."
+    sentences = split_sentences(text, "fr")
+    assert " ".join(sentences) == " ".join(text.split())
+    # "XVIe s." before a lowercase word is no boundary; "Mme" before a name neither, but the period before it is.
+    assert sentences == [
+        "Le manoir est situé à Plaudren.",
+        "Il date du XVIe s. et fut restauré.",
+        "Mme Dupont y vit.",
+    ]
