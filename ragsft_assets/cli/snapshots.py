@@ -59,7 +59,7 @@ def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: 
     source = source.expanduser().resolve()
     files = dump_files(source) if source.is_dir() else [source]
     if not files or not all(f.is_file() for f in files):
-        raise ValueError(f"no dump file (*.jsonl, *.jsonl.gz, *.parquet) in {source}")
+        raise ValueError(f"no dump file (*.jsonl, *.jsonl.gz, *.parquet, *.xml.bz2) in {source}")
     target = snapshots_dir(home) / key
     target.mkdir(parents=True, exist_ok=True)
     extra = [source / SNAPSHOT_CONFIG] if source.is_dir() and (source / SNAPSHOT_CONFIG).is_file() else []

@@ -32,7 +32,13 @@ from ragsft_assets.corpus.abstracts import (
     deduplicate_titles,
     process_items,
 )
-from ragsft_assets.corpus.structured_wikipedia import is_parquet, iter_line_chunks, iter_parquet_records
+from ragsft_assets.corpus.structured_wikipedia import (
+    is_parquet,
+    is_xml_dump,
+    iter_line_chunks,
+    iter_parquet_records,
+    iter_xml_dump_records,
+)
 
 CHUNK_BYTES = 4 << 20  # 4 MiB of JSON lines per task: large enough to amortise, small enough to stream
 GZ_CHUNK_LINES = 500
@@ -83,8 +89,9 @@ def _plan_ranges(path: Path, chunk_bytes: int) -> list[tuple[int, int]]:
 
 def _tasks(files: Sequence[Path], chunk_bytes: int) -> Iterator[tuple[Path, tuple[Any, ...]]]:
     for path in files:
-        if is_parquet(path):
-            for _first, rows in iter_parquet_records(path):
+        if is_parquet(path) or is_xml_dump(path):
+            batches = iter_parquet_records(path) if is_parquet(path) else iter_xml_dump_records(path)
+            for _first, rows in batches:
                 yield path, ("records", rows)
         elif path.name.endswith(".gz"):
             for _first, lines in iter_line_chunks(path, GZ_CHUNK_LINES):

@@ -26,6 +26,8 @@ except ImportError:  # pragma: no cover - the full orjson decode gives the same 
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet",)
+# Official MediaWiki pages-articles dumps, read by corpus/wikitext_dump.py into the same record shape.
+XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
 HUB_DATASET = "wikimedia/structured-wikipedia"
 
 NOT_UTF8 = "not_utf8"
@@ -47,13 +49,37 @@ def dump_files(folder: Path) -> list[Path]:
         for p in folder.iterdir()
         if p.is_file()
         and not p.name.startswith(".")
-        and (p.name.endswith(JSONL_SUFFIXES) or p.name.endswith(PARQUET_SUFFIXES))
+        and p.name.endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES + XML_SUFFIXES)
     ]
     return sorted(files, key=lambda p: p.name)
 
 
 def is_parquet(path: Path) -> bool:
     return path.name.endswith(PARQUET_SUFFIXES)
+
+
+def is_xml_dump(path: Path) -> bool:
+    return path.name.endswith(XML_SUFFIXES)
+
+
+def iter_xml_dump_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+    """Yield ``(first_record_number, records)`` batches of a MediaWiki XML dump, as structured records.
+
+    The language comes from the file name (``frwiki-20240901-pages-articles.xml.bz2`` -> ``fr``).
+    """
+    from ragsft_assets.corpus.wikitext_dump import iter_dump_records
+
+    lang = path.name.split("wiki-", 1)[0] if "wiki-" in path.name else None
+    batch: list[dict[str, Any]] = []
+    first = 1
+    for record in iter_dump_records(path, lang=lang):
+        batch.append(record)
+        if len(batch) >= batch_size:
+            yield first, batch
+            first += len(batch)
+            batch = []
+    if batch:
+        yield first, batch
 
 
 def open_lines(path: Path) -> Any:
@@ -174,8 +200,9 @@ def iter_parquet_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[i
 
 def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
     """Every record of one dump file with its line (or row) number, bad lines as :class:`BadLine`."""
-    if is_parquet(path):
-        for first, rows in iter_parquet_records(path):
+    if is_parquet(path) or is_xml_dump(path):
+        batches = iter_parquet_records(path) if is_parquet(path) else iter_xml_dump_records(path)
+        for first, rows in batches:
             for i, row in enumerate(rows):
                 yield first + i, row
         return
