@@ -63,6 +63,27 @@ def test_json_schema_batch_is_mostly_valid(embedded_model: LLMResource) -> None:
     assert batch.stats.unreadable == len(COUNTRIES) - len(ok)
 
 
+def test_seeded_sampling_on_a_batch_larger_than_one_step(embedded_model: LLMResource) -> None:
+    """Temperature > 0 with per-request seeds over long prompts that do not fit one scheduler step.
+
+    Regression: with chunked prefill, vLLM rewinds a request's generator, which CPU generators
+    refuse, and every request of such a batch came back as an error.
+    """
+    filler = " ".join(
+        f"Paragraph {i}: the river passes the town of Valrenne in the year {1800 + i}." for i in range(60)
+    )
+    convs = [
+        [{"role": "user", "content": f"{filler}\nQuestion {k}: name one town from the text."}]
+        for k in range(24)
+    ]
+    params = SamplingParams(temperature=0.7, max_tokens=8, seed=11)
+    batch = embedded_model.chat(convs, params, template_version="t-seeded-long")
+    assert batch.stats.errors == 0, [r.error for r in batch.results if r.error][:2]
+    assert sum(r.prompt_tokens for r in batch.results) > 8192  # more than one step's token budget
+    again = embedded_model.chat(convs, params, template_version="t-seeded-long")
+    assert again.stats.calls == 0
+
+
 def test_a_dagster_run_reuses_the_session_engine(embedded_model: LLMResource, tmp_path: Path) -> None:
     engine_before = embedded_model.client().backend
 

@@ -13,48 +13,54 @@ SAMPLE_KEY = "sample.fr"
 
 
 def ensure_instance_home() -> str:
-    """Point DAGSTER_HOME at the project's instance (creating it) unless already set."""
-    path = dagster_home()
-    path.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("DAGSTER_HOME", str(path))
-    cfg = path / "dagster.yaml"
-    if not cfg.exists():
-        from ragsft_assets.cli.snapshots import write_instance_config
+    """Point DAGSTER_HOME at the project's instance (creating it) and return its path."""
+    from ragsft_assets.cli.snapshots import ensure_instance_dir
 
-        write_instance_config(path)
+    path = ensure_instance_dir()
+    os.environ["DAGSTER_HOME"] = str(path)
     return str(path)
 
 
 @click.command()
 @click.option("--job", default="full_job", show_default=True, help="Which job to run.")
 @click.option("--partition", default=SAMPLE_KEY, show_default=True, help="Snapshot partition key.")
-@click.option("--max-pairs", type=int, default=None, help="Cap the bridge pairs (quick runs).")
+@click.option("--max-pairs", type=int, default=None, help="Bridge pairs sent to question generation.")
 def demo(job: str, partition: str, max_pairs: int | None) -> None:
-    """Add the sample snapshot, run JOB on it with the embedded model, and say where things are."""
+    """Add the sample snapshot, run JOB on it with the configured models, and say where things are.
+
+    With the default resources the models are the embedded CPU model (SmolLM2-135M-Instruct):
+    the run completes anywhere, but expect few surviving questions from so small a model.
+    """
     import dagster as dg
 
-    from ragsft_assets.cli.snapshots import add_snapshot
+    from ragsft_assets.cli.snapshots import install_snapshot, register_partition, sample_folder
 
     ensure_instance_home()
-    instance = dg.DagsterInstance.get()
     if partition == SAMPLE_KEY:
-        add_snapshot(SAMPLE_KEY, sample=True, instance=instance, exist_ok=True)
+        install_snapshot(SAMPLE_KEY, sample_folder())
+    register_partition(partition)
+    instance = dg.DagsterInstance.get()
+
     from ragsft_assets.definitions import defs
 
     job_def = defs.resolve_job_def(job)
-    run_config = {}
+    run_config: dict = {}
     if max_pairs is not None:
-        run_config = {"ops": {"bridge_pairs": {"config": {"max_pairs": max_pairs}}}}
-    click.echo(f"ragsft demo: running {job} on partition {partition} (home {ragsft_home()})")
+        run_config = {"ops": {"question_drafts": {"config": {"max_pairs": max_pairs}}}}
+    click.echo(f"ragsft demo: running {job} on partition {partition} (RAGSFT_HOME={ragsft_home()})")
     t0 = time.monotonic()
     result = job_def.execute_in_process(partition_key=partition, instance=instance, run_config=run_config)
     took = time.monotonic() - t0
-    status = "succeeded" if result.success else "FAILED"
-    click.echo(f"ragsft demo: run {result.run_id} {status} in {took:.0f}s")
+    click.echo(f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s")
+    for event in result.get_asset_materialization_events():
+        md = event.materialization.metadata
+        rows = md.get("dagster/row_count")
+        click.echo(f"  {event.asset_key.to_user_string():20s} rows={rows.value if rows else '-'}")
     home = ragsft_home()
     click.echo(f"  artifacts: {home / 'assets' / partition}")
     click.echo(f"  release:   {home / 'releases' / partition}")
-    click.echo(f"  instance:  {os.environ['DAGSTER_HOME']}")
-    click.echo("  open the UI: .venv/bin/dagster dev   (then http://127.0.0.1:3000)")
+    click.echo(f"  instance:  {dagster_home()}")
+    click.echo("  open the UI on the same instance: .venv/bin/ragsft ui   (http://127.0.0.1:3000)")
+    click.echo(f"  why is a row there: .venv/bin/ragsft explain ID --partition {partition}")
     if not result.success:
         raise SystemExit(1)

@@ -140,6 +140,11 @@ class VLLMBackend:
                 kwargs["max_model_len"] = self.max_model_len
             if device == "cpu":
                 kwargs["enforce_eager"] = True  # no graph capture on CPU; saves startup time
+                # Chunked prefill splits long prompts across steps, and vLLM then rewinds the
+                # request's torch.Generator, which CPU generators refuse ("CPU Generator does not
+                # use offset"): every seeded (temperature > 0) request of a big batch would fail.
+                kwargs["enable_chunked_prefill"] = False
+                kwargs["max_num_batched_tokens"] = max(self.max_model_len or 0, 8192)
                 if not cpu_has_fast_bf16():
                     kwargs["dtype"] = "float32"  # emulated bf16 is slower than fp32 on such CPUs
             kwargs |= self.engine_kwargs
