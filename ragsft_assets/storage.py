@@ -86,8 +86,7 @@ def read_asset(partition: str, asset: str, part: str | None = None, root: Path |
     files = asset_files(partition, asset, root)
     if not files:
         raise FileNotFoundError(
-            f"asset {asset!r} of partition {partition!r} has no data under {folder}: "
-            "materialize it first"
+            f"asset {asset!r} of partition {partition!r} has no data under {folder}: materialize it first"
         )
     return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
 

@@ -7,4 +7,5 @@ bash scripts/bootstrap.sh
 . .venv/bin/activate
 export RAGSFT_HOME="${RAGSFT_TEST_HOME:-$(mktemp -d)}"
 ruff check ragsft_assets ragsft_assets_tests
+ruff format --check ragsft_assets ragsft_assets_tests
 python -m pytest -q -p no:cacheprovider "$@"

@@ -6,7 +6,11 @@ import importlib
 
 import click
 
-BENCHES: dict[str, str] = {"corpus": "corpus", "distractors": "distractors", "llm": "llm"}  # name -> module in ragsft_assets.bench with run(**options) -> dict
+BENCHES: dict[str, str] = {
+    "corpus": "corpus",
+    "distractors": "distractors",
+    "llm": "llm",
+}  # name -> module in ragsft_assets.bench with run(**options) -> dict
 
 
 def format_line(name: str, values: dict[str, object]) -> str:

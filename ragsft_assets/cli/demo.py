@@ -51,7 +51,9 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     t0 = time.monotonic()
     result = job_def.execute_in_process(partition_key=partition, instance=instance, run_config=run_config)
     took = time.monotonic() - t0
-    click.echo(f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s")
+    click.echo(
+        f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
+    )
     for event in result.get_asset_materialization_events():
         md = event.materialization.metadata
         rows = md.get("dagster/row_count")
