@@ -14,6 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.multihop.hotpot_format import original_to_hf, records_table
+
 
 @dataclass(frozen=True, slots=True)
 class HotpotRecord:
@@ -100,47 +102,6 @@ def records_from_table(table: pa.Table) -> tuple[list[HotpotRecord], list[tuple[
     return read_records(table.to_pylist())
 
 
-HF_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("type", pa.string()),
-        ("level", pa.string()),
-        (
-            "supporting_facts",
-            pa.struct([("title", pa.list_(pa.string())), ("sent_id", pa.list_(pa.int32()))]),
-        ),
-        (
-            "context",
-            pa.struct([("title", pa.list_(pa.string())), ("sentences", pa.list_(pa.list_(pa.string())))]),
-        ),
-        ("split", pa.string()),
-    ]
-)
-
-
 def original_to_hf_table(rows: Sequence[Mapping[str, Any]], split: str = "train") -> pa.Table:
-    """Original-layout dicts as an HF-layout table (for feeding real HotpotQA to the stage)."""
-    out = []
-    for row in rows:
-        out.append(
-            {
-                "id": row["_id"],
-                "question": row["question"],
-                "answer": row["answer"],
-                "type": row.get("type", ""),
-                "level": row.get("level", ""),
-                "supporting_facts": {
-                    "title": [t for t, _ in row["supporting_facts"]],
-                    "sent_id": [int(s) for _, s in row["supporting_facts"]],
-                },
-                "context": {
-                    "title": [t for t, _ in row["context"]],
-                    "sentences": [list(s) for _, s in row["context"]],
-                },
-                "split": row.get("split", split),
-            }
-        )
-    out.sort(key=lambda r: r["id"])
-    return pa.Table.from_pylist(out, schema=HF_SCHEMA)
+    """Original-layout dicts as an HF-layout table with a split (for feeding real HotpotQA to the stage)."""
+    return records_table([{**original_to_hf(row), "split": split} for row in rows])
