@@ -12,50 +12,13 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ragsft_assets import ids
+from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
+from ragsft_assets.multihop.hotpot_format import MULTIHOP_SCHEMA
 from ragsft_assets.resources.store import ArtifactStore
 
 PARTITION = "sample.fr"
-LINK = pa.struct(
-    [
-        ("target_title", pa.string()),
-        ("target_id", pa.string()),
-        ("anchor", pa.string()),
-        ("sentence", pa.int32()),
-    ]
-)
-ABSTRACTS_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("title", pa.string()),
-        ("identifier", pa.int64()),
-        ("url", pa.string()),
-        ("revision", pa.int64()),
-        ("qid", pa.string()),
-        ("text", pa.string()),
-        ("sentences", pa.list_(pa.string())),
-        ("links", pa.list_(LINK)),
-        ("split", pa.string()),
-    ]
-)
-QUESTIONS_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("type", pa.string()),
-        ("level", pa.string()),
-        (
-            "supporting_facts",
-            pa.struct([("title", pa.list_(pa.string())), ("sent_id", pa.list_(pa.int32()))]),
-        ),
-        (
-            "context",
-            pa.struct([("title", pa.list_(pa.string())), ("sentences", pa.list_(pa.list_(pa.string())))]),
-        ),
-        ("split", pa.string()),
-    ]
-)
+QUESTIONS_SCHEMA = MULTIHOP_SCHEMA
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 SFT_SCHEMA = pa.schema(
     [

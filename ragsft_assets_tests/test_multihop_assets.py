@@ -11,6 +11,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
+from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
 from ragsft_assets.defs.multihop import multihop_assets
 from ragsft_assets.ids import derived_id, doc_id
 from ragsft_assets.resources.store import ArtifactStore
@@ -166,28 +167,7 @@ def write_corpus(store: ArtifactStore, partition: str = PARTITION) -> None:
                 ],
                 split,
             )
-    link = pa.struct(
-        [
-            ("target_title", pa.string()),
-            ("target_id", pa.string()),
-            ("anchor", pa.string()),
-            ("sentence", pa.int32()),
-        ]
-    )
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("title", pa.string()),
-            ("identifier", pa.int64()),
-            ("url", pa.string()),
-            ("revision", pa.int64()),
-            ("qid", pa.string()),
-            ("text", pa.string()),
-            ("sentences", pa.list_(pa.string())),
-            ("links", pa.list_(link)),
-            ("split", pa.string()),
-        ]
-    )
+    schema = ABSTRACTS_SCHEMA
     store.write_splits(
         pa.Table.from_pylist(sorted(docs.values(), key=lambda r: r["id"]), schema=schema),
         partition,
