@@ -21,7 +21,7 @@ from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop import ablations, audit, caps, distractors, generation, hotpot_format
 from ragsft_assets.multihop import question_checks as checks_logic
 from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
-from ragsft_assets.prompts import load_prompt
+from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.store import ArtifactStore
 
 GROUP = "multihop"
@@ -67,7 +67,7 @@ def _docs(store: ArtifactStore, partition: str) -> dict[str, generation.Doc]:
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version=f"1-{templates_version(('multihop_question',))}",
     kinds={"parquet"},
     deps=["bridge_pairs", "abstracts"],
     pool="gpu",
@@ -212,7 +212,7 @@ def distractors_asset(
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version=f"1-{templates_version(('multihop_ablation',))}",
     kinds={"parquet"},
     deps=["distractors", "question_drafts", "abstracts"],
     pool="gpu",

@@ -11,10 +11,10 @@ import dagster as dg
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
-from ragsft_assets.ids import DEFAULT_SEED, sha256_hex
+from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel, SamplingParams
-from ragsft_assets.prompts import load_prompt
+from ragsft_assets.prompts import templates_version
 from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.resources.store import ArtifactStore
@@ -50,11 +50,6 @@ def product_name(lang: str) -> str:
     return "hotpotqa_fr_abstracts_v2" if lang == "fr" else "hotpotqa_cite"
 
 
-def _templates_version(tasks: tuple[str, ...]) -> str:
-    texts = [load_prompt(t, lang).text for t in tasks for lang in ("en", "fr")]
-    return sha256_hex("\x1f".join(texts))[:8]
-
-
 PROMPT_TASKS = (
     "rag_system",
     "rag_rule_cite_inline",
@@ -72,7 +67,7 @@ def _model_md(model: ChatModel, prefix: str) -> dict[str, object]:
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     deps=[dg.AssetKey(INPUT_ASSET)],
-    code_version=f"1-{_templates_version(PROMPT_TASKS)}",
+    code_version=f"1-{templates_version(PROMPT_TASKS)}",
     kinds={"parquet"},
 )
 def rag_prompts(
@@ -195,7 +190,7 @@ def rag_responses(
     deps=[rag_responses],
     pool="gpu",
     retry_policy=LLM_RETRY_POLICY,
-    code_version=f"1-{_templates_version(JUDGE_TASKS)}",
+    code_version=f"1-{templates_version(JUDGE_TASKS)}",
     kinds={"parquet"},
 )
 def rag_verdicts(
