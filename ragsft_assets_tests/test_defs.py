@@ -62,3 +62,16 @@ def test_blocking_checks_exist() -> None:
     check_keys = repo.asset_graph.asset_check_keys
     checked_assets = {k.asset_key.to_user_string() for k in check_keys}
     assert {"abstracts", "link_graph", "multihop_questions", "rag_sft"} <= checked_assets
+
+
+def test_llm_assets_versions_follow_their_prompts() -> None:
+    from ragsft_assets.prompts import templates_version
+
+    repo = defs.get_repository_def()
+    expected = {
+        "question_drafts": templates_version(("multihop_question",)),
+        "ablation_verdicts": templates_version(("multihop_ablation",)),
+    }
+    for name, prompt_hash in expected.items():
+        assert prompt_hash in repo.asset_graph.get(dg.AssetKey(name)).code_version, name
+    assert templates_version(("multihop_question",)) != templates_version(("multihop_ablation",))
