@@ -1,6 +1,6 @@
 """``vllm serve`` of the embedded model, reached through the ``openai`` backend (start, reuse, stop).
 
-It starts a second engine (a server process), so it only runs when asked for:
+It starts a second engine (a server process); `scripts/test.sh` runs it (RAGSFT_TEST_SERVE=1, its default):
 ``RAGSFT_TEST_SERVE=1 pytest -m integration ragsft_assets_tests/test_llm_serve.py``.
 """
 

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 . .venv/bin/activate
+# The `vllm serve` test starts a second engine (about 90 s): on by default, off with RAGSFT_TEST_SERVE=0.
+export RAGSFT_TEST_SERVE="${RAGSFT_TEST_SERVE:-1}"
 export RAGSFT_HOME="${RAGSFT_TEST_HOME:-$(mktemp -d)}"
 ruff check ragsft_assets ragsft_assets_tests
 ruff format --check ragsft_assets ragsft_assets_tests
