@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragsft_assets.corpus.sentences import split_sentences
 from ragsft_assets.corpus.structured_wikipedia import MALFORMED_LINE, NOT_UTF8, BadLine, decode_lead
@@ -194,6 +195,7 @@ class ChunkResult:
     link_reasons: Counter[str] = field(default_factory=Counter)
     bad: list[tuple[int, str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (candidate id, reason, title)
+    path: str | None = None  # where a worker wrote ``table`` (Arrow IPC) instead of returning it
 
 
 def normalise_shares(shares: Sequence[float] | Mapping[str, float]) -> tuple[float, float, float]:
@@ -251,9 +253,56 @@ def is_disambiguation_text(text: str) -> bool:
     return _DISAMBIGUATION_TEXT.search(text) is not None
 
 
+# Per-process caches (bounded: cleared when full) for work that repeats across records: the host of a
+# page URL (every page of a wiki shares it) and the resolution of a link URL (hubs are linked often).
+_CACHE_MAX = 50_000
+_HOST_CACHE: dict[str, str] = {}
+_LINK_CACHE: dict[str, dict[str, tuple[str | None, str, str | None]]] = {}
+
+
 def wiki_host(url: str | None) -> str:
     """The host of an article URL (``fr.wikipedia.org``), '' when unknown."""
-    return urlsplit(url).netloc.lower() if url else ""
+    if not url:
+        return ""
+    if not url.startswith("https://"):
+        return urlsplit(url).netloc.lower()
+    # The netloc ends before the first "/" after the scheme: the prefix up to it has the same netloc.
+    cut = url.find("/", 8)
+    prefix = url if cut < 0 else url[:cut]
+    host = _HOST_CACHE.get(prefix)
+    if host is None:
+        host = urlsplit(prefix).netloc.lower()
+        if len(_HOST_CACHE) >= _CACHE_MAX:
+            _HOST_CACHE.clear()
+        _HOST_CACHE[prefix] = host
+    return host
+
+
+_NOT_A_URL = (None, LINK_EXTERNAL, None)
+
+
+def _resolve_cached(url: Any, host: str) -> tuple[str | None, str, str | None]:
+    """:func:`resolve_link` plus the target's doc id, cached per (host, url)."""
+    if not isinstance(url, str):
+        return _NOT_A_URL
+    return _host_cache(host).get(url) or _resolve_miss(url, host)
+
+
+def _host_cache(host: str) -> dict[str, tuple[str | None, str, str | None]]:
+    cache = _LINK_CACHE.get(host)
+    if cache is None:
+        cache = _LINK_CACHE[host] = {}
+    return cache
+
+
+def _resolve_miss(url: str, host: str) -> tuple[str | None, str, str | None]:
+    target, reason = resolve_link(url, host)
+    hit = (target, reason, doc_id(target) if target is not None else None)
+    cache = _host_cache(host)
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[url] = hit
+    return hit
 
 
 def resolve_link(url: str | None, host: str) -> tuple[str | None, str]:
@@ -346,17 +395,34 @@ def locate_links(
     document order), then from the start; the first occurrence gives the sentence index. A target
     linked twice from the same sentence is kept once (first anchor).
     """
-    text = " ".join(sentences)
+    return [
+        {"target_title": t, "target_id": i, "anchor": a, "sentence": n}
+        for t, i, a, n in _locate_links(raw_links, sentences, " ".join(sentences), title, host, counts)
+    ]
+
+
+def _locate_links(
+    raw_links: Sequence[dict[str, Any]],
+    sentences: Sequence[str],
+    text: str,
+    title: str,
+    host: str,
+    counts: Counter[str],
+) -> list[tuple[str, str, str, int]]:
+    """:func:`locate_links` on the joined ``text``, as ``(target_title, target_id, anchor, sentence)``."""
     starts: list[int] = []
     pos = 0
     for s in sentences:
         starts.append(pos)
         pos += len(s) + 1
-    out: list[dict[str, Any]] = []
+    out: list[tuple[str, str, str, int]] = []
     seen: set[tuple[str, int]] = set()
     cursor = 0
+    cache = _host_cache(host)
     for link in raw_links:
-        target, reason = resolve_link(link.get("url"), host)
+        url = link.get("url")
+        hit = (cache.get(url) or _resolve_miss(url, host)) if isinstance(url, str) else _NOT_A_URL
+        target, reason, target_id = hit
         if target is None:
             counts[reason] += 1
             continue
@@ -381,9 +447,7 @@ def locate_links(
             continue
         seen.add((target, sentence))
         counts[LINK_KEPT] += 1
-        out.append(
-            {"target_title": target, "target_id": doc_id(target), "anchor": anchor, "sentence": sentence}
-        )
+        out.append((target, target_id, anchor, sentence))
     return out
 
 
@@ -399,6 +463,21 @@ def _int_or_none(value: Any) -> int | None:
 
 def process_record(record: dict[str, Any], cfg: AbstractsConfig, link_counts: Counter[str]) -> dict | str:
     """Turn one record into an abstracts row (a dict) or the reason it is rejected (a string)."""
+    out = _process_record(record, cfg, link_counts)
+    if isinstance(out, str):
+        return out
+    row = dict(zip(_ROW_FIELDS, out, strict=True))
+    row["links"] = [
+        {"target_title": t, "target_id": i, "anchor": a, "sentence": n} for t, i, a, n in row["links"]
+    ]
+    return row
+
+
+_ROW_FIELDS = tuple(ABSTRACTS_SCHEMA.names)
+
+
+def _process_record(record: dict[str, Any], cfg: AbstractsConfig, link_counts: Counter[str]) -> tuple | str:
+    """:func:`process_record` with the row as a tuple in schema order, links as tuples."""
     title = record.get("name")
     if not isinstance(title, str) or not title.strip():
         return MISSING_TITLE
@@ -420,19 +499,19 @@ def process_record(record: dict[str, Any], cfg: AbstractsConfig, link_counts: Co
     entity = record.get("main_entity")
     qid = entity.get("identifier") if isinstance(entity, dict) else None
     did = doc_id(title)
-    links = locate_links(abstract_links(record), sentences, title, wiki_host(url), link_counts)
-    return {
-        "id": did,
-        "title": title,
-        "identifier": _int_or_none(record.get("identifier")),
-        "url": url,
-        "revision": _int_or_none(version.get("identifier")) if isinstance(version, dict) else None,
-        "qid": qid if isinstance(qid, str) and qid else None,
-        "text": text,
-        "sentences": sentences,
-        "links": links,
-        "split": assign_split(did, cfg.seed, cfg.split_shares),
-    }
+    links = _locate_links(abstract_links(record), sentences, text, title, wiki_host(url), link_counts)
+    return (
+        did,
+        title,
+        _int_or_none(record.get("identifier")),
+        url,
+        _int_or_none(version.get("identifier")) if isinstance(version, dict) else None,
+        qid if isinstance(qid, str) and qid else None,
+        text,
+        sentences,
+        links,
+        assign_split(did, cfg.seed, cfg.split_shares),
+    )
 
 
 MAX_BAD_EXAMPLES = 5
@@ -440,11 +519,12 @@ MAX_BAD_EXAMPLES = 5
 
 def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig) -> ChunkResult:
     """Process a chunk of raw JSON lines (bytes) or already-decoded records (dicts from Parquet)."""
-    rows: list[dict] = []
+    rows: list[tuple] = []
     res = ChunkResult(table=ABSTRACTS_SCHEMA.empty_table())
     for n, item in enumerate(items, start=1):
         res.lines += 1
-        if isinstance(item, bytes | bytearray) and not item.strip():
+        # isspace() stops at the first other byte (strip() would copy the whole line)
+        if isinstance(item, bytes | bytearray) and (not item or item.isspace()):
             res.reasons[BLANK_LINE] += 1  # counted as a line (numbering) but neither record nor bad
             continue
         rec = decode_lead(item) if isinstance(item, bytes | bytearray) else item
@@ -453,7 +533,7 @@ def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig)
             if len(res.bad) < MAX_BAD_EXAMPLES:
                 res.bad.append((n, rec.reason, rec.detail))
             continue
-        out = process_record(rec, cfg, res.link_reasons)
+        out = _process_record(rec, cfg, res.link_reasons)
         if isinstance(out, str):
             res.reasons[out] += 1
             if out == MISSING_TITLE and len(res.bad) < MAX_BAD_EXAMPLES:
@@ -464,8 +544,44 @@ def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig)
             continue
         rows.append(out)
     if rows:
-        res.table = pa.Table.from_pylist(rows, schema=ABSTRACTS_SCHEMA)
+        res.table = rows_to_table(rows)
     return res
+
+
+def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
+    """The abstracts table of rows from :func:`_process_record`, built column by column.
+
+    Same values as ``Table.from_pylist`` of the dict rows, without converting nested dicts one by one:
+    sentences and links are flattened into plain lists and wrapped with their offsets.
+    """
+    columns = list(zip(*rows, strict=True))
+    sent_offsets = [0]
+    flat_sentences: list[str] = []
+    link_offsets = [0]
+    flat_links: list[tuple[str, str, str, int]] = []
+    for sentences, links in zip(columns[7], columns[8], strict=True):
+        flat_sentences += sentences
+        sent_offsets.append(len(flat_sentences))
+        flat_links += links
+        link_offsets.append(len(flat_links))
+    link_cols = list(zip(*flat_links, strict=True)) if flat_links else [[], [], [], []]
+    link_struct = pa.StructArray.from_arrays(
+        [pa.array(col, field.type) for col, field in zip(link_cols, LINK_TYPE, strict=True)],
+        fields=list(LINK_TYPE),
+    )
+    arrays = []
+    for i, field_ in enumerate(ABSTRACTS_SCHEMA):
+        if i == 7:
+            arrays.append(
+                pa.ListArray.from_arrays(
+                    pa.array(sent_offsets, pa.int32()), pa.array(flat_sentences, pa.string())
+                )
+            )
+        elif i == 8:
+            arrays.append(pa.ListArray.from_arrays(pa.array(link_offsets, pa.int32()), link_struct))
+        else:
+            arrays.append(pa.array(columns[i], field_.type))
+    return pa.Table.from_arrays(arrays, schema=ABSTRACTS_SCHEMA)
 
 
 def deduplicate_titles(table: pa.Table) -> tuple[pa.Table, list[tuple[str, str, str]]]:
@@ -477,18 +593,42 @@ def deduplicate_titles(table: pa.Table) -> tuple[pa.Table, list[tuple[str, str, 
     """
     if table.num_rows == 0:
         return table, []
-    order = table.sort_by(
-        [
-            ("id", "ascending", "at_end"),
-            ("revision", "descending", "at_end"),
-            ("identifier", "ascending", "at_end"),
-            ("text", "ascending", "at_end"),
+    order = dedup_order(table)
+    kept = order.filter(order.column("keep")).column("row")
+    dropped_rows = order.filter(pc.invert(order.column("keep"))).column("row")
+    dropped = []
+    if len(dropped_rows):
+        gone = table.select(["id", "title"]).take(dropped_rows)
+        dropped = [
+            (i, DUPLICATE_TITLE, t)
+            for i, t in zip(gone.column("id").to_pylist(), gone.column("title").to_pylist(), strict=True)
         ]
-    )
-    ids = order.column("id").to_pylist()
-    keep = [i == 0 or ids[i] != ids[i - 1] for i in range(len(ids))]
-    if all(keep):
-        return order, []
-    titles = order.column("title").to_pylist()
-    dropped = [(ids[i], DUPLICATE_TITLE, titles[i]) for i, k in enumerate(keep) if not k]
-    return order.filter(pa.array(keep)), dropped
+    return table.take(kept), dropped
+
+
+DEDUP_SORT_KEYS = (
+    ("id", "ascending", "at_end"),
+    ("revision", "descending", "at_end"),
+    ("identifier", "ascending", "at_end"),
+    ("text", "ascending", "at_end"),
+)
+
+
+def dedup_order(table: pa.Table) -> pa.Table:
+    """The rows of ``table`` in output order (``row``: index into ``table``) and whether each is kept.
+
+    Sorted by id, then latest revision, smallest identifier, smallest text (a stable sort: equal rows
+    stay in input order); the first row of each id is kept. Only the key columns are read, so a table
+    backed by memory-mapped files is not pulled into memory whole.
+    """
+    keys = table.select([k for k, _, _ in DEDUP_SORT_KEYS])
+    # What Table.sort_by does, without taking the rows: a stable sort of indices.
+    rows = pc.sort_indices(keys, options=pc.SortOptions(sort_keys=list(DEDUP_SORT_KEYS)))
+    ids = keys.column("id").take(rows).combine_chunks()
+    n = len(ids)
+    if n > 1:
+        same = pc.equal(ids.slice(1), ids.slice(0, n - 1)).fill_null(False)
+        keep = pa.concat_arrays([pa.array([True]), pc.invert(same)])
+    else:
+        keep = pa.array([True] * n, pa.bool_())
+    return pa.table({"row": rows, "keep": keep})

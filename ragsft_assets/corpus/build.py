@@ -5,12 +5,19 @@ read by the worker itself so the input never crosses a pipe; line batches of gzi
 batches); each chunk gives candidate rows and counts. Results are consumed in chunk order, so line
 numbers in error messages are exact, and the final table is deduplicated and sorted by id, so the
 output does not depend on the number of workers or the chunk size.
+
+Memory: a worker writes its chunk's rows to a temporary Arrow IPC file and returns only counts and
+the file name, so neither the pipe nor the parent carries the rows while the input is read. The
+parent then memory-maps those files, sorts the row indices on the key columns only, and gathers the
+output one column at a time (only that column's pages are mapped in at once), so besides the output
+table itself memory does not grow with the input.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import tempfile
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 
 from ragsft_assets.corpus.abstracts import (
     ABSTRACTS_SCHEMA,
@@ -29,7 +38,7 @@ from ragsft_assets.corpus.abstracts import (
     REASONS,
     AbstractsConfig,
     ChunkResult,
-    deduplicate_titles,
+    dedup_order,
     process_items,
 )
 from ragsft_assets.corpus.structured_wikipedia import (
@@ -111,38 +120,107 @@ def _lines_of_range(path: str, start: int, end: int) -> list[bytes]:
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
-def run_task(task: tuple[Any, ...], cfg: AbstractsConfig) -> ChunkResult:
-    """Process one chunk (a worker entry point; importable, so any start method works)."""
+def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None = None) -> ChunkResult:
+    """Process one chunk (a worker entry point; importable, so any start method works).
+
+    With ``out_path``, the chunk's rows are written there (Arrow IPC) and the result carries the path
+    and an empty table.
+    """
     kind = task[0]
     if kind == "range":
         items: list[Any] = _lines_of_range(task[1], task[2], task[3])
     else:
         items = task[1]
-    return process_items(items, cfg)
-
-
-def _run_task_star(args: tuple[tuple[Any, ...], AbstractsConfig]) -> ChunkResult:
-    return run_task(*args)
+    res = process_items(items, cfg)
+    del items  # the raw lines are the bulk of a chunk: free them before writing
+    if out_path is not None and res.table.num_rows:
+        with ipc.new_file(out_path, ABSTRACTS_SCHEMA) as writer:
+            writer.write_table(res.table)
+        res.path = out_path
+        res.table = ABSTRACTS_SCHEMA.empty_table()
+    return res
 
 
 def _ordered_results(
-    tasks: Iterator[tuple[Path, tuple[Any, ...]]], cfg: AbstractsConfig, workers: int
+    tasks: Iterator[tuple[Path, tuple[Any, ...]]], cfg: AbstractsConfig, workers: int, out_dir: str | None
 ) -> Iterator[tuple[Path, ChunkResult]]:
     """Results in task order, at most ``2 * workers`` tasks in flight (bounded memory)."""
+
+    def out_path(n: int) -> str | None:
+        return os.path.join(out_dir, f"chunk-{n:07d}.arrow") if out_dir else None
+
     if workers <= 1:
-        for path, task in tasks:
-            yield path, run_task(task, cfg)
+        for n, (path, task) in enumerate(tasks):
+            yield path, run_task(task, cfg, out_path(n))
         return
     with worker_context().Pool(workers) as pool:
         pending: deque[tuple[Path, Any]] = deque()
-        for path, task in tasks:
-            pending.append((path, pool.apply_async(run_task, (task, cfg))))
+        for n, (path, task) in enumerate(tasks):
+            pending.append((path, pool.apply_async(run_task, (task, cfg, out_path(n)))))
             if len(pending) >= 2 * workers:
                 p, res = pending.popleft()
                 yield p, res.get()
         while pending:
             p, res = pending.popleft()
             yield p, res.get()
+
+
+# Output columns gathered together: the narrow ones at once, each wide one alone (bounded pages mapped).
+_WIDE_COLUMNS = ("text", "sentences", "links")
+_GATHER_GROUPS = (
+    [n for n in ABSTRACTS_SCHEMA.names if n not in _WIDE_COLUMNS],
+    *([n] for n in _WIDE_COLUMNS),
+)
+
+
+def _read_chunk(path: str) -> pa.Table:
+    """A chunk file as a table backed by the memory-mapped file (nothing is copied)."""
+    return ipc.open_file(pa.memory_map(path)).read_all()
+
+
+def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, str, str]]]:
+    """The deduplicated table, sorted by id, of the chunk files, and the dropped duplicates.
+
+    Same result as :func:`ragsft_assets.corpus.abstracts.deduplicate_titles` over the chunks
+    concatenated in order. The sort reads the key columns; each output column is then gathered with
+    only the chunk files' pages of that column mapped in.
+    """
+    if not chunk_paths:
+        return ABSTRACTS_SCHEMA.empty_table(), []
+    keys = pa.concat_tables([_read_chunk(p) for p in chunk_paths])
+    order = dedup_order(keys)
+    rows = order.filter(order.column("keep")).column("row").combine_chunks()
+    gone = order.filter(pc.invert(order.column("keep"))).column("row")
+    dropped: list[tuple[str, str, str]] = []
+    if len(gone):
+        lost = keys.select(["id", "title"]).take(gone)
+        dropped = [
+            (i, DUPLICATE_TITLE, t)
+            for i, t in zip(lost.column("id").to_pylist(), lost.column("title").to_pylist(), strict=True)
+        ]
+    del keys, order, gone
+    pa.default_memory_pool().release_unused()
+    columns: dict[str, pa.Array] = {}
+    for group in _GATHER_GROUPS:
+        # Fresh maps per group: when they are dropped, the group's pages leave this process.
+        tables = [_read_chunk(p).select(group) for p in chunk_paths]
+        # One contiguous copy per column (a chunked take would make it anyway), then unmap the files
+        # before the gather, so the mapped pages and the gathered column are never resident together.
+        whole = {
+            name: pa.concat_arrays([c for t in tables for c in t.column(name).chunks])
+            if tables
+            else pa.array([], ABSTRACTS_SCHEMA.field(name).type)
+            for name in group
+        }
+        del tables
+        for name in group:
+            columns[name] = whole.pop(name).take(rows)
+        # Hand the temporaries back to the system now: freed pool memory otherwise stays resident
+        # and adds up with the next group's.
+        pa.default_memory_pool().release_unused()
+    return pa.Table.from_arrays(
+        [columns[n] for n in ABSTRACTS_SCHEMA.names], schema=ABSTRACTS_SCHEMA
+    ), dropped
 
 
 def worker_context() -> mp.context.BaseContext:
@@ -173,6 +251,7 @@ def build_abstracts(
     *,
     workers: int = 1,
     chunk_bytes: int = CHUNK_BYTES,
+    tmp_dir: str | None = None,
 ) -> AbstractsBuild:
     """Read every dump file and build the abstracts table (deduplicated, sorted by id).
 
@@ -181,20 +260,29 @@ def build_abstracts(
         cfg: filters, language, seed and split shares.
         workers: processes to use (1 = in this process).
         chunk_bytes: size of a JSON-lines task.
+        tmp_dir: where the per-chunk files go (a temporary folder in it, removed at the end; default:
+            the system's temporary folder).
 
     Returns:
         The table and its funnel: ``lines_read`` (non-blank lines or Parquet rows), one count per
         reason of :data:`REASONS`, and ``kept``; the link funnel; up to 5 bad-line examples per chunk
         as ``(file name, line number, reason, detail)``; the rejected ``(id, reason, title)``.
     """
+    with tempfile.TemporaryDirectory(prefix="ragsft_abstracts_", dir=tmp_dir) as out_dir:
+        return _build_abstracts(files, cfg, workers, chunk_bytes, out_dir)
+
+
+def _build_abstracts(
+    files: Sequence[Path], cfg: AbstractsConfig, workers: int, chunk_bytes: int, out_dir: str
+) -> AbstractsBuild:
     reasons: Counter[str] = Counter()
     link_reasons: Counter[str] = Counter()
-    tables: list[pa.Table] = []
+    chunk_paths: list[str] = []
     bad: list[tuple[str, int, str, str]] = []
     rejected: list[tuple[str, str, str]] = []
     line_base: dict[Path, int] = {}
     records = 0
-    for path, res in _ordered_results(_tasks(files, chunk_bytes), cfg, workers):
+    for path, res in _ordered_results(_tasks(files, chunk_bytes), cfg, workers, out_dir):
         base = line_base.get(path, 0)
         for n, reason, detail in res.bad:
             if len(bad) < 50:
@@ -204,10 +292,9 @@ def build_abstracts(
         reasons.update(res.reasons)
         link_reasons.update(res.link_reasons)
         rejected.extend(res.rejected)
-        if res.table.num_rows:
-            tables.append(res.table)
-    table = pa.concat_tables(tables) if tables else ABSTRACTS_SCHEMA.empty_table()
-    table, duplicates = deduplicate_titles(table)
+        if res.path is not None:
+            chunk_paths.append(res.path)
+    table, duplicates = merge_chunks(chunk_paths)
     reasons[DUPLICATE_TITLE] += len(duplicates)
     rejected.extend(duplicates)
     rejected.sort()

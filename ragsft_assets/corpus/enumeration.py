@@ -23,6 +23,7 @@ enumeration keeps its edge.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 MAX_INNER_WORDS = 4
 WINDOW = 160  # characters on each side of the alias that the rule looks at
@@ -154,6 +155,33 @@ def alias_only_in_enumeration(sentence: str, alias: str) -> bool:
     return found
 
 
+# The same hint for Arrow's RE2, over whole arrays in C++. RE2's \b and case folding are ASCII-based:
+# wherever Python's pattern matches, this one does too, except through the four letters that Python
+# (not RE2) folds onto ASCII ones (İ ı ſ K): sentences holding one of those are always "maybe".
+_HINT_RE2 = r"[,:]|\b(?:et|ou|and|or|que|comme|notamment|dont|such|including|like)\b"
+_PYTHON_ONLY_FOLDS = "[\u0130\u0131\u017f\u212a]"
+
+
+def may_hold_enumeration(sentences: Any) -> Any:
+    """Per sentence of a pyarrow string array: False only where no alias of it can be in an enumeration.
+
+    A superset of the sentences where :func:`alias_only_in_enumeration` can be True (it needs what
+    ``_FAST_HINT`` looks for), computed in C++: the Python rule only runs on the others.
+    """
+    import pyarrow.compute as pc
+
+    hint = pc.match_substring_regex(sentences, _HINT_RE2, ignore_case=True)
+    return pc.or_(hint, pc.match_substring_regex(sentences, _PYTHON_ONLY_FOLDS)).fill_null(False)
+
+
 def enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
     """:func:`alias_only_in_enumeration` over ``(sentence, alias)`` pairs (a worker entry point)."""
-    return [alias_only_in_enumeration(sentence, alias) for sentence, alias in pairs]
+    # A sentence holds several links: scan it for a separator or trigger once, not once per link.
+    hints: dict[str, bool] = {}
+    out = []
+    for sentence, alias in pairs:
+        hint = hints.get(sentence)
+        if hint is None:
+            hint = hints[sentence] = _FAST_HINT.search(sentence) is not None
+        out.append(hint and alias_only_in_enumeration(sentence, alias))
+    return out

@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ragsft_assets.corpus.enumeration import enumeration_flags
+from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
 from ragsft_assets.ids import doc_id
 
 TARGET_NOT_IN_CORPUS = "target_not_in_corpus"
@@ -32,8 +33,8 @@ EDGE_REASONS = (TARGET_NOT_IN_CORPUS, CROSS_SPLIT, IN_DEGREE_CAP, ENUMERATION)
 
 DEFAULT_IN_DEGREE_CAP = 1000
 # Below this many candidate edges, shipping them to workers costs more than the rule itself (measured:
-# 24k edges took 0.7 s in one process and 1.9 s on two).
-PARALLEL_MIN_EDGES = 500_000
+# 24k edges took 0.7 s in one process and 1.9 s on two; 240k edges gain about a second on two).
+PARALLEL_MIN_EDGES = 150_000
 # The vital articles level 4 hold 10,000 titles: without a list, take as many of the most linked-to.
 DEFAULT_BRIDGE_TOP_K = 10_000
 
@@ -106,104 +107,151 @@ def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> list[bool]
 def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int = 1) -> LinkGraphBuild:
     """Build the edges of the corpus graph (see module doc), sorted by (source_id, target_id, sentence).
 
-    Joins, counts and sorting run in Arrow (C++); only the enumeration rule, on the edges that
-    survive the corpus, split and cap filters, runs in Python.
+    The filters, counts and sorting run in Arrow (C++) on compact columns (row and link positions,
+    split codes); the text columns are gathered once, for the kept edges. Only the enumeration rule, on
+    the edges that survive the corpus, split and cap filters, runs in Python.
 
     Args:
-        abstracts: the abstracts table (every split together).
+        abstracts: the abstracts table (every split together; ids are unique).
         cfg: the in-degree cap and the bridge rule.
         workers: processes for the enumeration rule (the result does not depend on it).
     """
     abstracts = abstracts.combine_chunks()
     links = abstracts.column("links").chunk(0) if abstracts.num_rows else pa.array([], LINK_LIST)
-    parents = pc.list_parent_indices(links)
+    ids = abstracts.column("id")
+    split = abstracts.column("split")
+    parents = pc.list_parent_indices(links)  # the source row of every link
     flat = pc.list_flatten(links)
-    edges = pa.table(
-        {
-            "source_id": pc.take(abstracts.column("id"), parents),
-            "source_title": pc.take(abstracts.column("title"), parents),
-            "split": pc.take(abstracts.column("split"), parents),
-            "target_id": flat.field("target_id"),
-            "target_title": flat.field("target_title"),
-            "alias": flat.field("anchor"),
-            "sentence": flat.field("sentence"),
-            "parent": parents,
-        }
-    )
-    funnel: dict[str, int] = {"links_read": edges.num_rows}
-    docs = pa.table({"target_id": abstracts.column("id"), "target_split": abstracts.column("split")})
-    joined = edges.join(docs, "target_id", join_type="left outer")
-    in_corpus = joined.filter(pc.is_valid(joined.column("target_split")))
-    funnel[TARGET_NOT_IN_CORPUS] = joined.num_rows - in_corpus.num_rows
-    same = in_corpus.filter(pc.equal(in_corpus.column("split"), in_corpus.column("target_split")))
-    funnel[CROSS_SPLIT] = in_corpus.num_rows - same.num_rows
+    target_id = flat.field("target_id")
+    funnel: dict[str, int] = {"links_read": len(flat)}
+
+    # The target's row (ids are unique): null when the target is not in the corpus.
+    target_row = pc.index_in(target_id, value_set=ids)
+    in_corpus = pc.is_valid(target_row)
+    same = pc.and_(in_corpus, pc.equal(pc.take(split, parents), pc.take(split, target_row)).fill_null(False))
+    n_in = pc.sum(in_corpus).as_py() or 0
+    n_same = pc.sum(same).as_py() or 0
+    funnel[TARGET_NOT_IN_CORPUS] = len(flat) - n_in
+    funnel[CROSS_SPLIT] = n_in - n_same
 
     # The cap counts distinct sources per target before any other rule looks at the edges.
-    degree = same.group_by("target_id").aggregate([("source_id", "count_distinct")])
-    capped_ids = degree.filter(pc.greater(degree.column("source_id_count_distinct"), cfg.in_degree_cap))
-    is_capped = pc.is_in(same.column("target_id"), value_set=capped_ids.column("target_id"))
-    capped = same.filter(is_capped)
-    candidates = same.filter(pc.invert(is_capped))
-    funnel[IN_DEGREE_CAP] = capped.num_rows
+    positions = pc.indices_nonzero(same)  # link positions of the same-split edges
+    pairs_table = pa.table({"target": pc.take(target_row, positions), "source": pc.take(parents, positions)})
+    degree = pairs_table.group_by("target").aggregate([("source", "count_distinct")])
+    capped_rows = degree.filter(pc.greater(degree.column("source_count_distinct"), cfg.in_degree_cap))
+    is_capped = pc.is_in(pairs_table.column("target"), value_set=capped_rows.column("target"))
+    capped = pc.filter(positions, is_capped)
+    candidates = pc.filter(positions, pc.invert(is_capped))
+    funnel[IN_DEGREE_CAP] = len(capped)
+    del pairs_table, degree, is_capped
 
     sentences = (
         abstracts.column("sentences").chunk(0) if abstracts.num_rows else pa.array([], pa.list_(pa.string()))
     )
-    starts = pc.take(sentences.offsets, candidates.column("parent"))
-    index = pc.add(starts, pc.cast(candidates.column("sentence"), pa.int32()))
-    sentence_text = pc.take(pc.list_flatten(sentences), index)
-    candidates = candidates.append_column("sentence_text", sentence_text)
-    pairs = list(zip(sentence_text.to_pylist(), candidates.column("alias").to_pylist(), strict=True))
-    in_list = _enumeration_flags(pairs, workers)
-    mask = pa.array(in_list, pa.bool_())
-    enumerated = candidates.filter(mask)
-    kept = candidates.filter(pc.invert(mask))
-    funnel[ENUMERATION] = enumerated.num_rows
-    funnel[EDGE_KEPT] = kept.num_rows
+    sentence_no = flat.field("sentence")
+    cand_parents = pc.take(parents, candidates)
+    sentence_index = pc.add(
+        pc.take(sentences.offsets, cand_parents), pc.cast(pc.take(sentence_no, candidates), pa.int32())
+    )
+    flat_sentences = pc.list_flatten(sentences)
+    # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
+    maybe = pc.take(may_hold_enumeration(flat_sentences), sentence_index)
+    to_check = pc.indices_nonzero(maybe)
+    flags = _enumeration_flags(
+        _sentence_alias_pairs(
+            flat_sentences,
+            pc.take(sentence_index, to_check),
+            pc.take(pc.take(flat.field("anchor"), candidates), to_check),
+        ),
+        workers,
+    )
+    mask = np.zeros(len(candidates), dtype=bool)
+    mask[to_check.to_numpy()] = flags
+    mask = pa.array(mask, pa.bool_())
+    enumerated = pc.filter(candidates, mask)
+    kept = pc.filter(candidates, pc.invert(mask))
+    kept_sentence_index = pc.filter(sentence_index, pc.invert(mask))
+    funnel[ENUMERATION] = len(enumerated)
+    funnel[EDGE_KEPT] = len(kept)
+    # Put the kept edges in output order first (on the key columns only): every column is then
+    # gathered once, already sorted, instead of built and sorted again. The keys are unique per edge.
+    order = pc.sort_indices(
+        pa.table(
+            {
+                "source_id": pc.take(ids, pc.take(parents, kept)),
+                "target_id": pc.take(target_id, kept),
+                "sentence": pc.take(sentence_no, kept),
+            }
+        ),
+        sort_keys=[("source_id", "ascending"), ("target_id", "ascending"), ("sentence", "ascending")],
+    )
+    kept = pc.take(kept, order)
+    kept_sentence_index = pc.take(kept_sentence_index, order)
 
-    kept_degree = kept.group_by("target_id").aggregate([("source_id", "count_distinct")])
+    kept_parents = pc.take(parents, kept)
+    kept_target_row = pc.take(target_row, kept)
+    kept_degree = (
+        pa.table({"target": kept_target_row, "source": kept_parents})
+        .group_by("target")
+        .aggregate([("source", "count_distinct")])
+    )
     in_degree = dict(
         zip(
-            kept_degree.column("target_id").to_pylist(),
-            kept_degree.column("source_id_count_distinct").to_pylist(),
+            pc.take(ids, kept_degree.column("target")).to_pylist(),
+            kept_degree.column("source_count_distinct").to_pylist(),
             strict=True,
         )
     )
     bridges = select_bridges(in_degree, cfg.bridge_titles, cfg.bridge_top_k)
     degree_col = pc.cast(
         pc.take(
-            kept_degree.column("source_id_count_distinct"),
-            pc.index_in(kept.column("target_id"), value_set=kept_degree.column("target_id")),
+            kept_degree.column("source_count_distinct"),
+            pc.index_in(kept_target_row, value_set=kept_degree.column("target")),
         ),
         pa.int32(),
     )
-    bridge_col = pc.is_in(kept.column("target_id"), value_set=pa.array(sorted(bridges), pa.string()))
+    kept_target_id = pc.take(target_id, kept)
+    bridge_col = pc.is_in(kept_target_id, value_set=pa.array(sorted(bridges), pa.string()))
     table = pa.table(
         {
-            "source_id": kept.column("source_id"),
-            "source_title": kept.column("source_title"),
-            "target_id": kept.column("target_id"),
-            "target_title": kept.column("target_title"),
-            "alias": kept.column("alias"),
-            "sentence": pc.cast(kept.column("sentence"), pa.int32()),
-            "sentence_text": kept.column("sentence_text"),
-            "split": kept.column("split"),
+            "source_id": pc.take(ids, kept_parents),
+            "source_title": pc.take(abstracts.column("title"), kept_parents),
+            "target_id": kept_target_id,
+            "target_title": pc.take(flat.field("target_title"), kept),
+            "alias": pc.take(flat.field("anchor"), kept),
+            "sentence": pc.cast(pc.take(sentence_no, kept), pa.int32()),
+            "sentence_text": pc.take(flat_sentences, kept_sentence_index),
+            "split": pc.take(split, kept_parents),
             "target_in_degree": degree_col,
             "is_bridge": bridge_col,
         },
         schema=LINK_GRAPH_SCHEMA,
-    ).sort_by([("source_id", "ascending"), ("target_id", "ascending"), ("sentence", "ascending")])
+    )
     funnel["bridges"] = len(bridges)
 
     dropped = []
     for reason, part in ((IN_DEGREE_CAP, capped), (ENUMERATION, enumerated)):
         for s, t, a, n in zip(
-            part.column("source_id").to_pylist(),
-            part.column("target_id").to_pylist(),
-            part.column("alias").to_pylist(),
-            part.column("sentence").to_pylist(),
+            pc.take(ids, pc.take(parents, part)).to_pylist(),
+            pc.take(target_id, part).to_pylist(),
+            pc.take(flat.field("anchor"), part).to_pylist(),
+            pc.take(sentence_no, part).to_pylist(),
             strict=True,
         ):
             dropped.append((s, t, a, n, reason))
     dropped.sort()
-    return LinkGraphBuild(table.combine_chunks(), funnel, sorted(bridges), dropped)
+    table = table.combine_chunks()
+    pa.default_memory_pool().release_unused()  # the intermediates are freed: give their pages back
+    return LinkGraphBuild(table, funnel, sorted(bridges), dropped)
+
+
+def _sentence_alias_pairs(
+    flat_sentences: pa.Array, sentence_index: pa.Array, aliases: pa.Array
+) -> list[tuple[str, str]]:
+    """``(sentence text, alias)`` per candidate edge; one Python string per distinct sentence, shared."""
+    index = sentence_index.to_pylist()
+    distinct = sorted(set(index))
+    texts = dict(
+        zip(distinct, pc.take(flat_sentences, pa.array(distinct, pa.int64())).to_pylist(), strict=True)
+    )
+    return [(texts[i], a) for i, a in zip(index, aliases.to_pylist(), strict=True)]

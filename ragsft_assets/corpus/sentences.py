@@ -170,6 +170,9 @@ def _is_abbreviation(text: str, end: int, abbreviations: frozenset[str]) -> bool
     """Whether the period ending at ``end`` closes an abbreviation or an initial."""
     start = text.rfind(" ", 0, end) + 1
     word = text[start:end]
+    if word.isalpha():
+        # The usual case, a plain word: no separator to cut at, and a single part (not dotted).
+        return len(word) == 1 or word in abbreviations or word.lower() in abbreviations
     for sep in "'’(":  # "d'env." -> "env"
         if sep in word:
             word = word.rsplit(sep, 1)[1]
