@@ -87,6 +87,36 @@ def test_topk_with_exclusions_equals_reference(hotpot, method):
         assert [h.doc for h in hits[qi]] == _reference_topk(dense[qi], 8, lambda d, qi=qi: eligible(qi, d))
 
 
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_sparse_eligibility_walks_past_every_positive_score(hotpot, method):
+    records, ids, texts = hotpot
+    queries = [r["question"] for r in records][:40]
+
+    def eligible(qi: int, d: int) -> bool:  # few documents: the search widens, then falls to zero scores
+        return (d + qi) % 97 == 0
+
+    dense = _dense_scores(method, texts, queries)
+    hits = build_index(method, ids, texts).search(queries, 8, eligible)
+    for qi in range(len(queries)):
+        assert [h.doc for h in hits[qi]] == _reference_topk(dense[qi], 8, lambda d, qi=qi: eligible(qi, d))
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_workers_give_the_same_hits_in_query_order(hotpot, method):
+    records, ids, texts = hotpot
+    queries = [r["question"] for r in records] * 3 + ["", "zzzz unknownword"]
+    index = build_index(method, ids, texts)
+
+    def eligible(qi: int, d: int) -> bool:
+        return (qi + d) % 3 != 0
+
+    for elig in (None, eligible):
+        one = index.search(queries, 8, elig, batch_size=5)
+        two = index.search(queries, 8, elig, batch_size=5, workers=2)
+        assert [[(h.doc, h.score) for h in r] for r in two] == [[(h.doc, h.score) for h in r] for r in one]
+        assert len(two) == len(queries)
+
+
 @pytest.mark.parametrize("cls", [TfidfBigramIndex, BM25Index])
 def test_ties_go_to_the_smaller_doc_id_whatever_the_input_order(cls):
     # fillers keep every BM25 idf positive (rank-bm25 floors idf of terms in over half the documents)
@@ -136,3 +166,21 @@ def test_too_few_eligible_documents_is_a_counted_drop(method):
     q = Query("q1", "train", "Where was the maker of alpha founded?", "Paris", "a", "b")
     row = select_distractors([q], _docs(7), method, k=8).to_pylist()[0]
     assert (row["verdict"], row["reason"], len(row["distractor_ids"])) == ("dropped", TOO_FEW, 7)
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_sampled_pivot_gives_the_same_hits_as_the_full_partition(method, monkeypatch):
+    from ragsft_assets.bench.distractors import synthetic_corpus
+    from ragsft_assets.multihop import retrieval
+
+    ids, texts, queries = synthetic_corpus(3000)
+    index = build_index(method, ids, texts)
+
+    def eligible(qi: int, d: int) -> bool:
+        return (qi + d) % 5 != 0
+
+    sampled = [index.search(queries[:300], 8, e) for e in (None, eligible)]
+    monkeypatch.setattr(retrieval, "_SAMPLE_STRIDE", 10**9)
+    full = [index.search(queries[:300], 8, e) for e in (None, eligible)]
+    for a, b in zip(sampled, full, strict=True):
+        assert [[(h.doc, h.score) for h in r] for r in a] == [[(h.doc, h.score) for h in r] for r in b]

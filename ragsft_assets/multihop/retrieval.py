@@ -18,12 +18,19 @@ Documents with score 0 rank last, in id order, like in the dense references.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import scipy.sparse as sp
+
+try:
+    from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
+except ImportError:  # pragma: no cover - another scipy layout
+    _csr_matmat = None
 
 TOKEN_RE = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token_pattern
 SCORE_DECIMALS = 10
@@ -51,6 +58,16 @@ class _Vocab:
         else:
             out = [self.ids.get(t, -1) for t in tokens]
         return np.asarray(out, dtype=np.int64)
+
+    def encode_corpus(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(unigram ids of all texts back to back, tokens per text), growing the vocabulary in text order."""
+        token_lists = [tokenize(t) for t in texts]
+        lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+        flat = list(chain.from_iterable(token_lists))
+        ids = self.ids
+        for t in dict.fromkeys(flat):  # first-seen order, like encode(grow=True) text by text
+            ids.setdefault(t, len(ids))
+        return np.fromiter(map(ids.__getitem__, flat), dtype=np.int64, count=len(flat)), lengths
 
 
 def _bigram_codes(unigram_ids: np.ndarray, width: int) -> np.ndarray:
@@ -116,12 +133,39 @@ class SparseIndex:
         """Sparse (queries x documents) scores: only documents sharing a term appear."""
         return sp.csr_matrix(self.query_matrix(queries) @ self._doc_terms_t)
 
+    def _scores_arrays(self, queries: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indptr, indices, data) of ``scores_matrix``: the same product, without its counting pass.
+
+        scipy sizes the product with a first pass over all the postings; a bound from the posting
+        lengths (at most every document per query) serves as well and costs nothing.
+        """
+        q = self.query_matrix(queries)
+        dt = self._doc_terms_t
+        m, n = q.shape[0], dt.shape[1]
+        postings = np.diff(dt.indptr)[q.indices]
+        rows = np.repeat(np.arange(m), np.diff(q.indptr))
+        bound = int(np.minimum(np.bincount(rows, weights=postings, minlength=m), n).sum())
+        limit = np.iinfo(np.int32).max
+        if _csr_matmat is None or max(bound, dt.nnz, n, dt.shape[0]) >= limit or dt.indices.dtype != np.int32:
+            s = sp.csr_matrix(q @ dt)  # pragma: no cover - another scipy layout or a huge product
+            return s.indptr, s.indices, s.data
+        cp = np.empty(m + 1, dtype=np.int32)
+        cj = np.empty(bound, dtype=np.int32)
+        cx = np.empty(bound, dtype=np.float64)
+        qp, qj = q.indptr.astype(np.int32), q.indices.astype(np.int32)
+        _csr_matmat(
+            m, n, qp, qj, q.data, dt.indptr.astype(np.int32, copy=False), dt.indices, dt.data, cp, cj, cx
+        )
+        nnz = int(cp[-1])
+        return cp, cj[:nnz], cx[:nnz]
+
     def search(
         self,
         queries: Sequence[str],
         k: int,
         eligible: Eligible | None = None,
         batch_size: int = 128,
+        workers: int = 1,
     ) -> list[list[Hit]]:
         """The ``k`` best eligible documents per query (fewer when fewer are eligible).
 
@@ -131,55 +175,119 @@ class SparseIndex:
             eligible: ``eligible(query_index, doc_index)`` filters documents (golds,
                 answer-bearing ones); called lazily, best-first, so it is cheap to pass.
             batch_size: queries per sparse matrix product (memory vs. overhead).
+            workers: processes to split the query batches across (fork-started, sharing
+                the fitted index and ``eligible``); the hits are the same for any value.
         """
+        n = len(queries)
+        chunk = batch_size * _BATCHES_PER_TASK
+        if workers <= 1 or n <= batch_size:
+            return self._search_range(queries, 0, n, k, eligible, batch_size)
+        global _FORK_STATE
+        _FORK_STATE = (self, queries, k, eligible, batch_size)
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
+        finally:
+            _FORK_STATE = None
+        return [hits for part in parts for hits in part]
+
+    def _search_range(
+        self,
+        queries: Sequence[str],
+        begin: int,
+        end: int,
+        k: int,
+        eligible: Eligible | None,
+        batch_size: int,
+    ) -> list[list[Hit]]:
         out: list[list[Hit]] = []
-        for start in range(0, len(queries), batch_size):
-            scores = self.scores_matrix(queries[start : start + batch_size])
-            for r in range(scores.shape[0]):
-                lo, hi = scores.indptr[r], scores.indptr[r + 1]
-                out.append(
-                    _row_topk(scores.data[lo:hi], scores.indices[lo:hi], self.size, k, start + r, eligible)
-                )
+        for start in range(begin, end, batch_size):
+            indptr, indices, data = self._scores_arrays(queries[start : min(start + batch_size, end)])
+            indptr = indptr.tolist()
+            for r in range(len(indptr) - 1):
+                lo, hi = indptr[r], indptr[r + 1]
+                out.append(_row_topk(data[lo:hi], indices[lo:hi], self.size, k, start + r, eligible))
         return out
 
 
+_BATCHES_PER_TASK = 1
+_FORK_STATE: tuple | None = None  # (index, queries, k, eligible, batch_size), inherited by forked workers
+_SAMPLE_STRIDE = 32
+_ROUND_MARGIN = 1e-8  # relative; far above the rounding step (5e-11) plus float error
+
+
+def _search_task(bounds: tuple[int, int]) -> list[list[Hit]]:
+    index, queries, k, eligible, batch_size = _FORK_STATE  # type: ignore[misc]
+    return index._search_range(queries, bounds[0], bounds[1], k, eligible, batch_size)
+
+
 def _row_topk(
-    data: np.ndarray, indices: np.ndarray, n_docs: int, k: int, qi: int, eligible: Eligible | None
+    raw: np.ndarray, indices: np.ndarray, n_docs: int, k: int, qi: int, eligible: Eligible | None
 ) -> list[Hit]:
-    """Exact top-k of one score row under the (-rounded score, doc index) order."""
-    data = np.round(data, SCORE_DECIMALS)
+    """Exact top-k of one score row under the (-rounded score, doc index) order.
+
+    Only positive rounded scores rank; the rest of the documents follow with score 0, in id order.
+    Rounding is monotone, so the want-th best rounded score is the rounding of the want-th best raw one,
+    and only raw scores just below that can round up to it: only those candidates get rounded.
+    """
+    n = raw.size
+    hits: list[Hit] = []
+    taken = 0  # candidates already examined, best-first: a prefix of the full order
+    want = max(4 * k, 32)
+    while want < n:
+        pool = None
+        if n >= 2 * _SAMPLE_STRIDE * want:
+            # the want-th best of every stride-th score is at most the want-th best of all: a cheap floor
+            sample = raw[::_SAMPLE_STRIDE]
+            floor = sample[np.argpartition(sample, sample.size - want)[sample.size - want]]
+            pool = np.flatnonzero(raw >= floor)
+            pooled = raw[pool]
+            pivot = np.partition(pooled, pooled.size - want)[pooled.size - want]
+        else:
+            pivot = np.partition(raw, n - want)[n - want]
+        threshold = np.round(pivot, SCORE_DECIMALS)
+        if not threshold > 0:
+            break  # fewer than want positive scores: rank them all below
+        low = pivot - _ROUND_MARGIN * max(1.0, abs(float(pivot)))
+        cand = pool[pooled >= low] if pool is not None and low >= floor else np.flatnonzero(raw >= low)
+        rounded = np.round(raw[cand], SCORE_DECIMALS)
+        keep = rounded >= threshold  # every score at least the want-th best, ties included
+        sel, vals = indices[cand[keep]], rounded[keep]
+        order = np.lexsort((sel, -vals))
+        if eligible is None:
+            top = order[:k]
+            return [Hit(d, v) for d, v in zip(sel[top].tolist(), vals[top].tolist(), strict=True)]
+        if _take(hits, sel[order[taken:]].tolist(), vals[order[taken:]].tolist(), k, qi, eligible):
+            return hits
+        taken = order.size
+        want = max(4 * want, order.size + 1)
+    data = np.round(raw, SCORE_DECIMALS)
     positive = data > 0
     data, indices = data[positive], indices[positive]
-    n = data.size
-    hits: list[Hit] = []
-    taken = 0  # ordered positive candidates already examined
-    want = min(n, max(4 * k, 32))
-    while len(hits) < k and taken < n:
-        if want < n:
-            # every candidate scoring at least the want-th best (ties included): a prefix of the full order
-            threshold = -np.partition(-data, want - 1)[want - 1]
-            sel = np.flatnonzero(data >= threshold)
-        else:
-            sel = np.arange(n)
-        sel = sel[np.lexsort((indices[sel], -data[sel]))]
-        for j in sel[taken:]:
-            taken += 1
-            d = int(indices[j])
-            if eligible is None or eligible(qi, d):
-                hits.append(Hit(d, float(data[j])))
-                if len(hits) == k:
-                    break
-        want = min(n, max(4 * want, sel.size + 1))
-    if len(hits) < k:
-        # zero-score documents, in id order, after every positive one
-        seen = set(indices.tolist())
-        for d in range(n_docs):
-            if d in seen or (eligible is not None and not eligible(qi, d)):
-                continue
-            hits.append(Hit(d, 0.0))
-            if len(hits) == k:
-                break
+    order = np.lexsort((indices, -data))[taken:]
+    if _take(hits, indices[order].tolist(), data[order].tolist(), k, qi, eligible):
+        return hits
+    # zero-score documents, in id order, after every positive one
+    seen = set(indices.tolist())
+    for d in range(n_docs):
+        if d in seen or (eligible is not None and not eligible(qi, d)):
+            continue
+        hits.append(Hit(d, 0.0))
+        if len(hits) == k:
+            break
     return hits
+
+
+def _take(
+    hits: list[Hit], docs: list[int], scores: list[float], k: int, qi: int, eligible: Eligible | None
+) -> bool:
+    """Append the eligible ones of best-first candidates until there are k hits; whether there are."""
+    for d, v in zip(docs, scores, strict=True):
+        if eligible is None or eligible(qi, d):
+            hits.append(Hit(d, v))
+            if len(hits) == k:
+                return True
+    return len(hits) == k
 
 
 class TfidfBigramIndex(SparseIndex):
@@ -188,13 +296,22 @@ class TfidfBigramIndex(SparseIndex):
     method = "tfidf"
 
     def _fit(self, texts: list[str]) -> None:
-        unigram_rows = [self._vocab.encode(tokenize(t), grow=True) for t in texts]
+        unigrams, lengths = self._vocab.encode_corpus(texts)
         self._width = max(len(self._vocab.ids), 1)
-        code_rows = [_bigram_codes(u, self._width) for u in unigram_rows]
-        all_codes = np.concatenate(code_rows) if code_rows else np.empty(0, dtype=np.int64)
-        self._codes = np.unique(all_codes[all_codes >= 0])  # sorted: the bigram vocabulary
-        term_rows = [np.searchsorted(self._codes, c) for c in code_rows]
-        counts = _rows_to_csr(term_rows, self._codes.size)
+        # consecutive pairs inside one text (the pair from a text's last token to the next text's first is not one)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)[:-1]
+        inside = np.ones(max(unigrams.size - 1, 0), dtype=bool)
+        last = np.cumsum(lengths) - 1
+        inside[last[(last >= 0) & (last < inside.size)]] = False
+        codes = (unigrams[:-1] * self._width + unigrams[1:])[inside]
+        self._codes, terms = np.unique(codes, return_inverse=True)  # sorted: the bigram vocabulary
+        counts = sp.csr_matrix(
+            (np.ones(terms.size, dtype=np.float64), (rows[inside], terms.ravel())),
+            shape=(len(texts), self._codes.size),
+            dtype=np.float64,
+        )
+        counts.sum_duplicates()
+        counts.sort_indices()
         n = counts.shape[0]
         df = np.bincount(counts.indices, minlength=self._codes.size).astype(np.float64)
         self.idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
@@ -231,11 +348,16 @@ class BM25Index(SparseIndex):
         super().__init__(doc_ids, texts)
 
     def _fit(self, texts: list[str]) -> None:
-        term_rows = [self._vocab.encode(tokenize(t), grow=True) for t in texts]
+        unigrams, lengths = self._vocab.encode_corpus(texts)
         n_terms = len(self._vocab.ids)
-        tf = _rows_to_csr(term_rows, n_terms)
-        n = tf.shape[0]
-        doc_len = np.fromiter((r.size for r in term_rows), dtype=np.float64, count=n)
+        n = len(texts)
+        rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        tf = sp.csr_matrix(
+            (np.ones(unigrams.size, dtype=np.float64), (rows, unigrams)), shape=(n, n_terms), dtype=np.float64
+        )
+        tf.sum_duplicates()
+        tf.sort_indices()
+        doc_len = lengths.astype(np.float64)
         avgdl = doc_len.sum() / n if n else 1.0
         df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
         idf = np.log(n - df + 0.5) - np.log(df + 0.5)
