@@ -48,15 +48,9 @@ def show(key: str, cache_dir: str | None) -> None:
 def stats(cache_dir: str | None) -> None:
     """Entries and tokens per model (backend, weights) and prompt template version."""
     rows = _open(cache_dir).stats()
-    cols = [
-        "backend",
-        "model",
-        "weights",
-        "template_version",
-        "entries",
-        "prompt_tokens",
-        "completion_tokens",
-    ]
+    from ragsft_assets.llm.cache import STATS_COLUMNS
+
+    cols = list(STATS_COLUMNS)
     table = [cols] + [[str(r[c] if r[c] is not None else "") for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     for row in table:

@@ -80,6 +80,18 @@ def cache_key(
     )
 
 
+# Columns of ``LLMCache.stats()`` rows, in display order.
+STATS_COLUMNS = (
+    "backend",
+    "model",
+    "weights",
+    "template_version",
+    "entries",
+    "prompt_tokens",
+    "completion_tokens",
+)
+
+
 class LLMCache:
     """The cache database at ``<folder>/calls.sqlite``; one connection per thread.
 
@@ -166,16 +178,7 @@ class LLMCache:
             " sum(prompt_tokens), sum(completion_tokens) FROM calls"
             " GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC, 2, 4"
         )
-        cols = [
-            "backend",
-            "model",
-            "weights",
-            "template_version",
-            "entries",
-            "prompt_tokens",
-            "completion_tokens",
-        ]
-        return [dict(zip(cols, r, strict=True)) for r in rows]
+        return [dict(zip(STATS_COLUMNS, r, strict=True)) for r in rows]
 
     def __len__(self) -> int:
         return self._conn().execute("SELECT count(*) FROM calls").fetchone()[0]
