@@ -43,3 +43,8 @@ def table_metadata(
 
 def funnel_metadata(funnel: Mapping[str, int], key: str = "funnel") -> dict[str, object]:
     return {key: dg.MetadataValue.md(table_stats.funnel_markdown(funnel))}
+
+
+def model_metadata(model: object, prefix: str) -> dict[str, object]:
+    """``<prefix>/model``: the identity (backend, model id, weights hash) of an LLM role's model."""
+    return {f"{prefix}/model": dg.MetadataValue.json(dict(model.model_identity()))}  # type: ignore[attr-defined]

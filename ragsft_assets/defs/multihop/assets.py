@@ -12,7 +12,7 @@ import dagster as dg
 import pyarrow as pa
 
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
-from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED, item_uniform
@@ -55,7 +55,7 @@ def _ledger(store: ArtifactStore, partition: str, stage: str, decisions: list[De
 
 def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> dict[str, Any]:
     md: dict[str, Any] = dict(stats.to_metadata(prefix))
-    md[f"{prefix}/model"] = dg.MetadataValue.json(dict(model.model_identity()))
+    md.update(model_metadata(model, prefix))
     md[f"{prefix}/prompt"] = f"{template.name}@{template.version}"
     return md
 

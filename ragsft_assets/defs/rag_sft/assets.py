@@ -9,7 +9,7 @@ import time
 import dagster as dg
 
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
-from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
@@ -57,10 +57,6 @@ PROMPT_TASKS = (
     "rag_rule_refusal_generic",
     "rag_rule_refusal_strict",
 )
-
-
-def _model_md(model: ChatModel, prefix: str) -> dict[str, object]:
-    return {f"{prefix}/model": dg.MetadataValue.json(dict(model.model_identity()))}
 
 
 @dg.asset(
@@ -177,7 +173,7 @@ def rag_responses(
             ),
             **funnel_metadata(dict(sorted(status_counts.items())), key="status"),
             **stats.to_metadata("llm"),
-            **_model_md(generator, "generator"),
+            **model_metadata(generator, "generator"),
             "temperature": config.temperature,
             "seed": config.seed,
         }
@@ -225,7 +221,7 @@ def rag_verdicts(
             **funnel_metadata(dict(sorted(run.funnel.items()))),
             "kept": sum(v.kept for v in run.verdicts),
             **run.stats.to_metadata("llm"),
-            **_model_md(judge, "judge"),
+            **model_metadata(judge, "judge"),
         }
     )
 
