@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "citations": "ragsft_assets.cli.citations:citations",
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",
+    "agreement": "ragsft_assets.cli.agreement:agreement",
 }
 
 
