@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "explain": "ragsft_assets.cli.release:explain",
     "verify": "ragsft_assets.cli.release:verify",
     "citations": "ragsft_assets.cli.citations:citations",
+    "syntactic": "ragsft_assets.cli.syntactic:syntactic",
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",
     "agreement": "ragsft_assets.cli.agreement:agreement",
