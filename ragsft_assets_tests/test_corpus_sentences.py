@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ragsft_assets.corpus.sentences import split_sentences
@@ -54,3 +57,31 @@ def test_joined_sentences_equal_normalised_text() -> None:
         "Il date du XVIe s. et fut restauré.",
         "Mme Dupont y vit.",
     ]
+
+
+_CASES = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "cases" / "sentences.jsonl").read_text("utf-8").splitlines()
+    if line.strip()
+]
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[c["case"] for c in _CASES])
+def test_sentence_cases_data_file(case: dict) -> None:
+    """Abbreviations that can end a sentence, both directions (cases/sentences.jsonl)."""
+    assert split_sentences(case["text"], case["lang"]) == case["expected"]
+
+
+def test_abbreviation_lists_are_data_files_per_language() -> None:
+    from ragsft_assets.corpus import sentences as S
+
+    for lang in ("fr", "en"):
+        rules = S.RULES[lang]
+        assert "etc" in rules.ends_sentence_before_capital
+        assert rules.sentence_openers and rules.before_names_and_numbers
+        # a word is one kind only
+        assert not rules.before_names_and_numbers & rules.ends_sentence_before_opener
+    assert {"art", "col", "vol", "cap"} <= S.RULES["fr"].ends_sentence_before_opener
+    assert {"Il", "Elle", "Le", "La", "Les", "Ce", "Cette", "En", "Un", "Une"} <= S.RULES[
+        "fr"
+    ].sentence_openers

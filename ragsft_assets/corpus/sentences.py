@@ -14,156 +14,80 @@ single-letter initial (``J. R. R. Tolkien``). Line breaks always end a sentence.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+from dataclasses import dataclass
+from importlib import resources
 
-# Abbreviations that are followed by a period and, often, by a capitalised word (a name, a number).
-# Compared case-sensitively without the final period; "." inside (e.g. "J.-C") is kept.
-_COMMON = {
-    "etc",
-    "cf",
-    "vol",
-    "p",
-    "pp",
-    "no",
-    "n°",
-    "fig",
-    "ch",
-    "chap",
-    "art",
-    "ca",
-    "c",
-    "env",
-    "ed",
-    "éd",
-}
-_FR = {
-    "M",
-    "MM",
-    "Mme",
-    "Mmes",
-    "Mlle",
-    "Mlles",
-    "Mgr",
-    "Me",
-    "Dr",
-    "Pr",
-    "St",
-    "Ste",
-    "Sts",
-    "av",
-    "apr",
-    "ap",
-    "hab",
-    "coll",
-    "dir",
-    "trad",
-    "réimpr",
-    "janv",
-    "févr",
-    "fév",
-    "avr",
-    "juil",
-    "sept",
-    "oct",
-    "nov",
-    "déc",
-    "boul",
-    "bd",
-    "r",
-    "s",
-    "t",
-    "ms",
-    "mss",
-    "anc",
-    "cap",
-    "gén",
-    "lieut",
-    "col",
-    "cdt",
-    "mar",
-    "adm",
-    "prof",
-    "sq",
-    "op",
-    "cit",
-    "ibid",
-    "id",
-    "vv",
-    "éds",
-    "N°",
-    "Vve",
-    "Cie",
-    "Éd",
-}
-_EN = {
-    "Mr",
-    "Mrs",
-    "Ms",
-    "Dr",
-    "Prof",
-    "St",
-    "Jr",
-    "Sr",
-    "vs",
-    "e.g",
-    "i.e",
-    "No",
-    "Nos",
-    "Inc",
-    "Ltd",
-    "Co",
-    "Corp",
-    "U.S",
-    "approx",
-    "Gen",
-    "Col",
-    "Lt",
-    "Sgt",
-    "Capt",
-    "Gov",
-    "Rev",
-    "Hon",
-    "Jan",
-    "Feb",
-    "Mar",
-    "Apr",
-    "Jun",
-    "Jul",
-    "Aug",
-    "Sep",
-    "Sept",
-    "Oct",
-    "Nov",
-    "Dec",
-    "Mt",
-    "Ave",
-    "Fr",
-    "Bros",
-    "Est",
-    "est",
-    "ft",
-    "in",
-    "lb",
-    "oz",
-    "al",
-    "viz",
-    "Ph.D",
-    "ed",
-    "eds",
-    "Vol",
-    "U.K",
-    "Adm",
-    "Cmdr",
-}
-ABBREVIATIONS: dict[str, frozenset[str]] = {
-    "fr": frozenset(_COMMON | _FR),
-    "en": frozenset(_COMMON | _EN),
-}
+# The abbreviation lists are data files per language (``data/abbreviations.<lang>.json``) so they can be
+# reviewed and extended without touching code. Three kinds: those that never end a sentence ("M.",
+# "p."), "etc." that ends one before any capitalised word, and words that are also abbreviations
+# ("art", "col", "vol", "cap") that end one only before a sentence opener (a pronoun, article or
+# determiner: "l'art. Il" splits, "le col. Picquart" and "art. 5" do not).
+
+
+@dataclass(frozen=True)
+class AbbreviationRules:
+    """One language's abbreviation lists (see ``data/abbreviations.<lang>.json``)."""
+
+    before_names_and_numbers: frozenset[str]
+    ends_sentence_before_capital: frozenset[str]
+    ends_sentence_before_opener: frozenset[str]
+    sentence_openers: frozenset[str]
+
+    @property
+    def all(self) -> frozenset[str]:
+        return (
+            self.before_names_and_numbers
+            | self.ends_sentence_before_capital
+            | self.ends_sentence_before_opener
+        )
+
+    def __or__(self, other: AbbreviationRules) -> AbbreviationRules:
+        return AbbreviationRules(
+            *(getattr(self, f.name) | getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+
+def _load_rules(lang: str) -> AbbreviationRules:
+    doc = json.loads(
+        resources.files("ragsft_assets.corpus").joinpath(f"data/abbreviations.{lang}.json").read_text("utf-8")
+    )
+    return AbbreviationRules(*(frozenset(doc[f.name]) for f in dataclasses.fields(AbbreviationRules)))
+
+
+RULES: dict[str, AbbreviationRules] = {lang: _load_rules(lang) for lang in ("fr", "en")}
+_ANY_RULES = RULES["fr"] | RULES["en"]
+ABBREVIATIONS: dict[str, frozenset[str]] = {lang: r.all for lang, r in RULES.items()}
 
 # Terminal punctuation, optional closers, whitespace, then a plausible sentence opener.
 # French typography puts a (non-breaking) space before the closing guillemet: "« Oui. » Il part."
 _BOUNDARY = re.compile(r"([.!?…]+)(?:[\"'»”’)\]]|[ \u00a0\u202f]»)*(\s+)")
 _OPENER = re.compile(r"[\"«“(\[]?\s*[A-ZÀ-ÖØ-ÞŒ0-9]")
+# The next word, up to an apostrophe ("L'église" -> "L"), for the sentence-opener check.
+_NEXT_WORD = re.compile(r"[\"«“(\[]?\s*([^\W\d_]+)")
+
+
+def _last_word(text: str, end: int) -> str:
+    word = text[text.rfind(" ", 0, end) + 1 : end]
+    for sep in "'’(":  # "l'art" -> "art"
+        if sep in word:
+            word = word.rsplit(sep, 1)[1]
+    return word
+
+
+def _ends_sentence_anyway(text: str, end: int, after: int, rules: AbbreviationRules) -> bool:
+    """Whether an abbreviation's period at ``end`` still ends a sentence, given what follows ``after``."""
+    word = _last_word(text, end)
+    nxt = _NEXT_WORD.match(text, after)
+    if nxt is None or not nxt.group(1)[0].isupper():
+        return False  # a digit or lowercase follows: "art. 5"
+    if word in rules.ends_sentence_before_capital or word.lower() in rules.ends_sentence_before_capital:
+        return True
+    if word in rules.ends_sentence_before_opener or word.lower() in rules.ends_sentence_before_opener:
+        return nxt.group(1) in rules.sentence_openers
+    return False
 
 
 def _is_abbreviation(text: str, end: int, abbreviations: frozenset[str]) -> bool:
@@ -198,7 +122,8 @@ def split_sentences(text: str, lang: str = "fr") -> list[str]:
         The non-empty sentences, stripped, in order; ``" ".join`` of them equals the text with its
         whitespace normalised.
     """
-    abbreviations = ABBREVIATIONS.get(lang) or (ABBREVIATIONS["fr"] | ABBREVIATIONS["en"])
+    rules = RULES.get(lang) or _ANY_RULES
+    abbreviations = rules.all
     out: list[str] = []
     for block in text.splitlines():
         block = block.strip()
@@ -208,7 +133,11 @@ def split_sentences(text: str, lang: str = "fr") -> list[str]:
         for m in _BOUNDARY.finditer(block):
             if not _OPENER.match(block, m.end()):
                 continue
-            if m.group(1) == "." and _is_abbreviation(block, m.start(1), abbreviations):
+            if (
+                m.group(1) == "."
+                and _is_abbreviation(block, m.start(1), abbreviations)
+                and not _ends_sentence_anyway(block, m.start(1), m.end(), rules)
+            ):
                 continue
             out.append(block[start : m.start(2)])
             start = m.end()
