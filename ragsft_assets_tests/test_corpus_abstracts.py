@@ -46,6 +46,7 @@ def _reason(record: dict, cfg: A.AbstractsConfig = CFG) -> str:
         ("List of bridges", LONG, A.LIST_PAGE),
         ("Chronologie de Valrenne", LONG, A.CHRONOLOGY_PAGE),
         ("Index de la peinture en Orbelle", LONG, A.INDEX_PAGE),
+        ("Index de Herfindahl-Hirschman", LONG, A.KEPT),
         ("Glossaire de la batellerie", LONG, A.GLOSSARY_PAGE),
         ("1856", LONG, A.YEAR_PAGE),
         ("1856 en France", LONG, A.YEAR_PAGE),
@@ -54,7 +55,7 @@ def _reason(record: dict, cfg: A.AbstractsConfig = CFG) -> str:
         ("44 av. J.-C.", LONG, A.YEAR_PAGE),
         ("14 juillet", LONG, A.DATE_PAGE),
         ("1er janvier", LONG, A.DATE_PAGE),
-        ("Juillet 1856", LONG, A.DATE_PAGE),
+        ("Juillet 1856", LONG, A.KEPT),  # a month and a year: the abstract decides (cases/abstract_filters)
         ("1984 (roman)", LONG, A.KEPT),
         ("Listeria", LONG, A.KEPT),
         ("Mars (planète)", LONG, A.KEPT),
@@ -246,3 +247,17 @@ def test_lead_decode_gives_the_same_rows_as_a_full_decode() -> None:
             assert c1 == c2
         else:
             assert fast == full
+
+
+_FILTER_CASES = [
+    orjson.loads(line)
+    for line in (Path(__file__).parent / "cases" / "abstract_filters.jsonl").read_bytes().splitlines()
+    if line.strip()
+]
+
+
+@pytest.mark.parametrize("case", _FILTER_CASES, ids=[c["case"] for c in _FILTER_CASES])
+def test_filter_cases_data_file(case: dict) -> None:
+    """Month-year titles decided by the abstract, index pages vs measures (cases/abstract_filters.jsonl)."""
+    cfg = A.AbstractsConfig(lang="en" if case["title"].startswith("Index of") else "fr")
+    assert _reason(make_record(case["title"], case["abstract"]), cfg) == case["expected"]

@@ -137,7 +137,16 @@ _TITLE_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (DISAMBIGUATION, re.compile(r"\((?:homonymie|disambiguation)\)\s*$", re.I)),
     (LIST_PAGE, re.compile(r"^(?:listes?\s+(?:de|des|du|d['’])|lists?\s+of\b)", re.I)),
     (CHRONOLOGY_PAGE, re.compile(r"^(?:chronologie\b|chronology\s+of\b|timeline\s+of\b)", re.I)),
-    (INDEX_PAGE, re.compile(r"^(?:index\s+(?:de|des|du|d['’]|of)\b)", re.I)),
+    # "Index des ...", "Index de la ...", "Index of ... articles": an index page. "Index de Herfindahl-
+    # Hirschman" or "Index of Economic Freedom" (a proper name after "de"/"of") is a measure's article.
+    (
+        INDEX_PAGE,
+        re.compile(
+            r"^(?:index\s+(?:des|du|de\s+la|de\s+l['’]|d['’](?-i:[a-zà-ÿœ]))"
+            r"|index\s+of\s+.*\b(?:articles|topics)$)",
+            re.I,
+        ),
+    ),
     (GLOSSARY_PAGE, re.compile(r"^(?:glossaire\b|glossary\s+of\b)", re.I)),
     (
         YEAR_PAGE,
@@ -153,13 +162,39 @@ _TITLE_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         DATE_PAGE,
         re.compile(
+            # A day and a month ("14 juillet", "1er janvier 1900"). A month and a year ("Juin 1940",
+            # "Mai 68") is left to the abstract: see _MONTH_YEAR_TITLE.
             rf"^(?:(?:1er|\d{{1,2}})\s+(?:{_MONTHS_FR})(?:\s+\d{{1,4}})?"
-            rf"|(?:{_MONTHS_FR}|{_MONTHS_EN})\s+\d{{1,4}}(?:\s+(?:en|au|in)\s+.+)?"
             rf"|\d{{1,2}}\s+(?:{_MONTHS_EN})(?:\s+\d{{1,4}})?)$",
             re.I,
         ),
     ),
 )
+# "Juin 1940" on French Wikipedia is a chronology (dated events), "Mai 68" is an event: a title that looks
+# like a month and a year is rejected as a date page only when its abstract reads like a chronology.
+_MONTH_YEAR_TITLE = re.compile(rf"^(?:{_MONTHS_FR}|{_MONTHS_EN})\s+\d{{1,4}}(?:\s+(?:en|au|in)\s+.+)?$", re.I)
+_CHRONOLOGY_TEXT = re.compile(
+    r"(?:\bévénements?\s+(?:survenus?|marquants?|qui\s+se\s+sont\s+(?:produits|déroulés))"
+    r"|\bchronologie\s+(?:du\s+mois|des\s+événements)"
+    r"|\bevents\s+(?:that\s+)?(?:happened|occurred|took\s+place)\s+in"
+    r"|\btimeline\s+of\s+events)",
+    re.I,
+)
+# A dated entry of a chronology: "1er juin : ...", "14 juin - ...", "June 14: ...".
+_DATED_ENTRY = re.compile(
+    rf"(?:^|\s)(?:(?:1er|\d{{1,2}})\s+(?:{_MONTHS_FR})|(?:{_MONTHS_EN})\s+\d{{1,2}}(?:st|nd|rd|th)?)"
+    r"(?:\s+\d{4})?\s*[:–—-]\s",
+    re.I,
+)
+
+
+def is_chronology_text(text: str) -> bool:
+    """Whether an abstract reads like a chronology page (it says so, or lists two or more dated events)."""
+    if _CHRONOLOGY_TEXT.search(text):
+        return True
+    return sum(1 for _ in zip(range(2), _DATED_ENTRY.finditer(text), strict=False)) >= 2
+
+
 _DISAMBIGUATION_TEXT = re.compile(
     r"(?:peu(?:t|vent)\s+(?:désigner|faire\s+référence\s+à|se\s+référer\s+à|renvoyer\s+à|correspondre\s+à)"
     r"(?:\s*\(?[^.:]{0,40}\)?)?\s*:|\bmay\s+(?:also\s+)?refer\s+to\s*:"
@@ -490,6 +525,8 @@ def _process_record(record: dict[str, Any], cfg: AbstractsConfig, link_counts: C
         return MISSING_ABSTRACT
     if is_disambiguation_text(abstract):
         return DISAMBIGUATION
+    if _MONTH_YEAR_TITLE.match(title) and is_chronology_text(abstract):
+        return DATE_PAGE
     sentences = split_sentences(abstract, cfg.lang)
     text = " ".join(sentences)
     if len(text) < cfg.min_chars or len(sentences) < cfg.min_sentences:
