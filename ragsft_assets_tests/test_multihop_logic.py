@@ -309,7 +309,7 @@ def test_surface_classifier_finds_a_planted_bias_and_not_noise():
     auc, aucs = audit.surface_auc(*audit.paragraph_features(biased), repeats=5, seed=3)
     assert auc > 0.9 and len(aucs) == 5
     rate, chance = audit.gold_longest_rate(biased)
-    assert rate == 0.5 and chance == pytest.approx(0.1)  # one of the two golds is the longest
+    assert rate == 1.0 and chance == pytest.approx(0.2)  # per question: one of the two golds is the longest
     x, y, g = audit.paragraph_features(_synthetic_rows(150, bias=True))
     shuffled = np.random.default_rng(0).permutation(y)
     auc_null, _ = audit.surface_auc(x, shuffled, g, repeats=5, seed=3)
@@ -323,4 +323,31 @@ def test_audit_on_real_hotpotqa(hotpot_records):
     auc, aucs = audit.surface_auc(*audit.paragraph_features(rows), repeats=5, seed=0)
     assert auc is not None and 0.3 < auc < 1.0 and len(aucs) == 5
     rate, chance = audit.gold_longest_rate(rows)
-    assert 0.0 <= rate <= 1.0 and chance == pytest.approx(0.1)
+    assert 0.0 <= rate <= 1.0 and chance == pytest.approx(0.2)
+
+
+def test_gold_longest_rate_is_per_question_against_golds_over_k():
+    def row(lengths: list[int], golds: list[int]) -> dict:
+        titles = [f"t{i}" for i in range(len(lengths))]
+        return {
+            "supporting_facts": {"title": [titles[g] for g in golds], "sent_id": [0] * len(golds)},
+            "context": {"title": titles, "sentences": [["x" * n] for n in lengths]},
+        }
+
+    rows = [
+        row([9, 1, 1, 1, 1], [0, 1]),  # a gold is the longest
+        row([1, 9, 1, 1, 1], [0, 1]),  # the other gold is the longest: the question counts once
+        row([1, 1, 9, 1, 1], [0, 1]),  # a distractor is the longest
+        row([1, 1, 1, 1, 9], [0, 1]),
+    ]
+    rate, chance = audit.gold_longest_rate(rows)
+    assert rate == 0.5 and chance == pytest.approx(2 / 5)
+    assert audit.gold_longest_rate([]) == (None, None)
+
+
+def test_in_degree_map_from_the_link_graph():
+    import pyarrow as pa
+
+    graph = pa.table({"target_title": ["A", "B"], "target_in_degree": [3, None]})
+    assert audit.in_degree_map(graph) == {"A": 3, "B": 0}
+    assert audit.in_degree_map(None) == {}

@@ -135,7 +135,7 @@ def question_drafts(
 def question_checks(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """Deterministic checks of each readable draft: kept, or dropped with a counted reason."""
     partition = context.partition_key
-    table = question_checks_logic(store, partition)
+    table = checks_logic.run_checks(store.read(partition, "question_drafts"), _docs(store, partition))
     path = store.write(table, partition, "question_checks")
     _ledger(
         store,
@@ -151,10 +151,6 @@ def question_checks(context: dg.AssetExecutionContext, store: ArtifactStore) -> 
     md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "reason"])
     md.update({"checked": table.num_rows, "kept": kept, **funnel_metadata(counts, "rejections")})
     return dg.MaterializeResult(metadata=md)
-
-
-def question_checks_logic(store: ArtifactStore, partition: str) -> pa.Table:
-    return checks_logic.run_checks(store.read(partition, "question_drafts"), _docs(store, partition))
 
 
 @dg.asset(
@@ -354,26 +350,10 @@ def multihop_questions(
     return dg.MaterializeResult(metadata=md, check_results=checks)
 
 
-def read_release_rows(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
-    """The released questions of every split as HF-layout rows with their split."""
-    files = store.files(partition, "multihop_questions")
-    if not files:
-        return []
-    return store.read(partition, "multihop_questions").to_pylist()
-
-
-def in_degrees(store: ArtifactStore, partition: str) -> dict[str, int]:
-    """Title -> in-degree from the link graph (empty when it is absent)."""
-    if not store.files(partition, "link_graph"):
-        return {}
-    lg = store.read(partition, "link_graph").select(["target_title", "target_in_degree"]).to_pylist()
-    return {r["target_title"]: int(r["target_in_degree"] or 0) for r in lg}
-
-
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     deps=["multihop_questions", "link_graph"],
 )
@@ -382,9 +362,14 @@ def multihop_audit(
 ) -> dg.MaterializeResult:
     """Invariants, surface-feature classifier AUC (vs 0.62) and longest-gold rate of the release."""
     partition = context.partition_key
-    rows = read_release_rows(store, partition)
+    rows = (
+        store.read(partition, "multihop_questions").to_pylist()
+        if store.files(partition, "multihop_questions")
+        else []
+    )
+    graph = store.read(partition, "link_graph") if store.files(partition, "link_graph") else None
     inv = audit.check_invariants(rows, 2 + config.distractors_k)
-    x, y, groups = audit.paragraph_features(rows, in_degrees(store, partition))
+    x, y, groups = audit.paragraph_features(rows, audit.in_degree_map(graph))
     auc, aucs = audit.surface_auc(x, y, groups, repeats=5, seed=config.seed)
     longest, chance = audit.gold_longest_rate(rows)
     measures = [(f"invariant:{r.name}", float(r.failures), 0.0, r.passed) for r in inv]
