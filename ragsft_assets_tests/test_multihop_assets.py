@@ -250,10 +250,11 @@ def test_funnel_exact_counts(run):
         "dropped: bridge_cap": 1,
         "dropped: source_cap": 1,
         "kept": 13,
-        # order b, ab, none, a: 23 asked, 21, 20, 19; one identical pair of prompts each round
-        "judge calls": 22 + 20 + 19 + 18,
+        # the card's order ab, b, a, none: 23 asked, 22, 20, 18; one identical pair of prompts each round
+        "judge calls": 22 + 21 + 19 + 17,
         "plain 4-call run calls": 92,
         "judge calls per judged question": round(79 / 23, 3),
+        "card judge calls per judged question": 2.1,  # 590,596 / 281,119
     }
     assert funnel == expected
     assert len(judge.calls) == 79

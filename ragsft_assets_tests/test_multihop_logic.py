@@ -141,6 +141,17 @@ def test_cascade_stops_at_first_failure_in_the_configured_order():
     assert other.rounds[0]["asked"] == 5 and other.rounds[-1]["asked"] == 5 and other.judge_calls == 20
 
 
+def test_default_cascade_order_is_the_cards():
+    # A+B, then B, then A, then none: the same failures as above stop at other rounds.
+    judge = _judge({("Q1", "b"): "Paris", ("Q3", "ab"): "London", ("Q4", "a"): "Berlin", ("Q2", "none"): "x"})
+    items = [_item("1", "Q1"), _item("2", "Q2"), _item("3", "Q3"), _item("4", "Q4"), _item("5", "Q5")]
+    res = ablations.run_cascade(items, judge, load_prompt("multihop_ablation", "en"), lang="en")
+    assert ablations.DEFAULT_ORDER == ("ab", "b", "a", "none")
+    assert [r["asked"] for r in res.rounds] == [5, 4, 3, 2]  # Q3 stops at ab, Q1 at b, Q4 at a
+    assert res.judge_calls == 14
+    assert ablations.CARD_CALLS_PER_JUDGED == 2.10
+
+
 def test_identical_prompts_are_sent_once_and_shared():
     judge = _judge({})
     items = [_item("1", "Same?"), _item("2", "Same?"), _item("3", "Other?")]

@@ -12,7 +12,12 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-from ragsft_assets.multihop.ablations import REJECTION_REASONS, judge_call_count, outcomes_from_verdicts
+from ragsft_assets.multihop.ablations import (
+    CARD_CALLS_PER_JUDGED,
+    REJECTION_REASONS,
+    judge_call_count,
+    outcomes_from_verdicts,
+)
 from ragsft_assets.multihop.caps import CAP_REASONS
 from ragsft_assets.multihop.distractors import TOO_FEW
 from ragsft_assets.multihop.question_checks import REASONS as CHECK_REASONS
@@ -57,4 +62,5 @@ def build_funnel(
     f["judge calls"] = calls
     f["plain 4-call run calls"] = n_ablations * len(outcomes)
     f["judge calls per judged question"] = round(calls / len(outcomes), 3) if outcomes else 0.0
+    f["card judge calls per judged question"] = CARD_CALLS_PER_JUDGED
     return f
