@@ -3,7 +3,8 @@
 ``ScriptedChatModel(responder)`` answers each conversation with ``responder(messages)``
 and interprets the text exactly like the real backends do (reasoning split, JSON schema
 validation, ``unreadable`` status). It counts every call it receives, so tests can
-assert exact numbers of model calls.
+assert exact numbers of model calls. ``complete`` answers raw prompts (base-model role) and
+``chat_template_kwargs`` are recorded per call in ``template_kwargs``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ class ScriptedChatModel:
         self.responder = responder
         self.model_id = model_id
         self.calls: list[list[dict[str, str]]] = []
+        self.template_kwargs: list[dict[str, Any] | None] = []  # chat_template_kwargs per chat call
+        self.prompts: list[str] = []  # every raw prompt ``complete`` received
 
     def model_identity(self) -> dict[str, str]:
         return {"backend": "double", "model": self.model_id, "weights_sha256": "0" * 64}
@@ -35,16 +38,18 @@ class ScriptedChatModel:
         json_schema: Mapping[str, Any] | None = None,
         template_version: str = "",
         log: Any = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> BatchResult:
         stats = BatchStats(requests=len(conversations))
         results = []
+        kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
         for conv in conversations:
             self.calls.append([dict(m) for m in conv])
+            self.template_kwargs.append(kwargs)
             raw = self.responder(conv)
             answer, reasoning, parsed, status, error = interpret(raw, json_schema)
-            key = sha256_hex(
-                repr((self.model_id, params.to_dict(), [dict(m) for m in conv], template_version))
-            )
+            ident = (self.model_id, params.to_dict(), [dict(m) for m in conv], template_version)
+            key = sha256_hex(repr(ident + ((sorted(kwargs.items()),) if kwargs else ())))
             res = ChatResult(
                 text=answer,
                 status=status,
@@ -59,5 +64,38 @@ class ScriptedChatModel:
             stats.prompt_tokens += res.prompt_tokens
             stats.completion_tokens += res.completion_tokens
             stats.unreadable += status == "unreadable"
+            results.append(res)
+        return BatchResult(results=results, stats=stats)
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Raw-prompt completion: the responder sees the prompt as one user message.
+
+        The text is cut at the first of ``params.stop`` like a real engine does.
+        """
+        stats = BatchStats(requests=len(prompts))
+        results = []
+        for prompt in prompts:
+            self.prompts.append(prompt)
+            raw = self.responder([{"role": "user", "content": prompt}])
+            for stop in params.stop:
+                if stop and stop in raw:
+                    raw = raw[: raw.index(stop)]
+            key = sha256_hex(repr(("completion", self.model_id, params.to_dict(), prompt, template_version)))
+            res = ChatResult(
+                text=raw,
+                prompt_tokens=len(prompt.split()),
+                completion_tokens=len(raw.split()),
+                cache_key=key[:24],
+            )
+            stats.calls += 1
+            stats.prompt_tokens += res.prompt_tokens
+            stats.completion_tokens += res.completion_tokens
             results.append(res)
         return BatchResult(results=results, stats=stats)

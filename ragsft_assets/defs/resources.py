@@ -16,7 +16,7 @@ from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
-LLM_ROLES = ("generator", "judge", "base_model")
+LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*
 
 
 def llm_for_role(role: str) -> LLMResource:

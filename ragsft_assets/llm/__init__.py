@@ -23,6 +23,7 @@ from ragsft_assets.llm.types import (
     BatchStats,
     ChatModel,
     ChatResult,
+    CompletionModel,
     Message,
     SamplingParams,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "BudgetExceeded",
     "ChatClient",
     "ChatModel",
+    "CompletionModel",
     "ChatResult",
     "Message",
     "SamplesResult",

@@ -50,9 +50,15 @@ def request_record(
     messages: Sequence[Message],
     json_schema: Mapping[str, Any] | None,
     template_version: str,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    prompt: str | None = None,
 ) -> dict[str, Any]:
-    """The canonical request a key is the hash of (also what ``ragsft cache show`` prints)."""
-    return {
+    """The canonical request a key is the hash of (also what ``ragsft cache show`` prints).
+
+    ``chat_template_kwargs`` and ``prompt`` (a raw completion) enter the record only when set,
+    so the keys of plain chat calls made before they existed are unchanged.
+    """
+    record: dict[str, Any] = {
         "format": KEY_FORMAT,
         "model": {k: identity[k] for k in sorted(identity)},
         "params": params.to_dict(),
@@ -60,6 +66,12 @@ def request_record(
         "json_schema": json_schema,
         "template_version": template_version,
     }
+    if chat_template_kwargs:
+        record["chat_template_kwargs"] = dict(chat_template_kwargs)
+    if prompt is not None:
+        record["kind"] = "completion"  # a completion never shares a key with a chat
+        record["prompt"] = prompt
+    return record
 
 
 def canonical_json(value: Any) -> bytes:
@@ -73,10 +85,16 @@ def cache_key(
     messages: Sequence[Message],
     json_schema: Mapping[str, Any] | None = None,
     template_version: str = "",
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    prompt: str | None = None,
 ) -> str:
     """The content address of one call (64 hex chars). Any changed input gives another key."""
     return sha256_hex(
-        canonical_json(request_record(identity, params, messages, json_schema, template_version))
+        canonical_json(
+            request_record(
+                identity, params, messages, json_schema, template_version, chat_template_kwargs, prompt
+            )
+        )
     )
 
 

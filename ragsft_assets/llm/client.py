@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.backends.base import Backend, Completion, Request
-from ragsft_assets.llm.cache import LLMCache, cache_key, request_record
+from ragsft_assets.llm.cache import LLMCache, canonical_json, request_record
 from ragsft_assets.llm.parsing import interpret
 from ragsft_assets.llm.types import (
     STATUS_ERROR,
@@ -55,6 +56,7 @@ def estimate_tokens(requests: Sequence[Request]) -> int:
     total = 0
     for r in requests:
         chars = sum(len(m["content"]) + 8 for m in r.messages)  # + role markers of the template
+        chars += len(r.prompt or "")
         total += int(chars / CHARS_PER_TOKEN) + r.params.max_tokens
     return total
 
@@ -169,9 +171,27 @@ class ChatClient:
         json_schema: Mapping[str, Any] | None = None,
         template_version: str = "",
         log: Any = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> BatchResult:
         """Answer every conversation (see ``ChatModel.chat``); one result per conversation, in order."""
-        requests = [Request(conv, params, json_schema) for conv in conversations]
+        kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
+        requests = [Request(conv, params, json_schema, kwargs) for conv in conversations]
+        return self.run(requests, template_version=template_version, log=log)
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Continue every raw prompt (base models: no chat template); see ``CompletionModel.complete``.
+
+        Same cache, budget, progress, statuses and stop sequences as ``chat``; a completion's
+        cache key never equals a chat's.
+        """
+        requests = [Request((), params, None, None, prompt) for prompt in prompts]
         return self.run(requests, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
@@ -184,10 +204,8 @@ class ChatClient:
         t0 = time.monotonic()
         identity = self.backend.identity()
         stats = BatchStats(requests=len(requests))
-        records = [
-            request_record(identity, r.params, r.messages, r.json_schema, template_version) for r in requests
-        ]
-        keys = [cache_key(identity, r.params, r.messages, r.json_schema, template_version) for r in requests]
+        records = [_record(identity, r, template_version) for r in requests]
+        keys = [sha256_hex(canonical_json(rec)) for rec in records]
         hits = self.cache.get_many(keys) if self.cache is not None else {}
         results: list[ChatResult | None] = [None] * len(requests)
         todo: dict[str, list[int]] = {}  # key -> indices asking for it (duplicates generated once)
@@ -249,9 +267,7 @@ class ChatClient:
     def estimate(self, requests: Sequence[Request], template_version: str = "") -> tuple[int, int]:
         """(calls, tokens) that ``run`` would spend on these requests given the cache now."""
         identity = self.backend.identity()
-        keys = {
-            cache_key(identity, r.params, r.messages, r.json_schema, template_version): r for r in requests
-        }
+        keys = {sha256_hex(canonical_json(_record(identity, r, template_version))): r for r in requests}
         hits = self.cache.get_many(keys) if self.cache is not None else {}
         misses = [r for k, r in keys.items() if k not in hits]
         return len(misses), estimate_tokens(misses)
@@ -274,6 +290,12 @@ class ChatClient:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def _record(identity: Mapping[str, str], r: Request, template_version: str) -> dict[str, Any]:
+    return request_record(
+        identity, r.params, r.messages, r.json_schema, template_version, r.chat_template_kwargs, r.prompt
+    )
 
 
 def _copy_result(res: ChatResult, cached: bool) -> ChatResult:

@@ -116,6 +116,7 @@ class ChatModel(Protocol):
         json_schema: Mapping[str, Any] | None = None,
         template_version: str = "",
         log: Any = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> BatchResult:
         """Answer every conversation; one ChatResult per conversation, in order.
 
@@ -128,5 +129,29 @@ class ChatModel(Protocol):
                 that does not match gets status ``unreadable`` and keeps its text.
             template_version: the prompt template hash; part of the cache key.
             log: a logger (Dagster's context.log) for progress lines.
+            chat_template_kwargs: per-call arguments of the model's chat template, e.g.
+                ``{"enable_thinking": False}``; part of the cache key when set.
+        """
+        ...
+
+
+@runtime_checkable
+class CompletionModel(Protocol):
+    """Raw-prompt completion (base models): ``LLMResource`` and the tests' double implement it."""
+
+    def model_identity(self) -> dict[str, str]: ...
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Continue every prompt as is (no chat template); one ChatResult per prompt, in order.
+
+        Same cache, budget, statuses and stop sequences (``params.stop``) as ``ChatModel.chat``;
+        the text is the continuation only.
         """
         ...

@@ -1,4 +1,4 @@
-"""``LLMResource``: the Dagster resource behind the roles ``generator``, ``judge`` and ``base_model``.
+"""``LLMResource``: the Dagster resource behind the roles ``generator``, ``judge``, ``annotator`` and ``base_model``.
 
 It implements the ``ChatModel`` protocol of ``ragsft_assets.llm.types`` by wrapping a
 ``ChatClient`` (cache, budget, progress, parsing) around a backend from the process-wide
@@ -125,11 +125,28 @@ class LLMResource(dg.ConfigurableResource):
         json_schema: Mapping[str, Any] | None = None,
         template_version: str = "",
         log: Any = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> BatchResult:
         """Answer every conversation; see ``ragsft_assets.llm.types.ChatModel.chat``."""
         return self.client().chat(
-            conversations, params, json_schema=json_schema, template_version=template_version, log=log
+            conversations,
+            params,
+            json_schema=json_schema,
+            template_version=template_version,
+            log=log,
+            chat_template_kwargs=chat_template_kwargs,
         )
+
+    def complete(
+        self,
+        prompts: Sequence[str],
+        params: SamplingParams,
+        *,
+        template_version: str = "",
+        log: Any = None,
+    ) -> BatchResult:
+        """Continue raw prompts (base models); see ``ragsft_assets.llm.types.CompletionModel.complete``."""
+        return self.client().complete(prompts, params, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         """A batch of requests with their own params/schemas (used by ``chat_samples``)."""

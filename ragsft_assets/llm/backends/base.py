@@ -11,11 +11,21 @@ from ragsft_assets.llm.types import Message, SamplingParams
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One chat call: the conversation, its sampling parameters and the optional JSON schema."""
+    """One call: a chat (``messages``) or a raw-prompt completion (``prompt``, messages empty).
+
+    ``chat_template_kwargs`` go to the model's chat template (e.g. ``{"enable_thinking": False}``);
+    ``prompt`` set means a completion of that text as is (base models), no chat template.
+    """
 
     messages: Sequence[Message]
     params: SamplingParams
     json_schema: Mapping[str, Any] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    prompt: str | None = None
+
+    @property
+    def is_completion(self) -> bool:
+        return self.prompt is not None
 
 
 @dataclass(slots=True)

@@ -93,9 +93,15 @@ class OpenAIBackend:
 
     def _body(self, req: Request) -> dict[str, Any]:
         p = req.params
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in req.messages],
+        body: dict[str, Any] = {"model": self.model}
+        if req.is_completion:
+            body["prompt"] = req.prompt  # /v1/completions: the text as is, no chat template
+        else:
+            body["messages"] = [{"role": m["role"], "content": m["content"]} for m in req.messages]
+        if req.chat_template_kwargs:
+            # vLLM's OpenAI server reads this extra body field (e.g. {"enable_thinking": false}).
+            body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
+        body |= {
             "temperature": p.temperature,
             "top_p": p.top_p,
             "max_tokens": p.max_tokens,
@@ -117,12 +123,12 @@ class OpenAIBackend:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def _attempt(self, url: str, body: bytes) -> Completion:
+    def _attempt(self, url: str, body: bytes, completion: bool = False) -> Completion:
         self.url_hits[url] = self.url_hits.get(url, 0) + 1
         self.attempts += 1
         try:
             resp = self._http().post(
-                f"{url}/chat/completions",
+                f"{url}/completions" if completion else f"{url}/chat/completions",
                 content=body,
                 headers={"Content-Type": "application/json", **self._headers()},
             )
@@ -136,7 +142,7 @@ class OpenAIBackend:
         try:
             data = orjson.loads(resp.content)
             choice = data["choices"][0]
-            message = choice["message"]
+            message = {"content": choice["text"]} if completion else choice["message"]
             text = message.get("content") or ""
             usage = data.get("usage") or {}
             return Completion(
@@ -155,7 +161,7 @@ class OpenAIBackend:
         for attempt in range(self.max_retries + 1):
             url = self.base_urls[(index + attempt) % len(self.base_urls)]
             try:
-                return self._attempt(url, body)
+                return self._attempt(url, body, req.is_completion)
             except _Retryable as exc:
                 last = str(exc)
             except ValueError as exc:

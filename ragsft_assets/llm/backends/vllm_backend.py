@@ -175,28 +175,47 @@ class VLLMBackend:
         llm = self._engine()
         for start in range(0, len(requests), self.slice_size):
             chunk = requests[start : start + self.slice_size]
-            try:
-                outs = llm.chat(
-                    [[dict(m) for m in r.messages] for r in chunk],
-                    sampling_params=[self._sampling(r) for r in chunk],
-                    use_tqdm=False,
+            # One engine call per kind of request in the slice: raw completions go to
+            # ``LLM.generate``, chats to ``LLM.chat`` grouped by their chat-template kwargs.
+            groups: dict[str, list[int]] = {}
+            for i, r in enumerate(chunk):
+                kind = (
+                    "completion" if r.is_completion else repr(sorted((r.chat_template_kwargs or {}).items()))
                 )
-            except Exception as exc:  # one bad slice must not lose the batch: report each request
-                log.exception("vLLM failed on a slice of %d requests", len(chunk))
-                for i in range(len(chunk)):
-                    on_result(start + i, Completion(error=f"{type(exc).__name__}: {exc}"))
-                continue
-            for i, out in enumerate(outs):
-                gen = out.outputs[0]
-                on_result(
-                    start + i,
-                    Completion(
-                        text=gen.text,
-                        prompt_tokens=len(out.prompt_token_ids or ()),
-                        completion_tokens=len(gen.token_ids),
-                        finish_reason=gen.finish_reason,
-                    ),
-                )
+                groups.setdefault(kind, []).append(i)
+            for kind, idx in groups.items():
+                part = [chunk[i] for i in idx]
+                try:
+                    if kind == "completion":
+                        outs = llm.generate(
+                            [r.prompt for r in part],
+                            sampling_params=[self._sampling(r) for r in part],
+                            use_tqdm=False,
+                        )
+                    else:
+                        kwargs = dict(part[0].chat_template_kwargs or {}) or None
+                        outs = llm.chat(
+                            [[dict(m) for m in r.messages] for r in part],
+                            sampling_params=[self._sampling(r) for r in part],
+                            use_tqdm=False,
+                            chat_template_kwargs=kwargs,
+                        )
+                except Exception as exc:  # one bad slice must not lose the batch: report each request
+                    log.exception("vLLM failed on a slice of %d requests", len(part))
+                    for i in idx:
+                        on_result(start + i, Completion(error=f"{type(exc).__name__}: {exc}"))
+                    continue
+                for i, out in zip(idx, outs, strict=True):
+                    gen = out.outputs[0]
+                    on_result(
+                        start + i,
+                        Completion(
+                            text=gen.text,
+                            prompt_tokens=len(out.prompt_token_ids or ()),
+                            completion_tokens=len(gen.token_ids),
+                            finish_reason=gen.finish_reason,
+                        ),
+                    )
 
     def close(self) -> None:
         if self._llm is None:

@@ -1,0 +1,140 @@
+"""The per-call chat-template switch and raw-prompt completion: keys, client, OpenAI body, double."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+import orjson
+
+from ragsft_assets.ids import sha256_hex
+from ragsft_assets.llm.backends.base import Completion, OnResult, Request
+from ragsft_assets.llm.backends.openai_backend import OpenAIBackend
+from ragsft_assets.llm.cache import KEY_FORMAT, LLMCache, cache_key, canonical_json
+from ragsft_assets.llm.client import ChatClient
+from ragsft_assets.llm.types import STATUS_ERROR, ChatModel, CompletionModel, SamplingParams
+from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets_tests.llm_double import ScriptedChatModel
+
+IDENT = {"backend": "fake", "model": "m", "weights_sha256": "w"}
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+class KindBackend:
+    """Answers ``chat:<last message>|<kwargs>`` or ``completion:<prompt>``; a prompt 'bad' is an error."""
+
+    def __init__(self) -> None:
+        self.seen: list[Request] = []
+
+    def identity(self) -> dict[str, str]:
+        return dict(IDENT)
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        for i, r in enumerate(requests):
+            self.seen.append(r)
+            if r.is_completion:
+                if r.prompt == "bad":
+                    on_result(i, Completion(error="boom"))
+                    continue
+                text = f"completion:{r.prompt} STOP"
+                if r.params.stop and r.params.stop[0] in text:
+                    text = text[: text.index(r.params.stop[0])]
+            else:
+                text = f"chat:{r.messages[-1]['content']}|{dict(r.chat_template_kwargs or {})}"
+            on_result(i, Completion(text=text, completion_tokens=2))
+
+    def close(self) -> None:
+        pass
+
+
+def test_cache_key_unchanged_without_new_fields_and_distinct_with_them() -> None:
+    p = SamplingParams()
+    plain = cache_key(IDENT, p, MSGS)
+    assert cache_key(IDENT, p, MSGS, None, "", None, None) == plain
+    assert cache_key(IDENT, p, MSGS, None, "", {}, None) == plain  # empty kwargs = not set
+    no_think = cache_key(IDENT, p, MSGS, None, "", {"enable_thinking": False})
+    think = cache_key(IDENT, p, MSGS, None, "", {"enable_thinking": True})
+    assert len({plain, no_think, think}) == 3
+    # A completion of a prompt never shares a key with a chat, even with empty messages.
+    assert cache_key(IDENT, p, [], None, "", None, "hi") != cache_key(IDENT, p, [], None, "")
+    # Pinned: keys of plain chats written before these fields existed must stay reachable.
+    old_record = {
+        "format": KEY_FORMAT,
+        "model": IDENT,
+        "params": p.to_dict(),
+        "messages": MSGS,
+        "json_schema": None,
+        "template_version": "",
+    }
+    assert plain == sha256_hex(canonical_json(old_record))
+
+
+def test_client_chat_kwargs_and_completion_are_cached_apart(tmp_path: Path) -> None:
+    backend = KindBackend()
+    client = ChatClient(backend, LLMCache(tmp_path))
+    a = client.chat([MSGS], SamplingParams(), chat_template_kwargs={"enable_thinking": False})
+    b = client.chat([MSGS], SamplingParams())
+    assert a.results[0].text == "chat:hi|{'enable_thinking': False}"
+    assert b.results[0].text == "chat:hi|{}"
+    assert backend.seen[0].chat_template_kwargs == {"enable_thinking": False}
+    assert backend.seen[1].chat_template_kwargs is None
+
+    params = SamplingParams(stop=(" STOP",))
+    c = client.complete(["The capital of France is", "bad"], params)
+    assert [r.text for r in c.results[:1]] == ["completion:The capital of France is"]
+    assert c.results[1].status == STATUS_ERROR and c.stats.errors == 1
+    assert backend.seen[2].messages == () and backend.seen[2].params.stop == (" STOP",)
+
+    n = len(backend.seen)
+    again = client.complete(["The capital of France is", "bad"], params)
+    assert again.results[0].cached and again.stats.cache_hits == 1
+    assert len(backend.seen) == n + 1  # only the errored prompt is retried: errors are not cached
+    again = client.chat([MSGS], SamplingParams(), chat_template_kwargs={"enable_thinking": False})
+    assert again.results[0].cached and again.results[0].text == a.results[0].text
+
+
+def test_openai_body_and_completions_endpoint() -> None:
+    hits: list[tuple[str, dict]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = orjson.loads(request.content)
+        hits.append((request.url.path, body))
+        if request.url.path.endswith("/completions") and "prompt" in body:
+            return httpx.Response(200, json={"choices": [{"text": " Paris", "finish_reason": "stop"}]})
+        return httpx.Response(
+            200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
+        )
+
+    backend = OpenAIBackend(["http://fleet/v1"], "served")
+    backend._client = httpx.Client(transport=httpx.MockTransport(handler))
+    out: dict[int, Completion] = {}
+    reqs = [
+        Request(MSGS, SamplingParams(), None, {"enable_thinking": False}),
+        Request((), SamplingParams(stop=("\n",)), None, None, "The capital of France is"),
+        Request(MSGS, SamplingParams()),
+    ]
+    backend.concurrency = 1
+    backend.generate(reqs, lambda i, c: out.__setitem__(i, c))
+    assert out[0].text == "ok" and out[1].text == " Paris" and out[2].text == "ok"
+    by_path = sorted(hits, key=lambda h: (h[0], "prompt" in h[1], "chat_template_kwargs" in h[1]))
+    chat_plain, chat_kw, completion = by_path
+    assert chat_kw[0] == "/v1/chat/completions" and chat_kw[1]["chat_template_kwargs"] == {
+        "enable_thinking": False
+    }
+    assert "chat_template_kwargs" not in chat_plain[1]
+    assert completion[0] == "/v1/completions"
+    assert completion[1]["prompt"] == "The capital of France is" and completion[1]["stop"] == ["\n"]
+    assert "messages" not in completion[1]
+
+
+def test_protocols_double_and_resource() -> None:
+    double = ScriptedChatModel(lambda msgs: "Paris.\nNext line")
+    assert isinstance(double, ChatModel) and isinstance(double, CompletionModel)
+    assert isinstance(LLMResource(), CompletionModel)
+    res = double.complete(["Q: capital of France?\nA:"], SamplingParams(stop=("\n",)))
+    assert res.results[0].text == "Paris." and double.prompts == ["Q: capital of France?\nA:"]
+    a = double.chat([MSGS], SamplingParams(), chat_template_kwargs={"enable_thinking": False})
+    b = double.chat([MSGS], SamplingParams())
+    assert double.template_kwargs == [{"enable_thinking": False}, None]
+    assert a.results[0].cache_key != b.results[0].cache_key
