@@ -72,6 +72,25 @@ def _abstracts(
     return pa.Table.from_pylist(sorted(out, key=lambda r: r["id"]), schema=ABSTRACTS_SCHEMA)
 
 
+def test_in_degree_cap_counts_sources_over_the_whole_corpus() -> None:
+    # Hub is cited by 2 train sources and 1 test source: 3 > cap 2 over the corpus, though 2 within train.
+    table = _abstracts(
+        [
+            ("A", "train", [("Hub", 0), ("B", 0)]),
+            ("B", "train", [("Hub", 0)]),
+            ("Hub", "train", []),
+            ("T", "test", [("Hub", 0)]),
+        ],
+        {},
+    )
+    build = G.build_link_graph(table, G.LinkGraphConfig(in_degree_cap=2))
+    assert {(r["source_title"], r["target_title"]) for r in build.table.to_pylist()} == {("A", "B")}
+    assert build.funnel[G.CROSS_SPLIT] == 1 and build.funnel[G.IN_DEGREE_CAP] == 2
+    kept = G.build_link_graph(table, G.LinkGraphConfig(in_degree_cap=3))
+    assert kept.funnel[G.IN_DEGREE_CAP] == 0
+    assert ("B", "Hub") in {(r["source_title"], r["target_title"]) for r in kept.table.to_pylist()}
+
+
 def test_edges_in_corpus_same_split_and_cap_first() -> None:
     sentences = {
         "A": ["A cite Hub et B.", "Des peintres tels que C, D et E."],

@@ -3,7 +3,8 @@
 Every link of an abstract is a candidate edge. In this order, edges are dropped with a counted reason:
 ``target_not_in_corpus`` (the target has no row in ``abstracts``), ``cross_split`` (a and b are in
 different splits: an edge must never leak a document across splits), ``in_degree_cap`` (the target is
-cited by more than ``in_degree_cap`` distinct sources — applied before anything else looks at the
+cited by more than ``in_degree_cap`` distinct sources over the whole corpus, every split — applied
+before anything else looks at the
 graph, so hubs such as "France" never become bridges), and ``enumeration`` (the alias stands only
 inside an enumeration, see :mod:`ragsft_assets.corpus.enumeration`).
 
@@ -134,16 +135,21 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     funnel[TARGET_NOT_IN_CORPUS] = len(flat) - n_in
     funnel[CROSS_SPLIT] = n_in - n_same
 
-    # The cap counts distinct sources per target before any other rule looks at the edges.
-    positions = pc.indices_nonzero(same)  # link positions of the same-split edges
-    pairs_table = pa.table({"target": pc.take(target_row, positions), "source": pc.take(parents, positions)})
-    degree = pairs_table.group_by("target").aggregate([("source", "count_distinct")])
+    # The cap counts distinct sources per target over the whole corpus (every split: a target's
+    # popularity does not depend on how the corpus was split), before any other rule looks at the edges.
+    # It drops the same-split edges to an over-cited target (cross-split ones are dropped already).
+    in_positions = pc.indices_nonzero(in_corpus)
+    all_pairs = pa.table(
+        {"target": pc.take(target_row, in_positions), "source": pc.take(parents, in_positions)}
+    )
+    degree = all_pairs.group_by("target").aggregate([("source", "count_distinct")])
     capped_rows = degree.filter(pc.greater(degree.column("source_count_distinct"), cfg.in_degree_cap))
-    is_capped = pc.is_in(pairs_table.column("target"), value_set=capped_rows.column("target"))
+    positions = pc.indices_nonzero(same)  # link positions of the same-split edges
+    is_capped = pc.is_in(pc.take(target_row, positions), value_set=capped_rows.column("target"))
     capped = pc.filter(positions, is_capped)
     candidates = pc.filter(positions, pc.invert(is_capped))
     funnel[IN_DEGREE_CAP] = len(capped)
-    del pairs_table, degree, is_capped
+    del all_pairs, degree, is_capped
 
     sentences = (
         abstracts.column("sentences").chunk(0) if abstracts.num_rows else pa.array([], pa.list_(pa.string()))
