@@ -7,8 +7,11 @@ from pathlib import Path
 
 import httpx
 import orjson
+import pytest
 
+from ragsft_assets.defs.resources import default_resources, llm_for_role
 from ragsft_assets.ids import sha256_hex
+from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.base import Completion, OnResult, Request
 from ragsft_assets.llm.backends.openai_backend import OpenAIBackend
 from ragsft_assets.llm.cache import KEY_FORMAT, LLMCache, cache_key, canonical_json
@@ -138,3 +141,44 @@ def test_protocols_double_and_resource() -> None:
     b = double.chat([MSGS], SamplingParams())
     assert double.template_kwargs == [{"enable_thinking": False}, None]
     assert a.results[0].cache_key != b.results[0].cache_key
+
+
+def test_engine_settings_from_role_env_reach_the_vllm_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {
+        "RAGSFT_ANNOTATOR_BACKEND": "vllm",
+        "RAGSFT_ANNOTATOR_MODEL": "Qwen/Qwen3-8B",
+        "RAGSFT_ANNOTATOR_TENSOR_PARALLEL_SIZE": "2",
+        "RAGSFT_ANNOTATOR_GPU_MEMORY_UTILIZATION": "0.85",
+        "RAGSFT_ANNOTATOR_MAX_MODEL_LEN": "16384",
+        "RAGSFT_ANNOTATOR_MAX_NUM_SEQS": "256",
+        "RAGSFT_ANNOTATOR_DTYPE": "bfloat16",
+        "RAGSFT_ANNOTATOR_QUANTIZATION": "fp8",
+        "RAGSFT_ANNOTATOR_ENGINE_KWARGS": '{"swap_space": 8, "max_num_seqs": 1}',
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert "annotator" in default_resources()
+    res = llm_for_role("annotator")
+    assert res.role == "annotator" and res.max_model_len == 16384
+    want = {
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.85,
+        "max_num_seqs": 256,  # the named setting wins over the same key in engine_kwargs
+        "dtype": "bfloat16",
+        "quantization": "fp8",
+        "swap_space": 8,
+    }
+    assert res.engine_settings() == want
+    kind, options = res._backend_options()
+    handle, backend = engines.acquire(kind, **options)
+    try:
+        assert backend.engine_kwargs == want and backend.max_model_len == 16384  # engine not started
+    finally:
+        engines.release(handle)
+    monkeypatch.setenv("RAGSFT_ANNOTATOR_MAX_NUM_SEQS", "many")
+    with pytest.raises(ValueError, match="RAGSFT_ANNOTATOR_MAX_NUM_SEQS"):
+        llm_for_role("annotator")
+    monkeypatch.setenv("RAGSFT_ANNOTATOR_MAX_NUM_SEQS", "4")
+    monkeypatch.setenv("RAGSFT_ANNOTATOR_ENGINE_KWARGS", "[1]")
+    with pytest.raises(ValueError, match="JSON object"):
+        llm_for_role("annotator").engine_settings()

@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 
 from ragsft_assets.llm import engines
+from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.models import count_tokens, ensure_embedded_model, read_marker
 from ragsft_assets.llm.types import STATUS_OK, ChatModel, SamplingParams
 from ragsft_assets.resources.llm import LLMResource
@@ -61,6 +62,26 @@ def test_json_schema_batch_is_mostly_valid(embedded_model: LLMResource) -> None:
     assert len(ok) >= 0.8 * len(COUNTRIES), [r.text for r in batch.results]
     assert all(isinstance(r.parsed["city"], str) for r in ok)
     assert batch.stats.unreadable == len(COUNTRIES) - len(ok)
+
+
+def test_raw_completion_and_template_kwargs_in_one_engine_batch(embedded_model: LLMResource) -> None:
+    # One mixed batch: the backend groups it into LLM.generate (raw prompts) and LLM.chat calls
+    # per chat-template kwargs; each result must come back at its own index.
+    params = SamplingParams(max_tokens=24, stop=("\n",))
+    prompts = ["The capital of France is the city of", "1, 2, 3, 4, 5,"]
+    reqs = [Request((), params, None, None, prompts[0])]
+    reqs.append(
+        Request([{"role": "user", "content": "Say hello."}], params, None, {"enable_thinking": False})
+    )
+    reqs.append(Request((), params, None, None, prompts[1]))
+    batch = embedded_model.run(reqs, template_version="t-mixed")
+    assert [r.status for r in batch.results] == [STATUS_OK] * 3, [r.error for r in batch.results]
+    assert all("\n" not in r.text for r in batch.results)
+    # A raw prompt is not wrapped in the chat template: far fewer prompt tokens than a chat.
+    assert batch.results[0].prompt_tokens < 15 < batch.results[1].prompt_tokens
+    again = embedded_model.complete(prompts, params, template_version="t-mixed")
+    assert again.stats.cache_hits == 2
+    assert [r.text for r in again.results] == [batch.results[0].text, batch.results[2].text]
 
 
 def test_seeded_sampling_on_a_batch_larger_than_one_step(embedded_model: LLMResource) -> None:

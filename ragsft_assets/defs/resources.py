@@ -16,6 +16,17 @@ from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
+# Scalar LLMResource fields settable as RAGSFT_<ROLE>_<NAME>; engine_kwargs is a JSON object.
+ENGINE_ENV: dict[str, type] = {
+    "weights_id": str,
+    "max_model_len": int,
+    "tensor_parallel_size": int,
+    "gpu_memory_utilization": float,
+    "max_num_seqs": int,
+    "dtype": str,
+    "quantization": str,
+    "engine_kwargs": str,
+}
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*
 
 
@@ -32,6 +43,13 @@ def llm_for_role(role: str) -> LLMResource:
         fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
     if os.environ.get(prefix + "API_KEY_ENV"):
         fields["api_key_env"] = os.environ[prefix + "API_KEY_ENV"]
+    for name, cast in ENGINE_ENV.items():  # engine settings: RAGSFT_<ROLE>_TENSOR_PARALLEL_SIZE, ...
+        raw = os.environ.get(prefix + name.upper())
+        if raw:
+            try:
+                fields[name] = cast(raw)
+            except ValueError:
+                raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
     return LLMResource(**fields)
 
 

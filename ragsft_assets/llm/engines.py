@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from ragsft_assets.llm.backends.base import Backend
 
 BackendFactory = Callable[..., Backend]
@@ -91,17 +93,26 @@ def close_all() -> None:
             e.backend.close()
 
 
-def _embedded(max_model_len: int = 4096) -> Backend:
+def _engine_kwargs(engine_json: str) -> dict[str, Any]:
+    kwargs = orjson.loads(engine_json) if engine_json else {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"engine settings must be a JSON object, got {engine_json!r}")
+    return kwargs
+
+
+def _embedded(max_model_len: int = 4096, engine_json: str = "") -> Backend:
     from ragsft_assets.llm.backends.vllm_backend import VLLMBackend
     from ragsft_assets.llm.models import EMBEDDED_MODEL_NAME, embedded_identity, ensure_embedded_model
 
     folder = ensure_embedded_model()
     ident = {"backend": "vllm", **embedded_identity(folder)}
     ident["model"] = ident.get("model") or EMBEDDED_MODEL_NAME
-    return VLLMBackend(str(folder), ident, max_model_len=max_model_len)
+    return VLLMBackend(
+        str(folder), ident, max_model_len=max_model_len, engine_kwargs=_engine_kwargs(engine_json)
+    )
 
 
-def _vllm(model: str, max_model_len: int = 4096, weights_id: str = "") -> Backend:
+def _vllm(model: str, max_model_len: int = 4096, weights_id: str = "", engine_json: str = "") -> Backend:
     from pathlib import Path
 
     from ragsft_assets.llm.backends.vllm_backend import VLLMBackend
@@ -118,6 +129,7 @@ def _vllm(model: str, max_model_len: int = 4096, weights_id: str = "") -> Backen
         str(path) if path.is_dir() else model,
         {"backend": "vllm", "model": name, "weights_sha256": weights},
         max_model_len=max_model_len,
+        engine_kwargs=_engine_kwargs(engine_json),
     )
 
 

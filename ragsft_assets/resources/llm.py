@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import orjson
 from pydantic import PrivateAttr
 
 from ragsft_assets.home import llm_cache_dir
@@ -48,6 +49,13 @@ class LLMResource(dg.ConfigurableResource):
     json_mode: str = "json_schema"
     serve: bool = False
     max_model_len: int = 4096
+    # vLLM engine settings of the in-process backends (embedded, vllm); None/"" = vLLM's default.
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    dtype: str = ""
+    quantization: str = ""
+    engine_kwargs: str = ""  # a JSON object of further ``vllm.LLM`` arguments, e.g. {"swap_space": 8}
     slice_size: int = 64
     budget_calls: int | None = None
     budget_tokens: int | None = None
@@ -59,9 +67,36 @@ class LLMResource(dg.ConfigurableResource):
     _client: ChatClient | None = PrivateAttr(default=None)
     _handle: Any = PrivateAttr(default=None)
 
+    def engine_settings(self) -> dict[str, Any]:
+        """The ``vllm.LLM`` arguments this role sets (named fields over ``engine_kwargs``)."""
+        settings: dict[str, Any] = {}
+        if self.engine_kwargs:
+            extra = orjson.loads(self.engine_kwargs)
+            if not isinstance(extra, dict):
+                raise ValueError(
+                    f"{self.role}: engine_kwargs must be a JSON object, got {self.engine_kwargs!r}"
+                )
+            settings |= extra
+        named = {
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_num_seqs": self.max_num_seqs,
+            "dtype": self.dtype or None,
+            "quantization": self.quantization or None,
+        }
+        settings |= {k: v for k, v in named.items() if v is not None}
+        return settings
+
+    def _engine_json(self) -> dict[str, str]:
+        # Canonical JSON: hashable for the engine registry, equal settings share one engine.
+        settings = self.engine_settings()
+        return (
+            {"engine_json": orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode()} if settings else {}
+        )
+
     def _backend_options(self) -> tuple[str, dict[str, Any]]:
         if self.backend == "embedded":
-            return "embedded", {"max_model_len": self.max_model_len}
+            return "embedded", {"max_model_len": self.max_model_len, **self._engine_json()}
         if self.backend == "vllm":
             if not self.model:
                 raise ValueError("backend 'vllm' needs `model` (a local folder or a hub id)")
@@ -69,6 +104,7 @@ class LLMResource(dg.ConfigurableResource):
                 "model": self.model,
                 "max_model_len": self.max_model_len,
                 "weights_id": self.weights_id,
+                **self._engine_json(),
             }
         if self.backend == "openai":
             urls, model, weights = list(self.base_urls), self.model, self.weights_id
