@@ -187,3 +187,38 @@ def test_parallel_enumeration_gives_the_same_graph(
     parallel = G.build_link_graph(table, G.LinkGraphConfig(), workers=2)
     assert parallel.table.equals(serial.table) and parallel.funnel == serial.funnel
     assert serial.funnel[G.ENUMERATION] == 30 and serial.funnel[G.EDGE_KEPT] == 30
+
+
+def test_bridge_pairs_are_drawn_bridge_first() -> None:
+    """Algorithm 1: a popular bridge (20 sources) gets no more pairs per round than a rare one (1 source)."""
+    edges = [(f"S{i}", "Popular") for i in range(20)] + [("R1", "Rare1"), ("R2", "Rare2")]
+    graph = pa.Table.from_pylist(
+        [
+            {
+                "source_id": doc_id(a),
+                "source_title": a,
+                "target_id": doc_id(b),
+                "target_title": b,
+                "alias": b,
+                "sentence": 0,
+                "split": "train",
+                "is_bridge": True,
+            }
+            for a, b in edges
+        ]
+    )
+    for seed in range(5):
+        table, funnel, _ = draw_bridge_pairs(graph, BridgePairsConfig(seed=seed, max_pairs=3))
+        assert sorted(table.column("b_title").to_pylist()) == ["Popular", "Rare1", "Rare2"]
+        assert funnel["bridges"] == 3 and funnel["pairs"] == 22
+        more, _, _ = draw_bridge_pairs(graph, BridgePairsConfig(seed=seed, max_pairs=5))
+        assert set(table.column("id").to_pylist()) < set(more.column("id").to_pylist())
+        assert more.column("b_title").to_pylist().count("Popular") == 3
+    # the source is drawn among the articles linking to the bridge: the seed changes which one
+    sources = {
+        r["a_title"]
+        for s in range(8)
+        for r in draw_bridge_pairs(graph, BridgePairsConfig(seed=s, max_pairs=3))[0].to_pylist()
+        if r["b_title"] == "Popular"
+    }
+    assert len(sources) > 1 and all(t.startswith("S") for t in sources)

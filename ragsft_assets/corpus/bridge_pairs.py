@@ -1,10 +1,18 @@
 """The ``bridge_pairs`` table: seeded, reproducible draws of (source a, bridge b) pairs from the graph.
 
 A pair is one (a, b) with an edge a -> b into the bridge set; when a cites b in several sentences the
-first sentence (and its alias) is the pair's. Each pair gets a uniform draw from (seed, stage, pair id),
-never from processing order; the ``max_pairs`` pairs with the smallest draws are kept (all when
-``max_pairs`` is None), so the same graph and seed give the same pairs, byte for byte, and a larger
-``max_pairs`` only adds pairs.
+first sentence (and its alias) is the pair's. Pairs are drawn bridge first, as in Algorithm 1 of the
+HotpotQA paper (the bridge branch): the bridge b is drawn from the bridge set, then the source a among
+the articles whose abstract links to b. Drawing uniformly over edges instead would over-weight the
+popular bridges (a bridge cited by 50 sources would come 50 times as often as one cited once).
+
+Concretely, without replacement and in rounds: every bridge gets a uniform draw from (seed, stage,
+bridge id) and every pair one from (seed, stage, pair id); a bridge's sources are ranked by their
+draw, and the pairs are ordered by (rank of the source within its bridge, the bridge's draw). Round 1
+takes one source of every bridge in the bridges' drawn order, round 2 a second source of the bridges
+that have one, and so on. The first ``max_pairs`` pairs of that order are kept (all when ``max_pairs``
+is None): the same graph and seed give the same pairs, byte for byte, and a larger ``max_pairs`` only
+adds pairs. Draws never depend on processing order.
 """
 
 from __future__ import annotations
@@ -47,8 +55,8 @@ def draw_bridge_pairs(graph: pa.Table, cfg: BridgePairsConfig) -> tuple[pa.Table
     """Draw pairs from the bridge edges of ``graph``.
 
     Returns:
-        The pairs sorted by id, a funnel (``bridge_edges``, ``pairs``, ``not_drawn``, ``drawn``) and
-        the ids of the pairs that were not drawn.
+        The pairs sorted by id, a funnel (``bridge_edges``, ``bridges``, ``pairs``, ``not_drawn``,
+        ``drawn``) and the ids of the pairs that were not drawn.
     """
     bridge = graph.filter(graph.column("is_bridge")) if graph.num_rows else graph
     rows = bridge.select(
@@ -59,10 +67,16 @@ def draw_bridge_pairs(graph: pa.Table, cfg: BridgePairsConfig) -> tuple[pa.Table
         key = (r[0], r[2])
         if key not in first or r[5] < first[key][5]:
             first[key] = r
-    pairs = []
+    by_bridge: dict[str, list[tuple[float, str, tuple]]] = {}
     for (a, b), r in first.items():
         pid = pair_key(a, b)
-        pairs.append((item_uniform(cfg.seed, STAGE, pid), pid, r))
+        by_bridge.setdefault(b, []).append((item_uniform(cfg.seed, STAGE, pid), pid, r))
+    pairs = []
+    for b, sources in by_bridge.items():
+        bridge_draw = item_uniform(cfg.seed, STAGE, "bridge:" + b)
+        sources.sort(key=lambda x: (x[0], x[1]))
+        for rank, (_, pid, r) in enumerate(sources):
+            pairs.append(((rank, bridge_draw, b), pid, r))
     pairs.sort(key=lambda x: (x[0], x[1]))
     limit = len(pairs) if cfg.max_pairs is None else max(0, cfg.max_pairs)
     drawn, rest = pairs[:limit], pairs[limit:]
@@ -77,5 +91,11 @@ def draw_bridge_pairs(graph: pa.Table, cfg: BridgePairsConfig) -> tuple[pa.Table
         "a_sentence": [p[2][5] for p in drawn],
         "split": [p[2][6] for p in drawn],
     }
-    funnel = {"bridge_edges": bridge.num_rows, "pairs": len(pairs), NOT_DRAWN: len(rest), "drawn": len(drawn)}
+    funnel = {
+        "bridge_edges": bridge.num_rows,
+        "bridges": len(by_bridge),
+        "pairs": len(pairs),
+        NOT_DRAWN: len(rest),
+        "drawn": len(drawn),
+    }
     return pa.table(cols, schema=BRIDGE_PAIRS_SCHEMA), funnel, sorted(p[1] for p in rest)
