@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",
     "agreement": "ragsft_assets.cli.agreement:agreement",
+    "recall": "ragsft_assets.cli.recall:recall",
 }
 
 

@@ -1,0 +1,1 @@
+"""Knowledge-aligned SFT (Recall Rewrite): plain functions, no Dagster (issue 15)."""
