@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "syntactic": "ragsft_assets.cli.syntactic:syntactic",
     "demo": "ragsft_assets.cli.demo:demo",
     "ui": "ragsft_assets.cli.ui:ui",
+    "runs": "ragsft_assets.cli.runs:runs",
     "agreement": "ragsft_assets.cli.agreement:agreement",
     "recall": "ragsft_assets.cli.recall:recall",
 }

@@ -41,6 +41,12 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     register_partition(partition)
     instance = dg.DagsterInstance.get()
 
+    from ragsft_assets.cli.runs import clean_before_run
+    from ragsft_assets.defs.runs import process_tags
+
+    # A run killed earlier (SIGKILL, OOM) would still hold its pool slot and block this one forever.
+    clean_before_run()
+
     from ragsft_assets.definitions import defs
 
     job_def = defs.resolve_job_def(job)
@@ -49,7 +55,9 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
         run_config = {"ops": {"question_drafts": {"config": {"max_pairs": max_pairs}}}}
     click.echo(f"ragsft demo: running {job} on partition {partition} (RAGSFT_HOME={ragsft_home()})")
     t0 = time.monotonic()
-    result = job_def.execute_in_process(partition_key=partition, instance=instance, run_config=run_config)
+    result = job_def.execute_in_process(
+        partition_key=partition, instance=instance, run_config=run_config, tags=process_tags()
+    )
     took = time.monotonic() - t0
     click.echo(
         f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"

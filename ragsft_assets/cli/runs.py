@@ -1,0 +1,39 @@
+"""``ragsft runs``: dead runs (killed mid-step) found and cleaned, so they never block the next run."""
+
+from __future__ import annotations
+
+import click
+
+
+def clean_before_run(echo=click.echo) -> None:
+    """Clean dead runs of this host before an in-process run starts, and say what was cleaned."""
+    import dagster as dg
+
+    from ragsft_assets.defs.runs import clean_dead_runs, report_lines
+
+    dead, ended = clean_dead_runs(dg.DagsterInstance.get())
+    for line in report_lines(dead, ended):
+        echo(f"ragsft: {line}")
+
+
+@click.group()
+def runs() -> None:
+    """Runs of the project's instance."""
+
+
+@runs.command()
+@click.option("--dry-run", is_flag=True, help="List what would be cleaned; change nothing.")
+def clean(dry_run: bool) -> None:
+    """Mark STARTED runs whose process is gone on this host failed, and free pool slots of ended runs."""
+    import dagster as dg
+
+    from ragsft_assets.cli.demo import ensure_instance_home
+    from ragsft_assets.defs.runs import clean_dead_runs, report_lines
+
+    ensure_instance_home()
+    dead, ended = clean_dead_runs(dg.DagsterInstance.get(), dry_run=dry_run)
+    lines = report_lines(dead, ended, dry_run=dry_run)
+    for line in lines:
+        click.echo(line)
+    if not lines:
+        click.echo("no dead runs and no slots held by ended runs")
