@@ -109,10 +109,15 @@ class _Progress:
             self.last = now
             elapsed = max(now - self.t0, 1e-9)
             rate = self.done / elapsed
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            # An ETA from the first few completions is noise (the first ones finish together
+            # after the prefill): shown once 5% (at least 2) of the calls are done.
+            if self.done >= max(2, self.total // 20) and rate > 0:
+                eta = f"ETA {(self.total - self.done) / rate:.0f}s"
+            else:
+                eta = "ETA n/a"
             self.log.info(
                 f"{self.name}: {self.done}/{self.total} calls ({100 * self.done / self.total:.0f}%),"
-                f" {rate:.2f} calls/s, {self.tokens / elapsed:.0f} tok/s, ETA {eta:.0f}s"
+                f" {rate:.2f} calls/s, {self.tokens / elapsed:.0f} tok/s, {eta}"
             )
 
 

@@ -56,7 +56,7 @@ class LLMResource(dg.ConfigurableResource):
     dtype: str = ""
     quantization: str = ""
     engine_kwargs: str = ""  # a JSON object of further ``vllm.LLM`` arguments, e.g. {"swap_space": 8}
-    slice_size: int = 64
+    slice_size: int | None = None  # None: the whole batch to the backend (it reports per request)
     budget_calls: int | None = None
     budget_tokens: int | None = None
     cache_dir: str | None = None
@@ -145,7 +145,7 @@ class LLMResource(dg.ConfigurableResource):
                 name=self.role,
                 budget_calls=self.budget_calls,
                 budget_tokens=self.budget_tokens,
-                slice_size=self.slice_size if kind in ("embedded", "vllm") else None,
+                slice_size=self.slice_size,
                 progress_every_s=self.progress_every_s,
             )
         return self._client

