@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "runs": "ragsft_assets.cli.runs:runs",
     "agreement": "ragsft_assets.cli.agreement:agreement",
     "recall": "ragsft_assets.cli.recall:recall",
+    "base-models": "ragsft_assets.cli.base_models:base_models",
 }
 
 

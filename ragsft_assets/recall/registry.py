@@ -1,0 +1,84 @@
+"""The base-model registry: partition key -> model, in ``$RAGSFT_HOME/base_models.json``.
+
+Keys without an entry fall back to the ``RAGSFT_BASE_MODEL_*`` variables.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+
+from ragsft_assets.home import ragsft_home
+
+REGISTRY_FILE = "base_models.json"
+PARTITIONS_NAME = "base_model"
+KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+BACKENDS = ("vllm", "openai")
+
+
+@dataclass(frozen=True)
+class BaseModelEntry:
+    """One registered base model."""
+
+    model: str
+    backend: str = "vllm"
+    base_urls: list[str] = field(default_factory=list)
+
+
+def registry_path(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / REGISTRY_FILE
+
+
+def check_key(key: str) -> str:
+    """Raises ValueError unless ``key`` is a valid partition key such as ``qwen3-4b-base``."""
+    if not KEY_RE.match(key):
+        raise ValueError(
+            f"base-model key {key!r}: use lowercase letters, digits, '.', '_' or '-' (64 at most)"
+        )
+    return key
+
+
+def load(home: Path | None = None) -> dict[str, BaseModelEntry]:
+    """Every registered key; an empty registry when the file does not exist.
+
+    Raises:
+        ValueError: naming the file, when it is not the registry's JSON.
+    """
+    path = registry_path(home)
+    if not path.exists():
+        return {}
+    try:
+        raw = orjson.loads(path.read_bytes())
+        return {check_key(k): BaseModelEntry(**v) for k, v in sorted(raw.items())}
+    except (orjson.JSONDecodeError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a base-model registry ({exc})") from None
+
+
+def add(key: str, entry: BaseModelEntry, home: Path | None = None) -> bool:
+    """Register (or replace) ``key``; True when it was new."""
+    check_key(key)
+    if entry.backend not in BACKENDS:
+        raise ValueError(f"backend {entry.backend!r}: expected one of {', '.join(BACKENDS)}")
+    if not entry.model.strip():
+        raise ValueError("--model must name a model (an HF id or a local path)")
+    if entry.backend == "openai" and not entry.base_urls:
+        raise ValueError("backend openai needs --base-urls")
+    entries = load(home)
+    new = key not in entries
+    entries[key] = entry
+    path = registry_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(
+        orjson.dumps({k: asdict(v) for k, v in sorted(entries.items())}, option=orjson.OPT_INDENT_2)
+    )
+    tmp.replace(path)  # atomic: a reader never sees half a file
+    return new
+
+
+def resolve(key: str, home: Path | None = None) -> BaseModelEntry | None:
+    """The entry of ``key``, or None: the caller then uses the ``RAGSFT_BASE_MODEL_*`` defaults."""
+    return load(home).get(key)
