@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -182,3 +183,32 @@ def test_engine_settings_from_role_env_reach_the_vllm_backend(monkeypatch: pytes
     monkeypatch.setenv("RAGSFT_ANNOTATOR_ENGINE_KWARGS", "[1]")
     with pytest.raises(ValueError, match="JSON object"):
         llm_for_role("annotator").engine_settings()
+
+
+def _models_backend(entries: list[dict], **kw: Any) -> tuple[OpenAIBackend, list[str]]:
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        return httpx.Response(200, json={"object": "list", "data": entries})
+
+    backend = OpenAIBackend(["http://fleet/v1"], "generator", **kw)
+    backend._client = httpx.Client(transport=httpx.MockTransport(handler))
+    return backend, paths
+
+
+def test_openai_identity_from_v1_models(caplog: pytest.LogCaptureFixture) -> None:
+    entry = {"id": "generator", "root": "/models/Qwen3-8B", "max_model_len": 32768}
+    backend, paths = _models_backend([{"id": "other", "root": "x"}, entry])
+    assert backend.identity()["weights_sha256"] == "served:/models/Qwen3-8B"
+    assert backend.served_model() == entry
+    backend.identity()
+    assert paths == ["/v1/models"]  # read once: the identity cannot change mid-run
+
+    pinned, paths = _models_backend([entry], weights_id="sha256:abc")
+    assert pinned.identity()["weights_sha256"] == "sha256:abc"
+
+    missing, _ = _models_backend([{"id": "other", "root": "x"}])
+    with caplog.at_level("WARNING"):
+        assert missing.identity()["weights_sha256"] == "unknown"
+    assert "WEIGHTS_ID" in caplog.text and "not served" in caplog.text

@@ -76,12 +76,56 @@ class OpenAIBackend:
         self.weights_id = weights_id
         self.json_mode = json_mode
         self._client: httpx.Client | None = None
+        self._identity: dict[str, str] | None = None
+        self._served: dict[str, Any] | None = None
         self.attempts = 0  # total HTTP attempts (tests check that retries are bounded)
         self.url_hits: dict[str, int] = {u: 0 for u in self.base_urls}
 
     def identity(self) -> dict[str, str]:
-        # The URLs are not part of the identity: a fleet of replicas serves one model.
-        return {"backend": "openai", "model": self.model, "weights_sha256": self.weights_id or "unknown"}
+        """backend/model/weights: the configured ``weights_id``, else what ``/v1/models`` says.
+
+        The URLs are not part of the identity: a fleet of replicas serves one model. Read once
+        per backend (the identity is in every cache key, so it must not change mid-run).
+        """
+        if self._identity is None:
+            served = self.served_model()
+            weights = self.weights_id
+            if not weights and served.get("root"):
+                weights = f"served:{served['root']}"  # the weights the server loaded (path or hub id)
+            if not weights:
+                weights = "unknown"
+                log.warning(
+                    "openai backend %s at %s: no weights_id configured and /v1/models gave no root (%s);"
+                    " cache keys will use weights 'unknown' - set RAGSFT_<ROLE>_WEIGHTS_ID",
+                    self.model,
+                    self.base_urls[0],
+                    served.get("error", "model not listed"),
+                )
+            else:
+                log.info(
+                    "openai backend %s at %s: weights %s, %s", self.model, self.base_urls[0], weights, served
+                )
+            self._identity = {"backend": "openai", "model": self.model, "weights_sha256": weights}
+        return dict(self._identity)
+
+    def served_model(self) -> dict[str, Any]:
+        """What the first server says of ``model`` in ``/v1/models``: id, root, max_model_len (or error)."""
+        if self._served is None:
+            try:
+                resp = self._http().get(f"{self.base_urls[0]}/models", headers=self._headers(), timeout=10.0)
+                resp.raise_for_status()
+                entries = orjson.loads(resp.content).get("data") or []
+                entry = next((e for e in entries if e.get("id") == self.model), None)
+                if entry is None:
+                    ids = [e.get("id") for e in entries]
+                    self._served = {"error": f"model {self.model!r} not served (served: {ids})"}
+                else:
+                    self._served = {
+                        k: entry[k] for k in ("id", "root", "max_model_len") if entry.get(k) is not None
+                    }
+            except Exception as exc:  # a provider without /v1/models: the identity says so, loudly
+                self._served = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        return dict(self._served)
 
     def _http(self) -> httpx.Client:
         if self._client is None:
