@@ -95,42 +95,115 @@ def test_k8s_instance_config_loads_with_postgres(tmp_path: Path, monkeypatch: py
     assert value["concurrency"]["runs"]["max_concurrent_runs"] >= 1
 
 
-def test_helm_values_parse_and_name_our_pieces() -> None:
-    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+HELM = REPO / "ragsft_assets_tests" / "data" / "dagster_helm"  # chart 1.7.16, verbatim copies
+FLEET_ROLES = {  # role -> (Service, --served-model-name) of deploy/vllm.yaml
+    "generator": ("vllm-chat", "chat"),
+    "judge": ("vllm-chat", "chat"),
+    "annotator": ("vllm-chat", "chat"),
+    "base_model": ("vllm-base", "base"),
+    "embedder": ("vllm-embed", "embedding"),
+}
+
+
+def _values() -> dict:
+    return yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
+
+
+def _merge(base: object, over: object) -> object:
+    """Helm's merge of values: maps merge key by key, anything else (lists too) is replaced."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {
+            k: _merge(base[k], over[k]) if k in base and k in over else over.get(k, base.get(k))
+            for k in base | over
+        }
+    return over
+
+
+def _open_external_refs(node: object) -> object:
+    """External (kubernetesjsonschema.dev) $refs become open schemas: nothing is downloaded."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return {}  # open: accepts what the external definition would (objects, lists)
+        return {k: _open_external_refs(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_open_external_refs(v) for v in node]
+    return node
+
+
+def _validate(schema_dir: Path, values: dict) -> list[str]:
+    import json
+
+    import jsonschema
+
+    schema = _open_external_refs(json.loads((schema_dir / "values.schema.json").read_text()))
+    merged = _merge(yaml.safe_load((schema_dir / "values.yaml").read_text()), values)
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message[:200]}" for e in validator.iter_errors(merged)
+    ]
+
+
+def test_helm_values_validate_against_the_chart_schema() -> None:
+    values = _values()
+    assert "1.7.16" in (HELM / "Chart.yaml").read_text()
+    assert _validate(HELM, values) == []
+    sub = HELM / "charts" / "dagster-user-deployments"
+    assert _validate(sub, values["dagster-user-deployments"]) == []
+    # The check can fail: a misplaced field (tolerations are not a k8sRunLauncher field) is caught.
+    bad = _merge(values, {"runLauncher": {"config": {"k8sRunLauncher": {"tolerations": []}}}})
+    assert _validate(HELM, bad)
+
+
+def _run_pod_env() -> dict[str, str]:
+    run_k8s = _values()["runLauncher"]["config"]["k8sRunLauncher"]
+    return dict(item.split("=", 1) for item in run_k8s["envVars"])
+
+
+def test_run_pods_and_user_code_get_the_same_fleet_env_and_no_gpu() -> None:
+    values = _values()
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     assert deployment["dagsterApiGrpcArgs"][:2] == ["-m", "ragsft_assets.definitions"]
-    assert deployment["image"]["repository"]
-    assert values["runLauncher"]["type"] == "K8sRunLauncher"
-    assert values["postgresql"]["enabled"] is True
-    assert values["dagsterDaemon"]["runCoordinator"]["enabled"] is True
-    env_names = {e["name"] for e in deployment["env"]}
-    assert {"RAGSFT_HOME", "RAGSFT_LLM_BASE_URL"} <= env_names
-    # The GPU request is where the LLM steps run: the run pods of the K8s launcher.
+    user_env = {e["name"]: e["value"] for e in deployment["env"]}
+    assert user_env == _run_pod_env()
     run_k8s = values["runLauncher"]["config"]["k8sRunLauncher"]
-    assert run_k8s["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert (
-        values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]["maxConcurrentRuns"] >= 1
-    )
+    assert "nvidia.com/gpu" not in str(run_k8s["resources"])  # run pods only call the fleet over HTTP
+    assert {"name": "ragsft-secrets"} in run_k8s["envSecrets"] and deployment["envSecrets"]
+    for role, (service, served) in FLEET_ROLES.items():
+        prefix = f"RAGSFT_{role.upper()}_"
+        assert user_env[prefix + "BACKEND"] == "openai"
+        assert f"//{service}." in user_env[prefix + "BASE_URLS"] and user_env[prefix + "MODEL"] == served
 
 
-def test_vllm_manifest_is_an_openai_server_with_a_service() -> None:
+def test_the_fleet_serves_what_the_values_name() -> None:
     docs = _yaml_documents(DEPLOY / "vllm.yaml")
-    kinds = {doc["kind"]: doc for doc in docs}
-    assert {"Deployment", "Service"} <= set(kinds)
-    deployment, service = kinds["Deployment"], kinds["Service"]
-    assert deployment["spec"]["replicas"] >= 1
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args = " ".join(container.get("args", []) + container.get("command", []))
-    assert "vllm serve" in args and "--tensor-parallel-size" in args and "--model" in args
-    assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
-    port = container["ports"][0]["containerPort"]
-    assert service["spec"]["ports"][0]["targetPort"] == port
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    # The Helm values point the openai backend at this Service.
-    values = yaml.safe_load((DEPLOY / "helm" / "values.yaml").read_text())
-    (user_code,) = values["dagster-user-deployments"]["deployments"]
-    base_url = next(e["value"] for e in user_code["env"] if e["name"] == "RAGSFT_LLM_BASE_URL")
-    assert service["metadata"]["name"] in base_url and str(service["spec"]["ports"][0]["port"]) in base_url
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    for service, served in set(FLEET_ROLES.values()):
+        dep, svc = deployments[service], services[service]
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        assert container["image"].startswith("vllm/vllm-openai:")  # vLLM's own server image
+        args = container["args"]
+        assert args[args.index("--served-model-name") + 1] == served
+        assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
+        assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+        assert svc["spec"]["ports"][0]["targetPort"] == container["ports"][0]["containerPort"]
+
+
+def test_definitions_resources_under_the_run_pod_env_point_at_the_fleet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ragsft_assets.defs.resources import default_resources
+
+    for key, value in _run_pod_env().items():
+        monkeypatch.setenv(key, value)
+    resources = default_resources()
+    for role, (service, served) in FLEET_ROLES.items():
+        if role not in resources:  # the embedder has no LLMResource yet (issue 15)
+            continue
+        res = resources[role]
+        assert res.backend == "openai" and res.model == served, role
+        assert len(res.base_urls) == 1 and f"//{service}.ragsft.svc.cluster.local:8000/v1" in res.base_urls[0]
 
 
 def test_dockerfile_steps_are_the_readme_install_steps() -> None:
