@@ -48,6 +48,9 @@ class Thresholds:
         return f"{self.j_e}/{self.k_e}/{self.j_c}/{self.k_c}"
 
 
+DEFAULT_THRESHOLDS = Thresholds()
+
+
 def is_known(per_question: Sequence[tuple[int, int]], t: Thresholds = Thresholds()) -> bool:
     """The rule on ``(entailing, contradicting)`` answer counts, one pair per probing question."""
     entailed = sum(1 for e, _ in per_question if e >= t.k_e)
