@@ -212,3 +212,21 @@ def test_openai_identity_from_v1_models(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level("WARNING"):
         assert missing.identity()["weights_sha256"] == "unknown"
     assert "WEIGHTS_ID" in caplog.text and "not served" in caplog.text
+
+
+def test_a_role_left_on_the_embedded_model_without_vllm_fails_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a)
+    )
+    for role in ("generator", "judge", "annotator", "base_model"):
+        monkeypatch.delenv(f"RAGSFT_{role.upper()}_BACKEND", raising=False)
+    monkeypatch.setenv("RAGSFT_GENERATOR_BACKEND", "openai")
+    monkeypatch.setenv("RAGSFT_GENERATOR_BASE_URLS", "http://vllm-chat:8000/v1")
+    assert llm_for_role("generator").backend == "openai"
+    with pytest.raises(RuntimeError, match="RAGSFT_JUDGE_BACKEND=openai.*RAGSFT_JUDGE_BASE_URLS"):
+        default_resources()

@@ -8,6 +8,7 @@ with environment variables, e.g. ``RAGSFT_JUDGE_BACKEND=openai``,
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import Any
 
@@ -50,6 +51,14 @@ def llm_for_role(role: str) -> LLMResource:
                 fields[name] = cast(raw)
             except ValueError:
                 raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
+    if fields.get("backend", "embedded") in ("embedded", "vllm") and importlib.util.find_spec("vllm") is None:
+        # A cluster image has no vLLM: a role left on the in-process default would only fail at its
+        # first batch, hours into a run. Say so when the code location loads.
+        raise RuntimeError(
+            f"LLM role {role!r} would run vLLM in process, but vLLM is not installed here (no `embedded`"
+            f" or `gpu` extra). Point it at a server: set {prefix}BACKEND=openai, {prefix}BASE_URLS=..."
+            f" and {prefix}MODEL=... (see deploy/helm/values.yaml)."
+        )
     return LLMResource(**fields)
 
 
