@@ -417,25 +417,6 @@ def abstract_links(record: dict[str, Any]) -> list[dict[str, Any]]:
     return list(_iter_links(lead.get("has_parts") or []))
 
 
-def locate_links(
-    raw_links: Sequence[dict[str, Any]],
-    sentences: Sequence[str],
-    title: str,
-    host: str,
-    counts: Counter[str],
-) -> list[dict[str, Any]]:
-    """Resolve and place links in the sentences, counting every dropped link by reason.
-
-    Anchors are searched in the joined text from where the previous link was found (links come in
-    document order), then from the start; the first occurrence gives the sentence index. A target
-    linked twice from the same sentence is kept once (first anchor).
-    """
-    return [
-        {"target_title": t, "target_id": i, "anchor": a, "sentence": n}
-        for t, i, a, n in _locate_links(raw_links, sentences, " ".join(sentences), title, host, counts)
-    ]
-
-
 def _locate_links(
     raw_links: Sequence[dict[str, Any]],
     sentences: Sequence[str],
@@ -444,7 +425,13 @@ def _locate_links(
     host: str,
     counts: Counter[str],
 ) -> list[tuple[str, str, str, int]]:
-    """:func:`locate_links` on the joined ``text``, as ``(target_title, target_id, anchor, sentence)``."""
+    """Resolve and place links in the joined ``text``, counting every dropped link by reason.
+
+    Anchors are searched in the joined text from where the previous link was found (links come in
+    document order), then from the start; the first occurrence gives the sentence index. A target
+    linked twice from the same sentence is kept once (first anchor). Returns
+    ``(target_title, target_id, anchor, sentence)`` tuples.
+    """
     starts: list[int] = []
     pos = 0
     for s in sentences:

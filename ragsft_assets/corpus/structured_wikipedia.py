@@ -198,19 +198,6 @@ def iter_parquet_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[i
         first += len(rows)
 
 
-def iter_records(path: Path) -> Iterator[tuple[int, dict[str, Any] | BadLine]]:
-    """Every record of one dump file with its line (or row) number, bad lines as :class:`BadLine`."""
-    if is_parquet(path) or is_xml_dump(path):
-        batches = iter_parquet_records(path) if is_parquet(path) else iter_xml_dump_records(path)
-        for first, rows in batches:
-            for i, row in enumerate(rows):
-                yield first + i, row
-        return
-    for first, lines in iter_line_chunks(path):
-        for i, line in enumerate(lines):
-            yield first + i, decode_line(line)
-
-
 def load_from_hub(
     snapshot: str, lang: str, *, streaming: bool = True, cache_dir: str | None = None
 ) -> Iterator[dict[str, Any]]:

@@ -13,6 +13,3 @@ LLM_RETRY_POLICY = dg.RetryPolicy(
     backoff=dg.Backoff.EXPONENTIAL,
     jitter=dg.Jitter.PLUS_MINUS,
 )
-
-# Steps that only read and write local files: one quick retry covers a flaky network filesystem.
-IO_RETRY_POLICY = dg.RetryPolicy(max_retries=1, delay=5)
