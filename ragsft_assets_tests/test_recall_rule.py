@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from ragsft_assets.cli import main
 from ragsft_assets.recall.rule import CONTRADICTS, ENTAILS, UNRELATED, Thresholds, is_known, rederive
+from ragsft_assets.recall.schema import AUDIT_CHECKLIST
 
 # (case, per-question (entailing, contradicting) counts of 2 answers, thresholds, known?)
 # Counted by hand: E = questions with >= k_e entailing answers, C = questions with >= k_c contradicting.
@@ -64,7 +65,7 @@ def _full_record(rid: str, claims: list[tuple[bool, list[tuple[int, int]]]], t: 
                 "text": f"claim {n}",
                 "is_knowledge_dependent": kd,
                 "knowledge_dependence_reason": "",
-                "audit_checklist": {},
+                "audit_checklist": dict.fromkeys(AUDIT_CHECKLIST, "Yes"),
                 "is_known": known,
                 "is_removed": bool(kd and not known),
                 "probes": _probes(counts) if kd else [],
@@ -109,6 +110,17 @@ def test_recall_rule_cli(tmp_path) -> None:
     res = CliRunner().invoke(main, ["recall", "rule", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert orjson.loads(res.output.strip().splitlines()[-1])["rewrite_stale"] == 0
+
+    # the same records as Parquet give the same counts
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "full.parquet")
+    res = CliRunner().invoke(
+        main, ["recall", "rule", str(tmp_path / "full.parquet"), "--thresholds", "3/1/1/1"]
+    )
+    assert res.exit_code == 0, res.output
+    assert orjson.loads(res.output.strip().splitlines()[-1]) == last
 
     res = CliRunner().invoke(main, ["recall", "rule", str(src), "--thresholds", "3/1"])
     assert res.exit_code != 0 and "j_e/k_e/j_c/k_c" in res.output
