@@ -18,8 +18,9 @@ DOCS = [DOC1, DOC2]
 TITLES = ["Paris", "Lyon"]
 
 
-def verdicts(response: str, docs=DOCS) -> list[tuple[int | None, str]]:
-    return [(t.id, t.verdict) for t in c.check_response(response, docs).tags]
+def verdicts(response: str, docs=DOCS, *, strict: bool = False) -> list[tuple[int | None, str]]:
+    # The base rules are checked with strict quoting off (their short fragments would be too_short).
+    return [(t.id, t.verdict) for t in c.check_response(response, docs, strict=strict).tags]
 
 
 def kinds(response: str) -> list[str]:
@@ -59,6 +60,61 @@ def test_inline_verdicts(response: str, expected: list) -> None:
     assert verdicts(response) == expected
 
 
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        ('<ref id="1">the capital of France</ref>', c.OK),
+        # starts or ends inside a word of the document
+        ('<ref id="1">aris is the capit</ref>', c.PARTIAL_WORD),
+        ('<ref id="1">aris is the capital</ref>', c.PARTIAL_WORD),
+        ('<ref id="1">Paris is the capit</ref>', c.PARTIAL_WORD),
+        ('<ref id="1">Paris is the ... capital of Fran</ref>', c.PARTIAL_WORD),
+        # punctuation at an edge is not inside a word
+        ('<ref id="1">capital of France.</ref>', c.OK),
+        ('<ref id="1">"City of Light"</ref>', c.OK),
+        # fewer than 3 words, whole or in any fragment
+        ('<ref id="1">Paris</ref>', c.TOO_SHORT),
+        ('<ref id="1">capital of</ref>', c.TOO_SHORT),
+        ('<ref id="1">Paris is the capital ... inhabitants</ref>', c.TOO_SHORT),
+        ('<ref id="1">Paris is the ... 2.1 million inhabitants</ref>', c.OK),
+        # not_found / out_of_order still come first
+        ('<ref id="1">aris is Berlin</ref>', c.NOT_FOUND),
+        ('<ref id="1">2.1 million inhabitants ... Paris is the</ref>', c.OUT_OF_ORDER),
+        # every ellipsis spelling splits the excerpt
+        ('<ref id="1">Paris is the [...] 2.1 million inhabitants</ref>', c.OK),
+        ('<ref id="1">Paris is the […] 2.1 million inhabitants</ref>', c.OK),
+        ('<ref id="1">Paris is the . . . 2.1 million inhabitants</ref>', c.OK),
+        ('<ref id="1">Paris is the [ ... ] 2.1 million inhabitants</ref>', c.OK),
+    ],
+)
+def test_strict_quote_verdicts(response: str, expected: str) -> None:
+    assert verdicts(response, strict=True) == [(1, expected)]
+    # The switch turns the two strict verdicts off; the base verdicts stay.
+    off = verdicts(response, strict=False)[0][1]
+    assert off == (c.OK if expected in (c.PARTIAL_WORD, c.TOO_SHORT) else expected)
+
+
+def test_strict_is_the_default_and_fails_the_tag() -> None:
+    rep = c.check_response('<ref id="1">aris is the capit</ref>', DOCS)
+    assert [t.verdict for t in rep.tags] == [c.PARTIAL_WORD]
+    assert not rep.tags_valid and not rep.passes
+    assert c.check_response('<ref id="1">Paris</ref>', DOCS, min_words=1).tags_valid
+    # A later occurrence on word bounds is accepted when the first one is inside a word.
+    assert verdicts('<ref id="1">a b c</ref>', ["xa b c a b c"], strict=True) == [(1, c.OK)]
+
+
+def test_one_definition_of_the_patterns() -> None:
+    from ragsft_assets.rag_sft import formatting
+
+    assert formatting._TAG_MARKUP_RE is c.TAG_MARKUP_RE
+    assert c.ELLIPSIS_PATTERN in formatting._SEP_RE.pattern
+    # The idle-ellipsis cleanup knows the bracketed form too: "[...]" skipping no word is removed.
+    doc = "Paris is the capital, of France and more."
+    assert formatting.remove_idle_ellipses("Paris is the capital [...] of France", doc) == (
+        "Paris is the capital, of France"
+    )
+
+
 def test_nested_tags_are_malformed_not_an_exception() -> None:
     r = '<ref id="1">Paris <ref id="2">Lyon</ref> is</ref>'
     assert verdicts(r) == [(1, c.MALFORMED), (2, c.MALFORMED)]
@@ -89,7 +145,7 @@ def test_references_section() -> None:
     assert rep.passes and rep.f1 == 1.0
     # unknown id in the section; duplicates and inline tags under the References style
     bad = 'X <ref id="1">Paris</ref>\nReferences:\n<ref id="1"/>\n<ref id="1"/>\n<ref id="9"/>'
-    rep = c.check_response(bad, DOCS, TITLES, ["Paris"], style=c.REFERENCE)
+    rep = c.check_response(bad, DOCS, TITLES, ["Paris"], style=c.REFERENCE, strict=False)
     assert [t.verdict for t in rep.tags] == [c.OK, c.OK, c.OK, c.UNKNOWN_ID]
     assert sorted(d.kind for d in rep.defects) == ["duplicate_reference", "wrong_style"]
     missing_heading = c.check_response('Paris.\n<ref id="1"/>', DOCS, style=c.REFERENCE)
@@ -98,7 +154,7 @@ def test_references_section() -> None:
 
 def test_scores_over_distinct_cited_documents() -> None:
     r = '<ref id="1">Paris</ref> <ref id="1">capital</ref> <ref id="2">Lyon</ref>'
-    rep = c.check_response(r, DOCS, TITLES, ["Paris"])
+    rep = c.check_response(r, DOCS, TITLES, ["Paris"], strict=False)
     assert rep.cited_ids == [1, 2]
     assert (rep.precision, rep.recall) == (0.5, 1.0)
     assert rep.f1 == pytest.approx(2 / 3)

@@ -18,7 +18,9 @@ def _answer(p: ex.RagPrompt) -> str:
         return "Les documents fournis ne permettent pas de répondre."
     n = p.titles.index(p.gold_titles[0]) + 1
     m = p.titles.index(p.gold_titles[1]) + 1
-    return f'La réponse est {p.answer}. <ref id="{n}">{p.paragraphs[n - 1][:8]}</ref> <ref id="{m}">B</ref>'
+    # Whole words, at least three: the strict verifier accepts nothing less as a quote.
+    a, b = (" ".join(p.paragraphs[k - 1].split()[:4]) for k in (n, m))
+    return f'La réponse est {p.answer}. <ref id="{n}">{a}</ref> <ref id="{m}">{b}</ref>'
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
     broken = next(p for p in prompts if p.kind == ex.ANSWERABLE and p.pair_id != victim)
     for r in responses:
         if r["id"] == broken.id:
-            r["response"] = r["response"].replace('">B</ref>', '">Nowhere</ref>')
+            r["response"] = r["response"].rsplit('">', 1)[0] + '">Nowhere to be found</ref>'
 
     for r, p in zip(responses, prompts, strict=True):
         if p.pair_id == victim and p.kind == ex.UNANSWERABLE:
@@ -53,7 +55,8 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
         return json.dumps({"score": 5})
 
     model = ScriptedChatModel(judge)
-    run = vd.judge_examples(prompts, responses, model)
+    # The fixture's gold B paragraphs are two words ("B0 lives."): quotes of two words are allowed here.
+    run = vd.judge_examples(prompts, responses, model, min_quote_words=2)
     by_id = {v.id: v for v in run.verdicts}
     assert by_id[broken.id].reason == "citations_invalid" and by_id[broken.id].factual_score is None
     victims = [v for v in run.verdicts if v.pair_id == victim]
@@ -67,7 +70,9 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
 
 def test_unreadable_judge_is_a_verdict(prompts) -> None:
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
-    run = vd.judge_examples(prompts, responses, ScriptedChatModel(lambda m: "not json at all"))
+    run = vd.judge_examples(
+        prompts, responses, ScriptedChatModel(lambda m: "not json at all"), min_quote_words=2
+    )
     assert {v.reason for v in run.verdicts if not v.kept} <= {"judge_unreadable", "twin_dropped"}
     assert not any(v.kept for v in run.verdicts)
     assert sum(v.verdict == "unreadable" for v in run.verdicts) == len(prompts)
@@ -96,3 +101,15 @@ def test_embedded_tokenizer_counts_tokens() -> None:
     if name == "whitespace":
         pytest.skip("embedded model not available")
     assert counter(["one two three four five six"])[0] > 0
+
+
+def test_strict_quotes_drop_short_quotes_before_the_judges(prompts) -> None:
+    responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
+    model = ScriptedChatModel(lambda m: json.dumps({"score": 5, "refuses": True}))
+    run = vd.judge_examples(prompts, responses, model)  # default: 3 words at least
+    answerable = [v for v in run.verdicts if v.kind == ex.ANSWERABLE]
+    assert answerable and all(v.reason == "citations_invalid" for v in answerable)
+    assert all('"too_short"' in v.citations for v in answerable)
+    # The switch off: the same responses pass the deterministic checks and reach the judges.
+    off = vd.judge_examples(prompts, responses, ScriptedChatModel(model.responder), strict_quotes=False)
+    assert not any(v.reason == "citations_invalid" for v in off.verdicts)

@@ -12,12 +12,18 @@ Matching rules (the same everywhere: the data build, the verdicts and ``ragsft c
   to one space on both sides before matching, and the excerpt is trimmed. HotpotQA sentences
   carry their own leading spaces, so a quote spanning two sentences must still match.
 - Nothing else is folded: case, punctuation, quotes (``"`` is not ``“``) and accents must match.
-- An excerpt holding an ellipsis (``...`` or ``…``) is split there: each fragment must be
-  verbatim in the document and the fragments must appear in order, without overlapping.
-  An excerpt that is verbatim as a whole (a document that itself holds ``...``) is ``ok`` too.
+- An excerpt holding an ellipsis (``...``, ``…``, ``[...]``, ``[…]`` or ``. . .``) is split there:
+  each fragment must be verbatim in the document and the fragments must appear in order, without
+  overlapping. An excerpt that is verbatim as a whole (a document that itself holds ``...``) is
+  one fragment.
+- Strict quoting (on by default, ``strict=False`` turns it off to compare with data built
+  without it): a fragment that starts or ends inside a word of the document (``aris is the
+  capit``) is ``partial_word``; a fragment of fewer than ``min_words`` words (default 3) is
+  ``too_short``, with or without an ellipsis. Both fail the tag like ``not_found``.
 - Each tag gets a verdict: ``ok``, ``unknown_id`` (no document N), ``not_found`` (a fragment is
-  not in the document), ``out_of_order`` (every fragment is there, not in order) or
-  ``malformed`` (bad attributes, unclosed, nested, empty excerpt).
+  not in the document), ``out_of_order`` (every fragment is there, not in order),
+  ``partial_word``, ``too_short`` or ``malformed`` (bad attributes, unclosed, nested, empty
+  excerpt).
 - Malformed markup is a reported defect, never an exception.
 - Precision, recall and F1 are over the distinct cited documents (tags whose id exists)
   against the gold titles; ``None`` when no gold titles are given.
@@ -34,13 +40,24 @@ UNKNOWN_ID = "unknown_id"
 NOT_FOUND = "not_found"
 OUT_OF_ORDER = "out_of_order"
 MALFORMED = "malformed"
-VERDICTS = (OK, UNKNOWN_ID, NOT_FOUND, OUT_OF_ORDER, MALFORMED)
+PARTIAL_WORD = "partial_word"
+TOO_SHORT = "too_short"
+VERDICTS = (OK, UNKNOWN_ID, NOT_FOUND, OUT_OF_ORDER, PARTIAL_WORD, TOO_SHORT, MALFORMED)
+MIN_WORDS = 3
 
 INLINE = "inline"
 REFERENCE = "reference"
 
-_WS_RE = re.compile(r"\s+")
-_ELLIPSIS_RE = re.compile(r"\.\.\.+|…")
+# The single definitions of the family's patterns (formatting and statistics import them).
+WS_RE = re.compile(r"\s+")
+# Bracketed forms first, so that "[...]" is one ellipsis and leaves no bracket in a fragment.
+ELLIPSIS_PATTERN = r"\[\s*(?:\.\.\.+|…)\s*\]|\.\.\.+|…|\.(?:[ \u00a0]\.){2,}"
+ELLIPSIS_RE = re.compile(ELLIPSIS_PATTERN)
+# Any piece of ref markup, complete or not (residual Wikipedia <ref name=...> included).
+TAG_MARKUP_RE = re.compile(r"</?ref\b[^<>]*>?", re.IGNORECASE)
+_WORDS_RE = re.compile(r"\w+")
+_WS_RE = WS_RE
+_ELLIPSIS_RE = ELLIPSIS_RE
 # Every token of ref markup: a complete tag (open, self-closing or closing) or a dangling "<ref"/"</ref"
 # whose ">" never comes (the next "<" or the end of the text arrives first).
 _TOKEN_RE = re.compile(r"</ref\s*>|<ref\b[^<>]*>|</?ref\b[^<>]*(?=<|$)", re.IGNORECASE)
@@ -181,17 +198,26 @@ def has_ellipsis(excerpt: str) -> bool:
     return bool(_ELLIPSIS_RE.search(excerpt))
 
 
-def locate_fragments(excerpt: str, document: str) -> list[tuple[int, int]] | None:
-    """Spans, in ``normalize(document)``, of the excerpt's fragments matched in order; None if not.
+def _on_word_bounds(doc: str, frag: str, i: int) -> bool:
+    """Whether ``frag`` at ``doc[i:]`` neither starts nor ends inside a word of ``doc``."""
+    j = i + len(frag)
+    starts_inside = i > 0 and frag[0].isalnum() and doc[i - 1].isalnum()
+    ends_inside = j < len(doc) and frag[-1].isalnum() and doc[j].isalnum()
+    return not (starts_inside or ends_inside)
 
-    The search is greedy from the left (the earliest match of each fragment after the previous
-    one), which finds an in-order placement whenever one exists.
+
+def _place(fragments: Sequence[str], doc: str, *, bounded: bool) -> list[tuple[int, int]] | None:
+    """Greedy in-order placement of normalized fragments in a normalized document.
+
+    The earliest acceptable match of each fragment after the previous one finds an in-order
+    placement whenever one exists (a later match only leaves less room for the rest).
     """
-    doc = normalize(document)
     spans = []
     pos = 0
-    for frag in split_fragments(excerpt):
+    for frag in fragments:
         i = doc.find(frag, pos)
+        while bounded and i >= 0 and not _on_word_bounds(doc, frag, i):
+            i = doc.find(frag, i + 1)
         if i < 0:
             return None
         spans.append((i, i + len(frag)))
@@ -199,20 +225,34 @@ def locate_fragments(excerpt: str, document: str) -> list[tuple[int, int]] | Non
     return spans or None
 
 
-def match_excerpt(excerpt: str, document: str) -> str:
-    """Verdict of one excerpt against one document: ok, not_found or out_of_order (malformed if empty)."""
+def locate_fragments(excerpt: str, document: str) -> list[tuple[int, int]] | None:
+    """Spans, in ``normalize(document)``, of the excerpt's fragments matched in order; None if not."""
+    return _place(split_fragments(excerpt), normalize(document), bounded=False)
+
+
+def match_excerpt(excerpt: str, document: str, *, strict: bool = True, min_words: int = MIN_WORDS) -> str:
+    """Verdict of one excerpt against one document.
+
+    ok, not_found, out_of_order, and under ``strict`` partial_word or too_short (malformed if
+    empty). not_found and out_of_order come first: they say the text is not there at all.
+    """
     doc = normalize(document)
     whole = normalize(excerpt)
     if not whole:
         return MALFORMED
-    if whole in doc:
-        return OK
-    fragments = split_fragments(excerpt)
+    # Verbatim as a whole (a document that itself holds the dots): one fragment.
+    fragments = [whole] if whole in doc else split_fragments(excerpt)
     if not fragments:
         return MALFORMED
     if any(f not in doc for f in fragments):
         return NOT_FOUND
-    return OK if locate_fragments(excerpt, document) is not None else OUT_OF_ORDER
+    if _place(fragments, doc, bounded=False) is None:
+        return OUT_OF_ORDER
+    if not strict:
+        return OK
+    if any(len(_WORDS_RE.findall(f)) < min_words for f in fragments):
+        return TOO_SHORT
+    return OK if _place(fragments, doc, bounded=True) is not None else PARTIAL_WORD
 
 
 @dataclass(slots=True)
@@ -287,6 +327,8 @@ def check_response(
     gold_titles: Sequence[str] | None = None,
     *,
     style: str | None = None,
+    strict: bool = True,
+    min_words: int = MIN_WORDS,
 ) -> CitationReport:
     """Check every citation of a response against its documents (1-based ids).
 
@@ -299,6 +341,8 @@ def check_response(
         style: ``"inline"`` or ``"reference"`` when the instructions asked for one style: tags of
             the other style become a ``wrong_style`` defect, and the References style also needs
             its ``References:`` heading, one tag per document. None accepts either.
+        strict: apply the ``partial_word`` and ``too_short`` verdicts (see the module docstring).
+        min_words: the fewest words a fragment may hold under ``strict``.
     """
     parsed = parse_refs(response)
     defects = list(parsed.defects)
@@ -312,7 +356,7 @@ def check_response(
         elif tag.style == REFERENCE:
             v = OK
         else:
-            v = match_excerpt(tag.excerpt or "", documents[tag.id - 1])
+            v = match_excerpt(tag.excerpt or "", documents[tag.id - 1], strict=strict, min_words=min_words)
         verdicts.append(TagVerdict(tag.id, v, tag.style, tag.excerpt))
     if style is not None:
         for tag in parsed.tags:

@@ -21,14 +21,22 @@ import pyarrow as pa
 
 from ragsft_assets import ids
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
-from ragsft_assets.rag_sft.citations import INLINE, OK, match_excerpt, normalize, parse_refs
+from ragsft_assets.rag_sft.citations import (
+    ELLIPSIS_PATTERN,
+    INLINE,
+    OK,
+    TAG_MARKUP_RE,
+    match_excerpt,
+    normalize,
+    parse_refs,
+)
 from ragsft_assets.rag_sft.examples import ANSWERABLE, STRICT, UNANSWERABLE, RagPrompt
 
-_SEP_RE = re.compile(r"(\s*(?:\.\.\.+|…)\s*)")
+_SEP_RE = re.compile(rf"(\s*(?:{ELLIPSIS_PATTERN})\s*)")
 _WORD_RE = re.compile(r"\w")
 _NAMED_SOURCE_RE = re.compile(r"\[?\bsources?\s*(\d+)\]?", re.IGNORECASE)
 _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
-_TAG_MARKUP_RE = re.compile(r"</?ref\b[^<>]*>?", re.IGNORECASE)
+_TAG_MARKUP_RE = TAG_MARKUP_RE
 
 STAGE_REWRITE = "rag_sft.refusal_rewrite"
 
@@ -58,7 +66,8 @@ def remove_idle_ellipses(excerpt: str, document: str) -> str:
     word character; it is replaced by that source text. A leading (trailing) ellipsis is idle
     when no word precedes (follows) the excerpt in the document; it is removed.
     """
-    if match_excerpt(excerpt, document) != OK or not _SEP_RE.search(excerpt):
+    # Base rules only: whether the tag then passes strict quoting is the verifier's call, not this one's.
+    if match_excerpt(excerpt, document, strict=False) != OK or not _SEP_RE.search(excerpt):
         return excerpt
     doc = normalize(document)
     if normalize(excerpt) in doc:  # verbatim as a whole: the document itself holds the dots

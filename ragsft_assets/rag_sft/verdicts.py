@@ -20,7 +20,7 @@ import pyarrow as pa
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.llm.types import BatchStats, ChatModel, ChatResult, SamplingParams
 from ragsft_assets.prompts import load_prompt
-from ragsft_assets.rag_sft.citations import CitationReport, check_response
+from ragsft_assets.rag_sft.citations import MIN_WORDS, CitationReport, check_response
 from ragsft_assets.rag_sft.examples import ANSWERABLE, LANGUAGE_NAMES, RagPrompt
 
 UNREADABLE = "unreadable"
@@ -141,14 +141,22 @@ VERDICT_SCHEMA = pa.schema(
 )
 
 
-def citation_report(p: RagPrompt, response: str) -> CitationReport:
-    """The deterministic check of one response under its own instruction variant."""
+def citation_report(
+    p: RagPrompt, response: str, *, strict_quotes: bool = True, min_quote_words: int = MIN_WORDS
+) -> CitationReport:
+    """The deterministic check of one response under its own instruction variant.
+
+    ``strict_quotes``/``min_quote_words`` are the verifier's ``strict``/``min_words`` switch
+    (``partial_word`` and ``too_short``), off only to compare with data built without them.
+    """
     return check_response(
         response,
         p.paragraphs,
         p.titles,
         p.gold_titles if p.kind == ANSWERABLE else None,
         style=p.citation_style,
+        strict=strict_quotes,
+        min_words=min_quote_words,
     )
 
 
@@ -175,6 +183,8 @@ def judge_examples(
     *,
     params: SamplingParams = JUDGE_PARAMS,
     log: Any = None,
+    strict_quotes: bool = True,
+    min_quote_words: int = MIN_WORDS,
 ) -> JudgeRun:
     """Decide every example: deterministic checks first, judges only on what passed them.
 
@@ -182,6 +192,8 @@ def judge_examples(
         prompts: the prompts (rows of ``rag_prompts``).
         responses: rows of ``rag_responses`` (id, response, status, cache_key).
         judge: the judge model.
+        strict_quotes: apply the verifier's ``partial_word``/``too_short`` verdicts.
+        min_quote_words: the fewest words of a quoted fragment under ``strict_quotes``.
     """
     by_id = {r["id"]: r for r in responses}
     verdicts: dict[str, ExampleVerdict] = {}
@@ -195,7 +207,7 @@ def judge_examples(
             v.cache_keys = [r["cache_key"]] if r and r["cache_key"] else []
             continue
         v.cache_keys = [r["cache_key"]] if r["cache_key"] else []
-        rep = citation_report(p, r["response"])
+        rep = citation_report(p, r["response"], strict_quotes=strict_quotes, min_quote_words=min_quote_words)
         v.tags_valid, v.f1, v.n_tags = rep.tags_valid, rep.f1, rep.n_tags
         v.citations = orjson.dumps({**rep.to_dict(), "cited_ids": rep.cited_ids}).decode()
         if not rep.tags_valid:

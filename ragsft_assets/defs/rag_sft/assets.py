@@ -38,6 +38,10 @@ class RagSftConfig(dg.Config):
     temperature: float = 0.1
     max_tokens: int = 512
     rewrite_refusals: bool = False
+    # The citation verifier's strict quoting (partial_word, too_short); off only to compare with
+    # data built without it.
+    strict_quotes: bool = True
+    min_quote_words: int = 3
     tokenizer: str = "embedded"  # "embedded" (the embedded model's, whitespace if absent) | "whitespace"
 
 
@@ -186,7 +190,7 @@ def rag_responses(
     deps=[rag_responses],
     pool="gpu",
     retry_policy=LLM_RETRY_POLICY,
-    code_version=f"1-{templates_version(JUDGE_TASKS)}",
+    code_version=f"2-{templates_version(JUDGE_TASKS)}",
     kinds={"parquet"},
 )
 def rag_verdicts(
@@ -201,7 +205,14 @@ def rag_verdicts(
     prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
     responses = store.read(partition, "rag_responses").to_pylist()
     t0 = time.perf_counter()
-    run = verdicts.judge_examples(prompts, responses, judge, log=context.log)
+    run = verdicts.judge_examples(
+        prompts,
+        responses,
+        judge,
+        log=context.log,
+        strict_quotes=config.strict_quotes,
+        min_quote_words=config.min_quote_words,
+    )
     run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
     table = verdicts.verdicts_table(run.verdicts)
     paths = store.write_splits(table, partition, "rag_verdicts")
