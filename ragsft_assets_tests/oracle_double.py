@@ -51,6 +51,8 @@ class Oracle:
             return orjson.dumps({"score": 5, "reason": "oracle"}).decode()
         if "[CHUNK_START]" in text:
             return self.answer_with_citations(messages)
+        if '"status"' in text and ("désigne une entité" in text or "points to an entity" in text):
+            return self.first_hop(text)
         if "IMPOSSIBLE" in text:
             return self.ablation(text)
         return "?"
@@ -84,6 +86,14 @@ class Oracle:
             return "IMPOSSIBLE"
         both = f": {known.a_title}\n" in prompt and f": {known.b_title}\n" in prompt
         return known.answer if both else "IMPOSSIBLE"
+
+    def first_hop(self, prompt: str) -> str:
+        # The first_hop judge (A alone): the oracle names B through the alias its question used.
+        m = _QUESTION_RE.findall(prompt)
+        known = self.questions.get(m[-1].strip()) if m else None
+        if known is None:
+            return orjson.dumps({"entity": None, "status": "none"}).decode()
+        return orjson.dumps({"entity": known.alias or known.b_title, "status": "one"}).decode()
 
     def answer_with_citations(self, messages: Sequence[dict[str, str]]) -> str:
         system = messages[0]["content"]

@@ -12,7 +12,9 @@ EXPECTED_ASSETS = [
     "bridge_pairs",
     "dataset_card",
     "distractors",
+    "first_hop",
     "link_graph",
+    "mechanical_rules",
     "multihop_audit",
     "multihop_questions",
     "question_checks",
@@ -51,7 +53,7 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
 
 def test_llm_assets_run_in_gpu_pool() -> None:
     repo = defs.get_repository_def()
-    llm_assets = {"question_drafts", "ablation_verdicts", "rag_responses", "rag_verdicts"}
+    llm_assets = {"question_drafts", "ablation_verdicts", "first_hop", "rag_responses", "rag_verdicts"}
     for name in llm_assets:
         node = repo.asset_graph.get(dg.AssetKey(name))
         assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name

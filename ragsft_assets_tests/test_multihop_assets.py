@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -95,8 +96,21 @@ JUDGE_FAILS = {  # (pair, draft, ablation) -> reply; everything else answers as 
 }
 
 
+FIRST_HOP_REPLIES = {  # (pair, draft) -> first_hop reply; else the judge names the bridge
+    (4, 0): {"entity": "Town04", "status": "one"},
+    (5, 1): {"entity": None, "status": "several"},
+    (11, 1): {"entity": None, "status": "none"},
+}
+
+
 def judge_responder(messages) -> str:
     text = messages[-1]["content"]
+    if "points to an entity" in text:  # first_hop: A alone, name the entity
+        i, d, _ = QUESTIONS[re.search(r"Question: (.*)\n", text).group(1)]
+        if (i, d) == (8, 1):
+            return "no idea"  # unreadable
+        reply = FIRST_HOP_REPLIES.get((i, d), {"entity": f"bridge{i:02d}", "status": "one"})
+        return orjson.dumps(reply).decode()
     question = re.search(r"Question: (.*)\nAnswer:", text).group(1)
     titles = re.findall(r"Document \d+: (\S+)", text)
     kind = {2: "ab", 0: "none"}.get(len(titles)) or ("a" if titles[0].startswith("Source") else "b")
@@ -257,7 +271,7 @@ def test_funnel_exact_counts(run):
         "card judge calls per judged question": 2.1,  # 590,596 / 281,119
     }
     assert funnel == expected
-    assert len(judge.calls) == 79
+    assert len(judge.calls) == 79 + 13  # the ablations, then one first_hop call per released question
     assert len(generator.calls) == 13
     rows = store.read(PARTITION, "multihop_questions")
     assert rows.num_rows == 13
@@ -279,6 +293,9 @@ def test_ledger_rows_per_stage_queryable_with_duckdb(run):
         ("ablation_verdicts", "unreadable", 1),
         ("distractors", "dropped", 2),
         ("distractors", "kept", 23),
+        ("first_hop", "dropped", 4),
+        ("first_hop", "kept", 9),
+        ("mechanical_rules", "kept", 9),
         ("multihop_questions", "dropped", 4),
         ("multihop_questions", "kept", 13),
         ("question_checks", "dropped", 9),
@@ -379,8 +396,34 @@ def test_cascade_order_and_judge_limit_from_config(tmp_path):
     result, store, _, judge = materialize(tmp_path, {"ops": ops})
     funnel = _metadata(result, "multihop_questions")["funnel_json"]
     assert funnel["judged"] == 10 and funnel["dropped: over_judge_limit"] == 13
-    assert funnel["judge calls"] == len(judge.calls)
+    ablation_calls = [c for c in judge.calls if "points to an entity" not in c[-1]["content"]]
+    assert funnel["judge calls"] == len(ablation_calls)
     first_round = {
         r["ablation"] for r in store.read(PARTITION, "ablation_verdicts").to_pylist() if r["round"] == 0
     }
     assert first_round == {"a"}
+
+
+def test_first_hop_and_mechanical_rules_funnel_adds_up(run):
+    result, store, _, judge = run
+    released = store.read(PARTITION, "multihop_questions").num_rows
+    fh = Counter(store.read(PARTITION, "first_hop").column("verdict").to_pylist())
+    assert fh == {
+        "leads_to_b": released - 4,
+        "other_entity": 1,
+        "several_entities": 1,
+        "a_lacks_property": 1,
+        "unreadable": 1,
+    }
+    md = _metadata(result, "first_hop")
+    assert md["judged"] == released and md["kept"] == fh["leads_to_b"]
+    mech = store.read(PARTITION, "mechanical_rules")
+    assert mech.num_rows == fh["leads_to_b"]  # exactly what first_hop keeps
+    assert set(mech.column("verdict").to_pylist()) == {"kept"}  # year questions answered by one year
+    for stage, rows in (("first_hop", released), ("mechanical_rules", mech.num_rows)):
+        ledger = store.read(PARTITION, "_ledger", stage).to_pylist()
+        assert len(ledger) == rows and len({r["candidate_id"] for r in ledger}) == rows
+    dropped = [r for r in store.read(PARTITION, "_ledger", "first_hop").to_pylist() if r["verdict"] != "kept"]
+    assert sorted(r["reason"] for r in dropped) == sorted(
+        ["other_entity", "several_entities", "a_lacks_property", "unreadable"]
+    )

@@ -10,6 +10,7 @@ from ragsft_assets.defs.multihop.assets import (
     question_checks,
     question_drafts,
 )
+from ragsft_assets.defs.multihop.filters import filter_assets
 
 multihop_assets = [
     question_drafts,
@@ -18,6 +19,7 @@ multihop_assets = [
     ablation_verdicts,
     multihop_questions,
     multihop_audit,
+    *filter_assets,
 ]
 
 # The five invariant checks are check_specs of multihop_questions (see checks.py).

@@ -1,0 +1,134 @@
+"""Filter assets on the released questions (issue 13): ``first_hop`` then ``mechanical_rules``.
+
+No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
+time. Thin wiring: read the questions of ``default`` (``multihop_questions``) and their drafts, call
+the logic of ``ragsft_assets.multihop.first_hop`` / ``mechanical_rules``, write Parquet and ledger
+rows (one per question seen, kept or with its reason), return metadata whose funnel adds up.
+"""
+
+from collections import Counter
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
+from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.ledger import Decision, ledger_table
+from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.multihop import first_hop as fh
+from ragsft_assets.multihop import generation
+from ragsft_assets.multihop import mechanical_rules as mr
+from ragsft_assets.prompts import load_prompt, templates_version
+from ragsft_assets.resources.store import ArtifactStore
+
+GROUP = "multihop"
+# The filters decide membership of the filtered configurations, not of ``default``: their ledger rows
+# carry the configuration's product so a question of ``default`` keeps its final verdict there.
+PRODUCT = f"{generation.PRODUCT}_filtered"
+KEPT = "kept"
+MECHANICAL_SCHEMA = pa.schema([("id", pa.string()), ("verdict", pa.string())])
+
+
+def _ledger(store: ArtifactStore, partition: str, stage: str, decisions: list[Decision]) -> None:
+    store.write_ledger(ledger_table(partition, PRODUCT, stage, decisions), partition, stage)
+
+
+def _questions(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
+    if not store.files(partition, "multihop_questions"):
+        return []
+    return store.read(partition, "multihop_questions").select(["id", "question", "answer"]).to_pylist()
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version=f"1-{templates_version((fh.TASK,))}",
+    kinds={"parquet"},
+    deps=["multihop_questions", "question_drafts", "abstracts"],
+    pool="gpu",
+)
+def first_hop(
+    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
+) -> dg.MaterializeResult:
+    """The fifth ablation: the judge reads A alone and names the entity the question points to."""
+    partition = context.partition_key
+    lang = snapshot_language(partition)
+    docs = generation.docs_by_id(store.read(partition, "abstracts"))
+    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    items = []
+    for q in _questions(store, partition):
+        d = drafts[q["id"]]
+        a = docs[d["a_id"]]
+        items.append(fh.FirstHopItem(q["id"], q["question"], a.title, a.text, d["b_title"], d["alias"] or ""))
+    template = load_prompt(fh.TASK, lang)
+    table = fh.run_first_hop(items, judge, template, log=context.log)
+    path = store.write(table, partition, "first_hop")
+    verdicts = table.column("verdict").to_pylist()
+    _ledger(
+        store,
+        partition,
+        "first_hop",
+        [
+            Decision(i, KEPT if v == fh.LEADS_TO_B else "dropped", v, None, [k])
+            for i, v, k in zip(
+                table.column("id").to_pylist(), verdicts, table.column("cache_key").to_pylist(), strict=True
+            )
+        ],
+    )
+    counts = Counter(verdicts)
+    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "entity", "raw"])
+    md.update(
+        {
+            "judged": len(items),
+            "kept": counts.get(fh.LEADS_TO_B, 0),
+            **funnel_metadata({v: counts.get(v, 0) for v in fh.VERDICTS if v != fh.LEADS_TO_B}, "rejections"),
+            **model_metadata(judge, "judge"),
+            "judge/prompt": f"{template.name}@{template.version}",
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["first_hop", "multihop_questions"],
+)
+def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    """Year answers with exactly one year; no question naming the document (patterns per language)."""
+    partition = context.partition_key
+    lang = snapshot_language(partition)
+    passed = {
+        r["id"]
+        for r in store.read(partition, "first_hop").select(["id", "verdict"]).to_pylist()
+        if r["verdict"] == fh.LEADS_TO_B
+    }
+    rows = [q for q in _questions(store, partition) if q["id"] in passed]
+    verdicts = [mr.rule_verdict(q["question"], q["answer"], lang) for q in rows]
+    table = pa.table({"id": [q["id"] for q in rows], "verdict": verdicts}, schema=MECHANICAL_SCHEMA)
+    path = store.write(table, partition, "mechanical_rules")
+    _ledger(
+        store,
+        partition,
+        "mechanical_rules",
+        [
+            Decision(q["id"], KEPT if v == mr.KEPT else "dropped", v)
+            for q, v in zip(rows, verdicts, strict=True)
+        ],
+    )
+    counts = Counter(verdicts)
+    md = table_metadata([path], table.schema)
+    md.update(
+        {
+            "checked": len(rows),
+            "kept": counts.get(mr.KEPT, 0),
+            **funnel_metadata({r: counts.get(r, 0) for r in mr.REASONS}, "rejections"),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+filter_assets = [first_hop, mechanical_rules]
