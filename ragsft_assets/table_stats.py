@@ -11,10 +11,11 @@ from pathlib import Path
 
 import duckdb
 
+from ragsft_assets.sql import sql_list
+
 
 def _files_sql(files: Sequence[Path]) -> str:
-    quoted = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-    return f"read_parquet([{quoted}], union_by_name=true)"
+    return f"read_parquet({sql_list(files)}, union_by_name=true)"
 
 
 def query(files: Sequence[Path], sql: str) -> list[tuple]:

@@ -32,6 +32,7 @@ import duckdb
 
 from ragsft_assets.home import assets_dir, ragsft_home, releases_dir
 from ragsft_assets.release.decisions import final_decisions_sql
+from ragsft_assets.sql import sql_literal
 from ragsft_assets.storage import LEDGER_DIR
 
 CATALOG_FILE = "catalog.duckdb"
@@ -43,10 +44,6 @@ def catalog_path(home: Path | None = None) -> Path:
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def _lit(path: Path | str) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
 
 
 def discover(home: Path) -> dict[str, list[str]]:
@@ -92,7 +89,7 @@ def build_catalog(home: Path | None = None, db_path: Path | None = None) -> Cata
                 glob = assets_dir(home) / partition / asset / "*.parquet"
                 if asset == LEDGER_DIR:
                     name = f"{_q(partition)}.decisions"
-                    src = f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                    src = f"SELECT * FROM read_parquet({sql_literal(glob)}, union_by_name=true)"
                     con.execute(f"CREATE VIEW {name} AS {src}")
                     con.execute(f"CREATE VIEW {_q(partition)}.final_decisions AS {final_decisions_sql(src)}")
                     summary.views += [f"{partition}.decisions", f"{partition}.final_decisions"]
@@ -100,7 +97,7 @@ def build_catalog(home: Path | None = None, db_path: Path | None = None) -> Cata
                     continue
                 con.execute(
                     f"CREATE VIEW {_q(partition)}.{_q(asset)} AS "
-                    f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                    f"SELECT * FROM read_parquet({sql_literal(glob)}, union_by_name=true)"
                 )
                 summary.views.append(f"{partition}.{asset}")
                 per_asset.setdefault(asset, []).append(partition)
@@ -109,12 +106,12 @@ def build_catalog(home: Path | None = None, db_path: Path | None = None) -> Cata
                 glob = releases_dir(home) / partition / "provenance" / "*" / "lineage.parquet"
                 con.execute(
                     f"CREATE VIEW {_q(partition)}.lineage AS "
-                    f"SELECT * FROM read_parquet({_lit(glob)}, union_by_name=true)"
+                    f"SELECT * FROM read_parquet({sql_literal(glob)}, union_by_name=true)"
                 )
                 summary.views.append(f"{partition}.lineage")
         for asset, partitions in sorted(per_asset.items()):
             union = " UNION ALL BY NAME ".join(
-                f"SELECT {_lit(p)} AS partition, * FROM {_q(p)}.{_q(asset)}" for p in partitions
+                f"SELECT {sql_literal(p)} AS partition, * FROM {_q(p)}.{_q(asset)}" for p in partitions
             )
             con.execute(f"CREATE VIEW main.{_q(asset)} AS {union}")
             summary.views.append(asset)

@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from ragsft_assets.ledger import LEDGER_SCHEMA
+from ragsft_assets.sql import sql_list
 from ragsft_assets.storage import LEDGER_DIR
 
 # The stages in pipeline order (DESIGN.md). Stages not listed sort after these, by name.
@@ -56,10 +57,6 @@ def ledger_files(assets_root: Path, partition: str) -> list[Path]:
     return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
 
 
-def _sql_list(files: list[Path]) -> str:
-    return "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
-
-
 def stage_rank_sql(column: str = "stage") -> str:
     """A SQL expression giving a stage's pipeline rank (unknown stages: after the known ones)."""
     whens = " ".join(f"WHEN '{s}' THEN {i}" for i, s in enumerate(STAGE_ORDER))
@@ -68,7 +65,7 @@ def stage_rank_sql(column: str = "stage") -> str:
 
 def all_rows_sql(files: list[Path]) -> str:
     """SQL selecting every ledger row of the given files (ledger schema)."""
-    return f"SELECT * FROM read_parquet({_sql_list(files)}, union_by_name=true)"
+    return f"SELECT * FROM read_parquet({sql_list(files)}, union_by_name=true)"
 
 
 def final_decisions_sql(source: str) -> str:

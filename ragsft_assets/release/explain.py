@@ -25,6 +25,7 @@ from ragsft_assets.home import assets_dir, llm_cache_dir, ragsft_home, releases_
 from ragsft_assets.release import layout
 from ragsft_assets.release.decisions import all_decisions, stage_rank_sql
 from ragsft_assets.release.lineage import LineageSources, lineage_tables
+from ragsft_assets.sql import sql_list
 
 CacheLookup = Callable[[str], Any]
 
@@ -76,7 +77,7 @@ def _lineage_row(home: Path, partition: str, row_id: str) -> dict[str, Any] | No
     if files:
         con = duckdb.connect()
         try:
-            lst = "[" + ", ".join("'" + str(f).replace("'", "''") + "'" for f in files) + "]"
+            lst = sql_list(files)
             rel = con.sql(
                 f"SELECT * FROM read_parquet({lst}, union_by_name=true) WHERE id = $id", params={"id": row_id}
             )
