@@ -113,3 +113,16 @@ def test_base_models_registry_and_cli(tmp_path, monkeypatch) -> None:
     assert res.exit_code != 0 and "--base-urls" in res.output
     res = runner.invoke(main, ["base-models", "list"])
     assert res.output.splitlines()[0].startswith("llama\tm\topenai")
+
+
+def test_base_model_resource_from_partition_key(tmp_path) -> None:
+    from ragsft_assets.resources.llm import LLMResource
+
+    default = LLMResource(role="base_model", max_model_len=2048, budget_calls=10)
+    assert registry.resource_for_key(default, "qwen3-4b-base", tmp_path) is default  # no entry
+    registry.add(
+        "qwen3-4b-base", registry.BaseModelEntry("Qwen/Qwen3-4B-Base", "openai", ["http://a/v1"]), tmp_path
+    )
+    got = registry.resource_for_key(default, "qwen3-4b-base", tmp_path)
+    assert (got.model, got.backend, got.base_urls) == ("Qwen/Qwen3-4B-Base", "openai", ["http://a/v1"])
+    assert (got.max_model_len, got.budget_calls, got.role) == (2048, 10, "base_model")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -82,3 +83,18 @@ def add(key: str, entry: BaseModelEntry, home: Path | None = None) -> bool:
 def resolve(key: str, home: Path | None = None) -> BaseModelEntry | None:
     """The entry of ``key``, or None: the caller then uses the ``RAGSFT_BASE_MODEL_*`` defaults."""
     return load(home).get(key)
+
+
+def resource_for_key(default: Any, key: str, home: Path | None = None) -> Any:
+    """The ``base_model`` role's resource for partition ``key``.
+
+    A registered key overrides the default resource's model, backend and base URLs (engine settings,
+    budget and cache stay as configured); an unregistered key returns ``default`` itself, so the
+    ``RAGSFT_BASE_MODEL_*`` variables remain the default.
+    """
+    entry = resolve(key, home)
+    if entry is None:
+        return default
+    fields = {name: getattr(default, name) for name in type(default).model_fields}
+    fields.update(model=entry.model, backend=entry.backend, base_urls=list(entry.base_urls))
+    return type(default)(**fields)
