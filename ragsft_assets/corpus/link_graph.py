@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
 from ragsft_assets.ids import doc_id
 
@@ -39,16 +40,7 @@ PARALLEL_MIN_EDGES = 150_000
 # The vital articles level 4 hold 10,000 titles: without a list, take as many of the most linked-to.
 DEFAULT_BRIDGE_TOP_K = 10_000
 
-LINK_LIST = pa.list_(
-    pa.struct(
-        [
-            ("target_title", pa.string()),
-            ("target_id", pa.string()),
-            ("anchor", pa.string()),
-            ("sentence", pa.int32()),
-        ]
-    )
-)
+LINK_LIST = pa.list_(LINK_TYPE)  # the abstracts' links column, one struct definition
 LINK_GRAPH_SCHEMA = pa.schema(
     [
         ("source_id", pa.string()),
