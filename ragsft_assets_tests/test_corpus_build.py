@@ -188,3 +188,20 @@ def test_enumeration_prefilter_is_a_superset_of_the_python_hint() -> None:
     hint = [E._FAST_HINT.search(s) is not None for s in sentences]
     assert all(m for m, h in zip(maybe, hint, strict=True) if h)
     assert not all(maybe)  # and it does filter
+
+
+def test_bench_closing_line_names_cores_and_versions() -> None:
+    """Every bench ends with the machine's cores and the library versions (one helper)."""
+    from importlib import metadata
+
+    from ragsft_assets.bench import machine_values
+    from ragsft_assets.cli.bench import format_line
+
+    line = format_line("corpus", {"ratio": 0.7, **machine_values("rank-bm25", "no-such-dist")})
+    fields = dict(part.split("=", 1) for part in line.split(" "))
+    assert int(fields["cores"]) >= 1 and int(fields["cpu_count"]) >= int(fields["cores"])
+    versions = fields["versions"].split(",")
+    assert f"pyarrow-{metadata.version('pyarrow')}" in versions
+    assert f"rank-bm25-{metadata.version('rank-bm25')}" in versions
+    assert "no-such-dist-absent" in versions and versions[0].startswith("python-")
+    assert line.split(" ")[-1].startswith("versions=")

@@ -31,6 +31,8 @@ from urllib.parse import quote
 
 import orjson
 
+from ragsft_assets.bench import machine_values
+
 DEFAULT_SIZE = 100_000
 # Bump when make_record changes: a dump cached in a --workdir is reused only with the same version.
 GENERATOR_VERSION = 1
@@ -301,6 +303,7 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             "decode_lines_per_s": round(decode_rate),
             "records": size,
             "workers": workers,
+            **machine_values(),
         }
     finally:
         if not workdir:

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from ragsft_assets.bench import machine_values
 from ragsft_assets.multihop.retrieval import SCORE_DECIMALS, BM25Index, TfidfBigramIndex, tokenize
 
 N_QUERIES = 2000
@@ -108,4 +109,5 @@ def run(size: int | None = None, workdir: str | None = None, workers: int = WORK
         "tfidf_fit_s": round(tfidf_fit, 1),
         "projected_full_min": round(projected_s / 60, 1),
         "topk_identical": bool(identical),
+        **machine_values("scikit-learn", "scipy", "rank-bm25", "bm25s"),
     }
