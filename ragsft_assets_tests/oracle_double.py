@@ -109,9 +109,11 @@ class Oracle:
             return refusal
         if 'forme <ref id="N"/>' in system or 'form <ref id="N"/>' in system:
             return f'La réponse est {known.answer}.\n\nReferences:\n<ref id="{na}"/>\n<ref id="{nb}"/>'
+        # Quote the whole sentence holding the alias (the answer): a bare name or year is too short
+        # a quote for the strict citation verifier.
         return (
-            f'La réponse est {known.answer} <ref id="{na}">{known.alias}</ref> '
-            f'<ref id="{nb}">{known.answer}</ref>.'
+            f'La réponse est {known.answer} <ref id="{na}">{_sentence_with(a_body, known.alias)}</ref> '
+            f'<ref id="{nb}">{_sentence_with(b_body, known.answer)}</ref>.'
         )
 
     def grade(self, prompt: str) -> str:
@@ -124,3 +126,8 @@ class Oracle:
 def oracle_model() -> ScriptedChatModel:
     """One scripted model playing generator, judge and base model (they share the memory)."""
     return ScriptedChatModel(Oracle(), model_id="oracle-double")
+
+
+def _sentence_with(body: str, needle: str) -> str:
+    """The first sentence of ``body`` that holds ``needle`` (the needle itself if none does)."""
+    return next((s.strip() for s in re.split(r"(?<=[.!?])\s+", body) if needle in s), needle)
