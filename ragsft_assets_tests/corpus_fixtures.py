@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import orjson
 
-REAL_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+REAL_DATA = Path(__file__).resolve().parent / "data"
 REAL_FRWIKI = REAL_DATA / "frwiki_structured" / "frwiki_namespace_0_sample.jsonl"
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "ragsft_assets" / "sample_snapshot" / "sample.fr"
 

@@ -171,8 +171,6 @@ def test_cli_add_list_remove(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_sample_snapshot_funnel(tmp_path: Path) -> None:
-    if not (sample_folder() / "frwiki_namespace_0_0.jsonl").is_file():
-        pytest.skip("sample snapshot not bundled")
     install_snapshot("sample.fr", sample_folder(), tmp_path)
     result = _materialize(tmp_path, "sample.fr")
     assert result.success

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import dagster as dg
 import pyarrow.compute as pc
-import pytest
 
 from ragsft_assets.corpus.structured_wikipedia import dump_files
 from ragsft_assets.defs.corpus import defs as corpus_defs
@@ -15,13 +14,12 @@ from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
 DUMP = (
-    Path(__file__).resolve().parents[2]
-    / "shared/data/enwiki_dump_sample/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    Path(__file__).resolve().parent
+    / "data/enwiki_dump_sample/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 )
 KEY = "20160607.en"
 
 
-@pytest.mark.skipif(not DUMP.exists(), reason="shared enwiki dump sample not present")
 def test_xml_dump_snapshot_builds_abstracts_and_graph(tmp_path: Path) -> None:
     folder = tmp_path / "snapshots" / KEY
     folder.mkdir(parents=True)

@@ -18,9 +18,7 @@ from ragsft_assets.multihop.question_checks import check_draft
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 
-HOTPOT = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpotqa_train_distractor_70.json"
-)
+HOTPOT = Path(__file__).resolve().parent / "data" / "hotpotqa" / "hotpotqa_train_distractor_70.json"
 A = Doc("a", "Le Petit Prince", ("Le Petit Prince est un livre.", "Il est publié par Gallimard."), "train")
 B = Doc(
     "b",

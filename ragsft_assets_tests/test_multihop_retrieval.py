@@ -23,9 +23,7 @@ from ragsft_assets.multihop.retrieval import (
     tokenize,
 )
 
-HOTPOT = (
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpotqa_train_distractor_70.json"
-)
+HOTPOT = Path(__file__).resolve().parent / "data" / "hotpotqa" / "hotpotqa_train_distractor_70.json"
 
 
 @pytest.fixture(scope="module")

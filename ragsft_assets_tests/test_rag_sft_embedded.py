@@ -14,13 +14,10 @@ from ragsft_assets.rag_sft.hotpot_input import original_to_hf_table
 from ragsft_assets.rag_sft.layout import parse_documents
 from ragsft_assets.resources.store import ArtifactStore
 
-DATA = Path(__file__).resolve().parents[2] / "shared/data/hotpotqa/hotpotqa_train_distractor_70.json"
+DATA = Path(__file__).resolve().parent / "data/hotpotqa/hotpotqa_train_distractor_70.json"
 PARTITION = "hotpot.en"
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(not DATA.is_file(), reason="real HotpotQA sample not present"),
-]
+pytestmark = [pytest.mark.integration]
 
 
 def test_rag_sft_stage_with_the_embedded_model(embedded_model: object, tmp_path: Path) -> None:

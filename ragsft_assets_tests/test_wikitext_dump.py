@@ -24,15 +24,14 @@ from ragsft_assets.corpus.wikitext_dump import (
     wikilink_targets,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "data"
 ENWIKI_DIR = DATA / "enwiki_dump_sample"
 WIKISPEEDIA = DATA / "wikispeedia"
 
 
 def _enwiki_dump() -> Path:
     files = sorted(ENWIKI_DIR.glob("*.bz2"))
-    if not files:
-        pytest.skip(f"no dump sample under {ENWIKI_DIR}")
+    assert files, f"no dump sample under {ENWIKI_DIR} (committed test data is missing)"
     return files[0]
 
 
@@ -321,8 +320,9 @@ def test_real_dump_is_deterministic(enwiki) -> None:
 
 
 def _need_wikispeedia() -> None:
-    if not (WIKISPEEDIA / "links.tsv").exists():
-        pytest.skip(f"no Wikispeedia data under {WIKISPEEDIA}")
+    assert (WIKISPEEDIA / "links.tsv").exists(), (
+        f"no Wikispeedia data under {WIKISPEEDIA} (committed test data)"
+    )
 
 
 def test_wikispeedia_plaintext_records() -> None:
