@@ -255,7 +255,10 @@ def test_ui_corpus_run_graphql_and_chromium(tmp_path: Path) -> None:
 def _check_asset_graph_page(url: str, tmp_path: Path) -> None:
     chromium = _chromium()
     if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium): the browser part is skipped")
+        reason = "chromium is not installed (apt-get install -y chromium): the browser part is skipped"
+        if os.environ.get("RAGSFT_REQUIRE_UI") == "1":
+            pytest.fail(f"RAGSFT_REQUIRE_UI=1 and {reason}")
+        pytest.skip(reason)
     page = f"{url}/locations/{LOCATION}/asset-groups/corpus"
     artifacts = _artifacts_dir()
     screenshot = artifacts / "ui_corpus_asset_graph.png"
@@ -288,3 +291,16 @@ def _check_asset_graph_page(url: str, tmp_path: Path) -> None:
     assert screenshot.is_file() and screenshot.stat().st_size > 10_000
     missing = [name for name in CORPUS_ASSETS if name not in dom]
     assert not missing, f"the asset graph page does not show {missing} (DOM saved in {artifacts})"
+
+
+def test_missing_chromium_fails_when_the_ui_is_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI sets RAGSFT_REQUIRE_UI=1: no Chromium is then a failure, not a silent skip; elsewhere a skip."""
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("RAGSFT_REQUIRE_UI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="chromium is not installed"):
+        _check_asset_graph_page("http://127.0.0.1:1", tmp_path)
+    monkeypatch.setenv("RAGSFT_REQUIRE_UI", "1")
+    with pytest.raises(pytest.fail.Exception, match="RAGSFT_REQUIRE_UI=1"):
+        _check_asset_graph_page("http://127.0.0.1:1", tmp_path)

@@ -10,4 +10,5 @@ export RAGSFT_TEST_SERVE="${RAGSFT_TEST_SERVE:-1}"
 export RAGSFT_HOME="${RAGSFT_TEST_HOME:-$(mktemp -d)}"
 ruff check ragsft_assets ragsft_assets_tests
 ruff format --check ragsft_assets ragsft_assets_tests
-python -m pytest -q -p no:cacheprovider "$@"
+# -rs: the skip summary names each skip's reason (a missing Chromium or second engine is said, not hidden).
+python -m pytest -q -rs -p no:cacheprovider "$@"
