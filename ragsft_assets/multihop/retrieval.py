@@ -332,7 +332,14 @@ class TfidfBigramIndex(SparseIndex):
 
 
 class BM25Index(SparseIndex):
-    """Okapi BM25 exactly as rank-bm25's ``BM25Okapi`` computes it, as one sparse weight matrix."""
+    """BM25 as one sparse weight matrix, in one of two scoring variants.
+
+    ``variant="okapi"`` (the default, what the asset uses) is rank-bm25's ``BM25Okapi`` exactly: idf
+    ``log((N - df + 0.5) / (df + 0.5))`` with negative values floored at ``epsilon`` times the mean idf,
+    and the term weight ``tf * (k1 + 1) / (tf + norm)``. ``variant="lucene"`` is bm25s'
+    ``method="lucene"``: idf ``log(1 + (N - df + 0.5) / (df + 0.5))`` (never negative, no floor) and
+    ``tf / (tf + norm)``; the benchmark checks identity against bm25s under it.
+    """
 
     method = "bm25"
 
@@ -343,8 +350,11 @@ class BM25Index(SparseIndex):
         k1: float = BM25_K1,
         b: float = BM25_B,
         epsilon: float = BM25_EPSILON,
+        variant: str = "okapi",
     ) -> None:
-        self.k1, self.b, self.epsilon = k1, b, epsilon
+        if variant not in ("okapi", "lucene"):
+            raise ValueError(f"unknown BM25 variant {variant!r}: expected 'okapi' or 'lucene'")
+        self.k1, self.b, self.epsilon, self.variant = k1, b, epsilon, variant
         super().__init__(doc_ids, texts)
 
     def _fit(self, texts: list[str]) -> None:
@@ -360,15 +370,19 @@ class BM25Index(SparseIndex):
         doc_len = lengths.astype(np.float64)
         avgdl = doc_len.sum() / n if n else 1.0
         df = np.bincount(tf.indices, minlength=n_terms).astype(np.float64)
-        idf = np.log(n - df + 0.5) - np.log(df + 0.5)
-        # rank-bm25 floors negative idf at epsilon * (mean of the raw idf values)
-        floor = self.epsilon * (idf.sum() / n_terms) if n_terms else 0.0
-        idf[idf < 0] = floor
+        if self.variant == "lucene":
+            idf = np.log1p((n - df + 0.5) / (df + 0.5))
+        else:
+            idf = np.log(n - df + 0.5) - np.log(df + 0.5)
+            # rank-bm25 floors negative idf at epsilon * (mean of the raw idf values)
+            floor = self.epsilon * (idf.sum() / n_terms) if n_terms else 0.0
+            idf[idf < 0] = floor
         self.idf = idf
         rows = np.repeat(np.arange(n), np.diff(tf.indptr))
         freq = tf.data
         norm = self.k1 * (1 - self.b + self.b * doc_len[rows] / avgdl)
-        weights = idf[tf.indices] * (freq * (self.k1 + 1) / (freq + norm))
+        scale = 1.0 if self.variant == "lucene" else self.k1 + 1
+        weights = idf[tf.indices] * (freq * scale / (freq + norm))
         w = sp.csr_matrix((weights, tf.indices, tf.indptr), shape=tf.shape)
         self._doc_terms_t = sp.csr_matrix(w.T)
 
