@@ -37,9 +37,12 @@ from ragsft_assets.resources.store import ArtifactStore
 GROUP = "corpus"
 PRODUCT = "corpus"
 # Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
-ABSTRACTS_VERSION = "abstracts-v1"
-LINK_GRAPH_VERSION = "link_graph-v1"
-BRIDGE_PAIRS_VERSION = "bridge_pairs-v1"
+# v2: sentence splitting (etc., art/col/vol/cap before an opener) and the month-year / index-page filters.
+ABSTRACTS_VERSION = "abstracts-v2"
+# v2: the over-cited cap counts in-degree over the whole corpus, not within one split.
+LINK_GRAPH_VERSION = "link_graph-v2"
+# v2: bridge drawn first, then a source among its citers (HotpotQA Algorithm 1, bridge branch).
+BRIDGE_PAIRS_VERSION = "bridge_pairs-v2"
 
 
 class AbstractsAssetConfig(dg.Config):
