@@ -34,3 +34,14 @@ def test_lucene_variant_matches_bm25s() -> None:
 def test_unknown_variant_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown BM25 variant"):
         BM25Index(["a"], ["x"], variant="atire")
+
+
+def test_bench_vocabulary_has_no_token_above_5_percent() -> None:
+    from collections import Counter
+
+    from ragsft_assets.bench.distractors import synthetic_corpus
+
+    _, texts, queries = synthetic_corpus(400)
+    counts = Counter(w for t in texts for w in t.split())
+    assert max(counts.values()) / sum(counts.values()) <= 0.05
+    assert len(queries) == 2000 and all(q.split() for q in queries)

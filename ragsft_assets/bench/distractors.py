@@ -29,11 +29,17 @@ WORKERS = 2
 
 
 def synthetic_corpus(n_docs: int, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
-    """(doc ids, texts, queries): Zipf(1.1) words over a 60,000-word vocabulary, 40-90 words a document."""
+    """(doc ids, texts, queries): Zipf-Mandelbrot words over a 60,000-word vocabulary, 40-90 words a document.
+
+    Word of rank r is drawn with probability proportional to ``1 / (r + 2)``, normalised over the
+    vocabulary (no clipping: a clipped Zipf(1.1) piled 31% of all tokens on one word); the most
+    frequent word then holds about 3% of the tokens, under the 5% bound the test checks.
+    """
     rng = np.random.default_rng(seed)
     vocab = np.array([f"w{i}" for i in range(60_000)])
     lengths = rng.integers(40, 91, size=n_docs)
-    words = vocab[np.minimum(rng.zipf(1.1, size=int(lengths.sum())) - 1, vocab.size - 1)]
+    weights = 1.0 / (np.arange(1, vocab.size + 1) + 2.0)
+    words = vocab[rng.choice(vocab.size, size=int(lengths.sum()), p=weights / weights.sum())]
     bounds = np.concatenate([[0], np.cumsum(lengths)])
     texts = [" ".join(words[bounds[i] : bounds[i + 1]]) for i in range(n_docs)]
     ids = [f"{i:024x}" for i in range(n_docs)]
