@@ -13,6 +13,7 @@ import click
 # name -> "module:attribute" of a click command or group
 COMMANDS: dict[str, str] = {
     "snapshots": "ragsft_assets.cli.snapshots:snapshots",
+    "sources": "ragsft_assets.cli.sources:sources",
     "bench": "ragsft_assets.cli.bench:bench",
     "cache": "ragsft_assets.cli.cache:cache",
     "catalog": "ragsft_assets.cli.release:catalog",

@@ -98,6 +98,10 @@ def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool) -> N
     """Install snapshot KEY and register it as a partition."""
     if sum([source is not None, sample, hub]) != 1:
         raise click.UsageError("give exactly one of --from FOLDER, --sample, --hub")
+    from ragsft_assets.cli.sources import source_key_taken
+
+    if source_key_taken(key):  # a key belongs to one partition set only
+        raise click.ClickException(f"{key!r} is already a source key (ragsft sources): pick another key")
     try:
         if sample:
             folder = install_snapshot(key, sample_folder())

@@ -1,4 +1,10 @@
-"""The ``snapshot`` partition set: one key per snapshot and language, e.g. ``20240916.fr``."""
+"""Partition sets: ``snapshot`` (one key per snapshot and language, e.g. ``20240916.fr``) and
+``qa_source`` (one key per outside question set and language, e.g. ``hotpotqa.en``).
+
+A key belongs to one set only (``ragsft sources add`` and ``ragsft snapshots add`` refuse a key of
+the other set), so artifacts under ``assets/<key>/`` and releases under ``releases/<key>/`` never
+collide.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +12,28 @@ import re
 
 import dagster as dg
 
+from ragsft_assets.corpus.snapshot_layout import (  # noqa: F401 - re-exported
+    SNAPSHOT_KEY_RE,
+    snapshot_language,
+    validate_snapshot_key,
+)
+
 SNAPSHOT_PARTITIONS_NAME = "snapshot"
 snapshot_partitions = dg.DynamicPartitionsDefinition(name=SNAPSHOT_PARTITIONS_NAME)
 
-# <YYYYMMDD>.<lang> for real dumps; a lowercase word (e.g. "sample.fr") for test/sample snapshots.
-SNAPSHOT_KEY_RE = re.compile(r"^(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
+
+QA_SOURCE_PARTITIONS_NAME = "qa_source"
+qa_source_partitions = dg.DynamicPartitionsDefinition(name=QA_SOURCE_PARTITIONS_NAME)
+
+# <source>.<lang>: a lowercase source name (e.g. hotpotqa, trust_align) and a language code.
+QA_SOURCE_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
 
 
-def validate_snapshot_key(key: str) -> str:
-    """Return ``key`` if it is ``<YYYYMMDD>.<lang>`` (or ``<name>.<lang>``), else raise ValueError."""
-    if not SNAPSHOT_KEY_RE.match(key):
+def validate_source_key(key: str) -> str:
+    """Return ``key`` if it is ``<source>.<lang>`` (e.g. ``hotpotqa.en``), else raise ValueError."""
+    if not QA_SOURCE_KEY_RE.match(key):
         raise ValueError(
-            f"invalid snapshot key {key!r}: expected <YYYYMMDD>.<lang> such as 20240916.fr "
-            "(or <name>.<lang> such as sample.fr)"
+            f"invalid source key {key!r}: expected <source>.<lang> such as hotpotqa.en "
+            "(a lowercase source name, a dot, a language code)"
         )
     return key
-
-
-def snapshot_language(key: str) -> str:
-    """The language part of a snapshot key (``20240916.fr`` -> ``fr``)."""
-    return key.split(".", 1)[1]

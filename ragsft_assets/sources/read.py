@@ -1,0 +1,229 @@
+"""Reading an outside question set into HotpotQA-layout rows, through a preset or a mapping file.
+
+A *mapping* names, for each field of the HotpotQA layout, the source column holding it::
+
+    {"id": "_id", "question": "question", "answer": "answer", "context": "context",
+     "supporting_facts": "supporting_facts", "type": "type", "level": "level", "split": null}
+
+``context`` may be the original list of ``[title, [sentences]]`` or the hub's struct of lists
+``{title: [...], sentences: [[...]]}``; ``supporting_facts`` likewise (``[[title, sent_id]]`` or
+``{title, sent_id}``). ``id``, ``type``, ``level`` and ``split`` are optional: a missing id is
+24 hex chars of SHA-256 over the question and its document titles, so a question repeated with
+other documents gets another id. Presets are mappings for known sources; a mapping file (JSON or
+YAML) does the same for any other QA set.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ragsft_assets.ids import derived_id
+from ragsft_assets.multihop.hotpot_format import records_table
+
+SOURCE_CONFIG = "source.json"  # written by `ragsft sources add` beside the data files
+FIELDS = ("id", "question", "answer", "context", "supporting_facts", "type", "level", "split")
+REQUIRED = ("question", "answer", "context", "supporting_facts")
+SUFFIXES = (".json", ".jsonl", ".parquet")
+
+PRESETS: dict[str, dict[str, str | None]] = {
+    # The original HotpotQA distractor JSON / JSON lines (`_id`) and the hub's `hotpot_qa`
+    # Parquet, `distractor` config (`id`): both spellings of the id are looked up.
+    "hotpotqa": {
+        "id": "_id|id",
+        "question": "question",
+        "answer": "answer",
+        "context": "context",
+        "supporting_facts": "supporting_facts",
+        "type": "type",
+        "level": "level",
+        "split": None,
+    },
+}
+
+
+class SourceError(ValueError):
+    """A source file that cannot be read: the message names the file, the record and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRead:
+    """The rows read from a source, in the HotpotQA layout with a ``split`` column."""
+
+    table: pa.Table
+    files: list[str]
+    rows_per_file: dict[str, int]
+
+
+def load_mapping(preset: str | None = None, mapping_file: Path | None = None) -> dict[str, str | None]:
+    """The mapping of a preset or of a mapping file (JSON or YAML); raises SourceError when invalid."""
+    if (preset is None) == (mapping_file is None):
+        raise SourceError("give exactly one of a preset or a mapping file")
+    if preset is not None:
+        if preset not in PRESETS:
+            raise SourceError(f"unknown preset {preset!r}; known presets: {', '.join(sorted(PRESETS))}")
+        return dict(PRESETS[preset])
+    assert mapping_file is not None
+    if not mapping_file.is_file():
+        raise SourceError(f"mapping file {mapping_file} does not exist")
+    import yaml  # YAML is a superset of JSON: one parser for both spellings
+
+    try:
+        raw = yaml.safe_load(mapping_file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SourceError(f"mapping file {mapping_file}: not JSON or YAML ({exc})") from exc
+    if not isinstance(raw, Mapping):
+        raise SourceError(f"mapping file {mapping_file}: expected an object of field -> column")
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise SourceError(f"mapping file {mapping_file}: unknown field(s) {unknown}; fields are {FIELDS}")
+    missing = [f for f in REQUIRED if not raw.get(f)]
+    if missing:
+        raise SourceError(f"mapping file {mapping_file}: no column for required field(s) {missing}")
+    return {f: (str(raw[f]) if raw.get(f) else None) for f in FIELDS}
+
+
+def source_files(path: Path) -> list[Path]:
+    """The data files of a file or folder (``*.json``, ``*.jsonl``, ``*.parquet``), sorted."""
+    if path.is_file():
+        if path.suffix not in SUFFIXES:
+            raise SourceError(f"{path}: unknown format {path.suffix!r}; expected one of {SUFFIXES}")
+        return [path]
+    if not path.is_dir():
+        raise SourceError(f"{path} does not exist")
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+    if not files:
+        raise SourceError(f"no data file ({', '.join('*' + s for s in SUFFIXES)}) in {path}")
+    return files
+
+
+def _records(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) pairs of one file; ``where`` is 'line N' or 'record N' (1-based)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"row {i}", row
+        return
+    text = path.read_text(encoding="utf-8")
+    head = text.lstrip()[:1]
+    if path.suffix == ".json" and head == "[":
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
+        for i, row in enumerate(rows, 1):
+            yield f"record {i}", row
+        return
+    for n, line in enumerate(text.splitlines(), 1):  # JSON lines (also a .json holding JSON lines)
+        if not line.strip():
+            continue
+        try:
+            yield f"line {n}", json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{path}, line {n}: invalid JSON: {exc.msg}") from exc
+
+
+def _column(row: Mapping[str, Any], spec: str | None) -> Any:
+    if not spec:
+        return None
+    for name in spec.split("|"):  # "a|b": the first present column
+        if row.get(name) is not None:
+            return row[name]
+    return None
+
+
+def _pairs(value: Any, keys: tuple[str, str]) -> list[tuple[Any, Any]]:
+    """``[[a, b], ...]`` or ``{keys[0]: [...], keys[1]: [...]}`` as a list of pairs."""
+    if isinstance(value, Mapping):
+        return list(zip(value[keys[0]], value[keys[1]], strict=True))
+    return [(a, b) for a, b in value]
+
+
+def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_split: str) -> dict[str, Any]:
+    """One source record as an HotpotQA-layout row; raises SourceError naming ``where`` and the field."""
+    if not isinstance(row, Mapping):
+        raise SourceError(f"{where}: expected an object, got {type(row).__name__}")
+    values = {f: _column(row, mapping.get(f)) for f in FIELDS}
+    for f in REQUIRED:
+        if values[f] is None:
+            raise SourceError(f"{where}: missing field {mapping.get(f)!r} ({f})")
+    field = "context"
+    try:
+        context = [
+            (str(t), [str(s) for s in sents])
+            for t, sents in _pairs(values["context"], ("title", "sentences"))
+        ]
+        field = "supporting_facts"
+        facts = [(str(t), int(i)) for t, i in _pairs(values["supporting_facts"], ("title", "sent_id"))]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SourceError(f"{where}: field {mapping.get(field)!r} ({field}) is malformed: {exc}") from exc
+    if not context:
+        raise SourceError(f"{where}: field {mapping.get('context')!r} (context) is empty")
+    titles = [t for t, _ in context]
+    question = str(values["question"])
+    rid = str(values["id"]) if values["id"] is not None else derived_id(question, *titles)
+    return {
+        "id": rid,
+        "question": question,
+        "answer": str(values["answer"]),
+        "type": str(values["type"] or ""),
+        "level": str(values["level"] or ""),
+        "supporting_facts": {"title": [t for t, _ in facts], "sent_id": [i for _, i in facts]},
+        "context": {"title": titles, "sentences": [s for _, s in context]},
+        "split": str(values["split"] or default_split),
+    }
+
+
+def read_source(path: Path, mapping: Mapping[str, str | None], default_split: str = "train") -> SourceRead:
+    """Every record of a file or folder, mapped; the first bad record raises SourceError.
+
+    Args:
+        path: a data file or a folder of them (``source.json`` and other files are ignored).
+        mapping: field -> column (:data:`PRESETS` or :func:`load_mapping`).
+        default_split: the split of records whose mapping gives none (a file named
+            ``validation*``/``dev*``/``test*`` gives that split instead).
+    """
+    rows: list[dict[str, Any]] = []
+    per_file: dict[str, int] = {}
+    files = source_files(path)
+    for f in files:
+        split = _split_from_name(f.name, default_split)
+        n = 0
+        for where, rec in _records(f):
+            rows.append(map_record(rec, mapping, f"{f}, {where}", split))
+            n += 1
+        per_file[f.name] = n
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r["id"] in seen and seen[r["id"]] != r["split"]:
+            raise SourceError(
+                f"{path}: id {r['id']!r} appears in splits {seen[r['id']]!r} and {r['split']!r}"
+            )
+        seen[r["id"]] = r["split"]
+    unique = list({r["id"]: r for r in rows}.values())  # a record repeated verbatim is read once
+    return SourceRead(records_table(unique), [f.name for f in files], per_file)
+
+
+def _split_from_name(name: str, default: str) -> str:
+    low = name.lower()
+    if "validation" in low or "dev" in low:
+        return "validation"
+    if "test" in low:
+        return "test"
+    return default
+
+
+def read_source_folder(folder: Path, default_split: str = "train") -> SourceRead:
+    """Read an installed source folder with the preset or mapping its ``source.json`` names."""
+    cfg_path = folder / SOURCE_CONFIG
+    if not cfg_path.is_file():
+        raise SourceError(f"{folder} has no {SOURCE_CONFIG}: install it with `ragsft sources add`")
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    mapping = cfg.get("mapping") or PRESETS[cfg["preset"]]
+    return read_source(folder, mapping, default_split)
