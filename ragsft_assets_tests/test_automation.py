@@ -246,3 +246,28 @@ def test_llm_retry_policy_backs_off() -> None:
     assert LLM_RETRY_POLICY.max_retries >= 2
     assert LLM_RETRY_POLICY.backoff == dg.Backoff.EXPONENTIAL
     assert LLM_RETRY_POLICY.delay and LLM_RETRY_POLICY.delay > 0
+
+
+def test_discovery_logic_does_not_import_the_wiring() -> None:
+    """Logic lives below the wiring: the discovery module and the snapshot layout import no ``defs``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ragsft_assets.automation.discovery, ragsft_assets.corpus.snapshot_layout\n"
+        "bad = sorted(m for m in sys.modules if m.startswith('ragsft_assets.defs'))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_one_definition_of_dump_suffixes_and_hub_dataset() -> None:
+    from ragsft_assets.automation import discovery
+    from ragsft_assets.corpus import snapshot_layout, structured_wikipedia
+    from ragsft_assets.defs import partitions
+
+    assert discovery.DUMP_SUFFIXES is snapshot_layout.DUMP_SUFFIXES
+    assert structured_wikipedia.DUMP_SUFFIXES is snapshot_layout.DUMP_SUFFIXES
+    assert discovery.HUB_DATASET is structured_wikipedia.HUB_DATASET is snapshot_layout.HUB_DATASET
+    assert partitions.validate_snapshot_key is snapshot_layout.validate_snapshot_key

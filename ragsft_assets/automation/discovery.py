@@ -15,15 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragsft_assets.defs.partitions import validate_snapshot_key
-
-# A dump file in a snapshot folder (structured-wikipedia JSON lines or Parquet, or a MediaWiki XML dump).
-DUMP_SUFFIXES = (
-    ".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz", ".parquet", ".xml", ".xml.bz2", ".xml.gz",
-)  # fmt: skip
-# Files that say a copy is still in progress: the folder is not ready yet.
-PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".incomplete", ".download")
-HUB_DATASET = "wikimedia/structured-wikipedia"
+from ragsft_assets.corpus.snapshot_layout import (
+    DUMP_SUFFIXES,
+    HUB_DATASET,
+    PARTIAL_SUFFIXES,
+    validate_snapshot_key,
+)
 
 
 def is_valid_key(key: str) -> bool:

@@ -19,16 +19,19 @@ from typing import Any
 
 import orjson
 
+from ragsft_assets.corpus.snapshot_layout import (  # noqa: F401 - re-exported for the readers' callers
+    DUMP_SUFFIXES,
+    HUB_DATASET,
+    JSONL_SUFFIXES,
+    PARQUET_SUFFIXES,
+    XML_SUFFIXES,
+)
+
 try:  # msgspec skips the fields we do not need without building them: ~5x faster than a full decode
     import msgspec
 except ImportError:  # pragma: no cover - the full orjson decode gives the same records, slower
     msgspec = None
 
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
-PARQUET_SUFFIXES = (".parquet",)
-# Official MediaWiki pages-articles dumps, read by corpus/wikitext_dump.py into the same record shape.
-XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
-HUB_DATASET = "wikimedia/structured-wikipedia"
 
 NOT_UTF8 = "not_utf8"
 MALFORMED_LINE = "malformed_line"
@@ -47,9 +50,7 @@ def dump_files(folder: Path) -> list[Path]:
     files = [
         p
         for p in folder.iterdir()
-        if p.is_file()
-        and not p.name.startswith(".")
-        and p.name.endswith(JSONL_SUFFIXES + PARQUET_SUFFIXES + XML_SUFFIXES)
+        if p.is_file() and not p.name.startswith(".") and p.name.endswith(DUMP_SUFFIXES)
     ]
     return sorted(files, key=lambda p: p.name)
 

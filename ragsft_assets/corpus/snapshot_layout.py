@@ -1,0 +1,38 @@
+"""What a snapshot is on disk: its key, the dump file suffixes, the hub dataset (one definition each).
+
+Dagster-free, so that the readers, the discovery logic of the sensor and the Dagster wiring
+(``defs/partitions.py``) all import the same constants from below the wiring.
+"""
+
+from __future__ import annotations
+
+import re
+
+# <YYYYMMDD>.<lang> for real dumps; a lowercase word (e.g. "sample.fr") for test/sample snapshots.
+SNAPSHOT_KEY_RE = re.compile(r"^(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
+PARQUET_SUFFIXES = (".parquet",)
+# Official MediaWiki pages-articles dumps, read by corpus/wikitext_dump.py into the same record shape.
+XML_SUFFIXES = (".xml", ".xml.bz2", ".xml.gz")
+# A dump file in a snapshot folder, of any of the kinds above.
+DUMP_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES + XML_SUFFIXES
+# Files that say a copy is still in progress: the folder is not ready yet.
+PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".incomplete", ".download")
+
+HUB_DATASET = "wikimedia/structured-wikipedia"
+
+
+def validate_snapshot_key(key: str) -> str:
+    """Return ``key`` if it is ``<YYYYMMDD>.<lang>`` (or ``<name>.<lang>``), else raise ValueError."""
+    if not SNAPSHOT_KEY_RE.match(key):
+        raise ValueError(
+            f"invalid snapshot key {key!r}: expected <YYYYMMDD>.<lang> such as 20240916.fr "
+            "(or <name>.<lang> such as sample.fr)"
+        )
+    return key
+
+
+def snapshot_language(key: str) -> str:
+    """The language part of a snapshot key (``20240916.fr`` -> ``fr``)."""
+    return key.split(".", 1)[1]
