@@ -27,7 +27,7 @@ def make_release(home: Path, variant: int = 0) -> tuple[ArtifactStore, Path, dic
     cache = write_world(store, variant=variant)
     folder = home / "releases" / PARTITION
     build.build_release(store.root, PARTITION, folder)
-    build.write_card(folder, PARTITION, {"audit_auc": 0.71})
+    build.write_card(folder, PARTITION, {"surface_auc_mean": 0.71, "surface_auc_bar": 0.62})
     build.write_manifests(
         folder, PARTITION, store.root, home / "snapshots", run_config={"seed": ids.DEFAULT_SEED}
     )
@@ -95,7 +95,7 @@ def test_readme_declares_configs_license_and_card(built) -> None:
     text = (folder / "README.md").read_text()
     assert "license: cc-by-sa-4.0" in text
     assert "CC BY-SA 4.0" in text and "```bibtex" in text
-    assert "**0.71**" in text  # the audit AUC as a limitation
+    assert "**0.710**" in text  # the audit AUC as a limitation
     assert "| question_checks | dropped | answer_not_in_b | 11 |" in text  # a real funnel number
     for png in (folder / "plots").glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -340,3 +340,25 @@ def test_decisions_final_per_candidate(built) -> None:
     dropped = [r for r in d.to_pylist() if r["verdict"] == "dropped"]
     assert {r["stage"] for r in dropped} == {"question_checks"} and len(dropped) == 11
     assert os.path.getsize(folder / "provenance" / "decisions.parquet") > 0
+
+
+def test_card_renders_the_keys_the_audit_writes(built) -> None:
+    """The AUC sentence comes from multihop_audit's own metadata keys; a foreign key renders nothing."""
+    import inspect
+
+    from ragsft_assets.defs.multihop import assets as multihop_assets
+    from ragsft_assets.release import card
+
+    source = inspect.getsource(multihop_assets)
+    for key in card.AUDIT_KEYS:
+        assert f'"{key}"' in source, f"multihop_audit no longer writes {key}: the card would not render it"
+    _, folder, _ = built
+    body, _ = build.write_card(folder, PARTITION, {"audit_auc": 0.71})
+    assert "Surface-feature classifier AUC" not in body
+    body, _ = build.write_card(folder, PARTITION, {"surface_auc_mean": -1.0})  # not computed
+    assert "Surface-feature classifier AUC" not in body
+    body, _ = build.write_card(
+        folder, PARTITION, {"surface_auc_mean": 0.7, "surface_auc_bar": 0.62, "gold_longest_rate": 0.25}
+    )
+    assert "**0.700**, above the 0.62 bar" in body and "longest of its context in 0.250" in body
+    build.write_card(folder, PARTITION, {"surface_auc_mean": 0.71, "surface_auc_bar": 0.62})

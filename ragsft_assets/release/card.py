@@ -21,6 +21,13 @@ from ragsft_assets.release.layout import CONFIGS_BY_NAME, PLOTS, PROVENANCE
 from ragsft_assets.release.lineage import FILENAME_RE
 from ragsft_assets.table_stats import markdown_table
 
+# Metadata keys of multihop_audit that the card renders as sentences (see defs/multihop/assets.py).
+AUDIT_AUC_KEY = "surface_auc_mean"
+AUDIT_AUC_BAR_KEY = "surface_auc_bar"
+LONGEST_RATE_KEY = "gold_longest_rate"
+LONGEST_CHANCE_KEY = "gold_longest_chance"
+AUDIT_KEYS = {AUDIT_AUC_KEY, AUDIT_AUC_BAR_KEY, LONGEST_RATE_KEY, LONGEST_CHANCE_KEY}
+
 
 def _words(text: str | None) -> int:
     return len((text or "").split())
@@ -138,8 +145,8 @@ def render_card(
         partition: the snapshot key.
         files: ``{config: {split: rel path}}`` (from the README header).
         decisions: final decisions per candidate (``decisions.final_decisions``).
-        limitations: measured numbers worth a warning, e.g. ``{"audit_auc": 0.71,
-            "audit_auc_bar": 0.62, "longest_gold_rate": 0.4}``.
+        limitations: measured numbers worth a warning, e.g. the multihop_audit keys
+            ``{"surface_auc_mean": 0.71, "surface_auc_bar": 0.62, "gold_longest_rate": 0.4}``.
         notes: release notes (configs skipped, empty splits).
         plots: write the PNG histograms.
     """
@@ -204,20 +211,25 @@ def render_card(
     parts += ["Lengths are whitespace-separated words, not model tokens.", ""]
 
     parts += ["## Known limitations", ""]
-    if "audit_auc" in lim:
-        bar = lim.get("audit_auc_bar", 0.62)
-        verdict = "above" if float(lim["audit_auc"]) > float(bar) else "within"
+    # The keys multihop_audit really writes; -1.0 there means "not computed" (too few questions).
+    auc = lim.get(AUDIT_AUC_KEY)
+    if auc is not None and float(auc) >= 0:
+        bar = lim.get(AUDIT_AUC_BAR_KEY, 0.62)
+        verdict = "above" if float(auc) > float(bar) else "within"
         parts.append(
             f"- Surface-feature classifier AUC (finding the gold paragraphs from length, "
-            f"in-degree, ranks...): **{lim['audit_auc']}**, {verdict} the {bar} bar."
+            f"in-degree, ranks...): **{float(auc):.3f}**, {verdict} the {bar} bar."
         )
-    if "longest_gold_rate" in lim:
+    longest = lim.get(LONGEST_RATE_KEY)
+    if longest is not None and float(longest) >= 0:
+        chance = lim.get(LONGEST_CHANCE_KEY, -1.0)
+        chance_text = f"{float(chance):.3f}" if float(chance) >= 0 else "1/k"
         parts.append(
-            f"- The gold paragraph is the longest of its context in {lim['longest_gold_rate']} of "
-            f"questions (chance: {lim.get('longest_gold_chance', '1/k')})."
+            f"- The gold paragraph is the longest of its context in {float(longest):.3f} of "
+            f"questions (chance: {chance_text})."
         )
     for key, value in sorted(lim.items()):
-        if key not in {"audit_auc", "audit_auc_bar", "longest_gold_rate", "longest_gold_chance"}:
+        if key not in AUDIT_KEYS and not key.startswith("surface_auc"):
             parts.append(f"- {key}: {value}")
     parts += [
         "- Questions and responses are written by language models and filtered by model judges and "
