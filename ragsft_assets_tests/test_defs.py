@@ -10,21 +10,30 @@ EXPECTED_ASSETS = [
     "ablation_verdicts",
     "abstracts",
     "bridge_pairs",
+    "claim_audit",
+    "claims",
     "dataset_card",
     "distractors",
     "first_hop",
+    "known_claims",
     "link_graph",
     "mechanical_rules",
     "multihop_audit",
     "multihop_questions",
+    "oasst_pairs",
+    "probe_answers",
+    "probe_labels",
+    "probes",
     "question_checks",
     "question_drafts",
     "rag_prompts",
     "rag_responses",
     "rag_sft",
     "rag_verdicts",
+    "recall_release",
     "release",
     "release_manifest",
+    "rewrites",
 ]
 
 
@@ -37,17 +46,27 @@ def test_asset_keys() -> None:
 def test_jobs_and_automation() -> None:
     repo = defs.get_repository_def()
     jobs = {j.name for j in repo.get_all_jobs()}
-    assert {"corpus_job", "multihop_job", "rag_sft_job", "release_job", "full_job"} <= jobs
+    assert {"corpus_job", "multihop_job", "rag_sft_job", "release_job", "full_job", "recall_job"} <= jobs
+    # full_job covers the snapshot families only; recall runs on the base_model partitions
+    full = {k.to_user_string() for k in repo.get_job("full_job").asset_layer.executable_asset_keys}
+    assert "release" in full and not full & {"claims", "rewrites", "recall_release"}
     assert repo.get_sensor_def("new_snapshot_sensor") is not None
     assert repo.schedule_defs, "a schedule is defined"
 
 
 def test_every_asset_is_partitioned_and_versioned() -> None:
     repo = defs.get_repository_def()
+    # Recall Rewrite: the model-independent stages unpartitioned, the rest per base model.
+    recall_shared = {"oasst_pairs", "claims", "claim_audit", "probes"}
     for key in repo.asset_graph.get_all_asset_keys():
         node = repo.asset_graph.get(key)
-        assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), key
-        assert node.partitions_def.name == "snapshot", key
+        name = key.to_user_string()
+        if name in recall_shared:
+            assert node.partitions_def is None, key
+        else:
+            assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), key
+            expected = "base_model" if node.group_name == "recall" else "snapshot"
+            assert node.partitions_def.name == expected, key
         assert node.code_version, f"{key.to_user_string()} has no code version"
 
 

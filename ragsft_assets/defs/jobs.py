@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from ragsft_assets.defs.partitions import snapshot_partitions
+from ragsft_assets.defs.partitions import qa_source_partitions, base_model_partitions, snapshot_partitions
 
 corpus_job = dg.define_asset_job(
     "corpus_job",
@@ -30,11 +30,24 @@ release_job = dg.define_asset_job(
     partitions_def=snapshot_partitions,
     description="Release folder, manifests, decision ledger, dataset card.",
 )
+qa_sft_job = dg.define_asset_job(
+    "qa_sft_job",
+    selection=dg.AssetSelection.groups("qa_sft"),
+    partitions_def=qa_source_partitions,
+    description="The QA chain on an outside question set (qa_source): questions, RAG SFT, release.",
+)
 full_job = dg.define_asset_job(
     "full_job",
-    selection=dg.AssetSelection.all(),
+    # Only the snapshot-partitioned families: recall (base_model partitions) has its own job.
+    selection=dg.AssetSelection.groups("corpus", "multihop", "rag_sft", "release"),
     partitions_def=snapshot_partitions,
     description="Everything, from the snapshot to the release.",
 )
+recall_job = dg.define_asset_job(
+    "recall_job",
+    selection=dg.AssetSelection.groups("recall"),
+    partitions_def=base_model_partitions,
+    description="Recall Rewrite: OASST1 claims, probes, base-model answers, rewrites, releases/recall/.",
+)
 
-ALL_JOBS = [corpus_job, multihop_job, rag_sft_job, release_job, full_job]
+ALL_JOBS = [qa_sft_job, corpus_job, multihop_job, rag_sft_job, release_job, full_job, recall_job]
