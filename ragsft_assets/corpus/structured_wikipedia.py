@@ -12,6 +12,7 @@ Bad lines are not exceptions: :func:`decode_line` returns a :class:`BadLine` wit
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +84,10 @@ def iter_xml_dump_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[
         yield first, batch
 
 
+class CorruptDumpError(ValueError):
+    """A dump file that cannot be read to its end (truncated or corrupt); the message names the file."""
+
+
 def open_lines(path: Path) -> Any:
     """A binary file object over a JSON-lines file, transparently gunzipped."""
     if path.name.endswith(".gz"):
@@ -98,7 +103,19 @@ def iter_line_chunks(path: Path, chunk_lines: int = 2000) -> Iterator[tuple[int,
     with open_lines(path) as fh:
         chunk: list[bytes] = []
         first = 1
-        for n, raw in enumerate(fh, start=1):
+        n = 0
+        lines = enumerate(fh, start=1)
+        while True:
+            try:
+                n, raw = next(lines)
+            except StopIteration:
+                break
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                # A bare EOFError says neither which file nor what to do: name both.
+                raise CorruptDumpError(
+                    f"{path}: compressed file is truncated or corrupt after line {n} ({exc}); "
+                    "delete it and copy or export it again (e.g. `ragsft snapshots add KEY --hub`)"
+                ) from exc
             chunk.append(raw.rstrip(b"\r\n"))
             if len(chunk) >= chunk_lines:
                 yield first, chunk
