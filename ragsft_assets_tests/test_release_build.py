@@ -330,7 +330,7 @@ def test_all_file_without_split_column_ships_as_train(tmp_path) -> None:
         "a",
         "b",
     ]
-    assert len(notes) == 2
+    assert len(notes) == len(layout.RELEASE_CONFIGS) - 1  # every other registered config is absent
 
 
 def test_decisions_final_per_candidate(built) -> None:
@@ -362,3 +362,29 @@ def test_card_renders_the_keys_the_audit_writes(built) -> None:
     )
     assert "**0.700**, above the 0.62 bar" in body and "longest of its context in 0.250" in body
     build.write_card(folder, PARTITION, {"surface_auc_mean": 0.71, "surface_auc_bar": 0.62})
+
+
+def test_verify_catches_an_added_a_removed_and_a_flipped_file(tmp_path: Path) -> None:
+    """Each tampering alone fails verify with the file named: any added kind, a removal, one flipped byte."""
+    _, folder, _ = make_release(tmp_path / "home")
+    assert verify_release(folder).ok
+    listed = sorted(p for p in folder.rglob("*.parquet") if "provenance" not in p.parts)
+    for stray in ("evil.py", "plots/extra.png", "config_x/notes.txt"):
+        (folder / stray).parent.mkdir(parents=True, exist_ok=True)
+        (folder / stray).write_bytes(b"x")
+        report = verify_release(folder)
+        assert not report.ok and report.unlisted == [stray], report.lines()
+        (folder / stray).unlink()
+    assert verify_release(folder).ok
+    victim = listed[0]
+    data = victim.read_bytes()
+    victim.unlink()
+    report = verify_release(folder)
+    assert not report.ok and report.missing == [victim.relative_to(folder).as_posix()]
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 0x01
+    victim.write_bytes(bytes(flipped))
+    report = verify_release(folder)
+    assert not report.ok and report.mismatched == [victim.relative_to(folder).as_posix()]
+    victim.write_bytes(data)
+    assert verify_release(folder).ok

@@ -69,8 +69,8 @@ def _expected(folder: Path, report: VerifyReport) -> dict[str, str]:
 def verify_release(folder: Path) -> VerifyReport:
     """Recompute the SHA-256 of every file the manifests list.
 
-    A listed file that is absent is ``missing``; one whose hash differs is ``mismatched``; a data
-    file (``*.parquet`` in a config folder) that no manifest lists is ``unlisted``. A manifest
+    A listed file that is absent is ``missing``; one whose hash differs is ``mismatched``; any file
+    in the folder, of any kind, that no manifest lists is ``unlisted``. A manifest
     itself is covered by ``provenance/release.json``.
     """
     folder = Path(folder)
@@ -87,8 +87,11 @@ def verify_release(folder: Path) -> VerifyReport:
         report.checked += 1
         if sha256_file(path) != expected[rel]:
             report.mismatched.append(rel)
-    for path in sorted(folder.glob("*/*.parquet")):
-        rel = str(path.relative_to(folder))
-        if not rel.startswith(PROVENANCE + "/") and rel not in expected:
+    # Any file of any kind (a stray .py, .png, .parquet...) that no manifest lists is unlisted;
+    # only the release index itself is exempt, as it is the root of the listing.
+    index = f"{PROVENANCE}/{RELEASE_INDEX}"
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(folder).as_posix()
+        if rel != index and rel not in expected:
             report.unlisted.append(rel)
     return report
