@@ -114,10 +114,19 @@ def test_full_job_with_the_embedded_model(embedded_model: object, tmp_path: Path
     con = ledger(tmp_path)
     drafts = con.execute("SELECT count(*) FROM ledger WHERE stage = 'question_drafts'").fetchone()[0]
     assert drafts == 8 * 3  # every draft slot of the 8 pairs has a ledger row, whatever the model said
-    statuses = dict(
-        con.execute(
-            "SELECT verdict, count(*) FROM ledger WHERE stage = 'question_drafts' GROUP BY 1"
-        ).fetchall()
-    )
-    assert sum(statuses.values()) == drafts
+    # Each slot exactly once (a duplicated or lost slot fails), and the kept ones are the drafts
+    # that reached the next stage: two independent counts, not the same rows summed twice.
+    slots = con.execute(
+        "SELECT count(DISTINCT candidate_id) FROM ledger WHERE stage = 'question_drafts'"
+    ).fetchone()[0]
+    assert slots == drafts
+    kept = con.execute(
+        "SELECT count(*) FROM ledger WHERE stage = 'question_drafts' AND verdict = 'kept'"
+    ).fetchone()[0]
+    downstream = con.execute(
+        "SELECT count(DISTINCT candidate_id) FROM ledger WHERE product = 'multihop' "
+        "AND stage NOT IN ('question_drafts') AND candidate_id IN "
+        "(SELECT candidate_id FROM ledger WHERE stage = 'question_drafts' AND verdict = 'kept')"
+    ).fetchone()[0]
+    assert downstream == kept  # every kept draft was decided downstream, the others never reached it
     assert verify_release(tmp_path / "releases" / KEY).ok
