@@ -99,16 +99,17 @@ def test_sparse_eligibility_walks_past_every_positive_score(hotpot, method):
         assert [h.doc for h in hits[qi]] == _reference_topk(dense[qi], 8, lambda d, qi=qi: eligible(qi, d))
 
 
+def _every_third_excluded(qi: int, d: int) -> bool:
+    # module level: the search workers (forkserver) receive ``eligible`` pickled
+    return (qi + d) % 3 != 0
+
+
 @pytest.mark.parametrize("method", ["tfidf", "bm25"])
 def test_workers_give_the_same_hits_in_query_order(hotpot, method):
     records, ids, texts = hotpot
     queries = [r["question"] for r in records] * 3 + ["", "zzzz unknownword"]
     index = build_index(method, ids, texts)
-
-    def eligible(qi: int, d: int) -> bool:
-        return (qi + d) % 3 != 0
-
-    for elig in (None, eligible):
+    for elig in (None, _every_third_excluded):
         one = index.search(queries, 8, elig, batch_size=5)
         two = index.search(queries, 8, elig, batch_size=5, workers=2)
         assert [[(h.doc, h.score) for h in r] for r in two] == [[(h.doc, h.score) for h in r] for r in one]
@@ -182,3 +183,20 @@ def test_sampled_pivot_gives_the_same_hits_as_the_full_partition(method, monkeyp
     full = [index.search(queries[:300], 8, e) for e in (None, eligible)]
     for a, b in zip(sampled, full, strict=True):
         assert [[(h.doc, h.score) for h in r] for r in a] == [[(h.doc, h.score) for h in r] for r in b]
+
+
+@pytest.mark.parametrize("method", ["tfidf", "bm25"])
+def test_distractors_pool_gives_the_single_process_table(hotpot, method):
+    # the asset's path: select_distractors with 2 forkserver workers and its real eligibility
+    records, ids, texts = hotpot
+    docs = {
+        i: Doc(i, i, (t,), "train" if n % 4 else "validation")
+        for n, (i, t) in enumerate(zip(ids, texts, strict=True))
+    }
+    queries = [
+        Query(f"q{n:03d}", "train" if n % 4 else "validation", r["question"], r["answer"], ids[n], ids[n + 1])
+        for n, r in enumerate(records)
+    ]
+    one = select_distractors(queries, docs, method, k=8, batch_size=4)
+    two = select_distractors(queries, docs, method, k=8, batch_size=4, workers=2)
+    assert two.equals(one) and one.num_rows == len(records)

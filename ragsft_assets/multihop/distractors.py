@@ -68,6 +68,7 @@ def select_distractors(
     method: str = "tfidf",
     k: int = DEFAULT_K,
     batch_size: int = 128,
+    workers: int = 1,
 ) -> pa.Table:
     """Distractors for every query, one index per split; returns a table sorted by id.
 
@@ -77,6 +78,8 @@ def select_distractors(
         method: ``tfidf`` (bigram tf-idf cosine) or ``bm25``.
         k: distractors per question.
         batch_size: queries per sparse product.
+        workers: search processes per split (forkserver-started, see ``SparseIndex.search``);
+            the table is the same for any value.
     """
     rows: list[dict[str, Any]] = []
     by_split: dict[str, list[Query]] = {}
@@ -87,7 +90,11 @@ def select_distractors(
         corpus = sorted((d for d in docs.values() if d.split == split), key=lambda d: d.id)
         index = build_index(method, [d.id for d in corpus], [d.text for d in corpus]) if corpus else None
         eligible = _Eligibility(corpus, split_queries)
-        hits = index.search([q.question for q in split_queries], k, eligible, batch_size) if index else []
+        hits = (
+            index.search([q.question for q in split_queries], k, eligible, batch_size, workers)
+            if index
+            else []
+        )
         for qi, q in enumerate(split_queries):
             found = hits[qi] if hits else []
             ok = len(found) >= k

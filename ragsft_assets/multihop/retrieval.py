@@ -175,20 +175,20 @@ class SparseIndex:
             eligible: ``eligible(query_index, doc_index)`` filters documents (golds,
                 answer-bearing ones); called lazily, best-first, so it is cheap to pass.
             batch_size: queries per sparse matrix product (memory vs. overhead).
-            workers: processes to split the query batches across (fork-started, sharing
-                the fitted index and ``eligible``); the hits are the same for any value.
+            workers: processes to split the query batches across; the hits are the same for
+                any value. They start with forkserver (spawn where it is missing), never fork: a
+                run may hold a live inference engine in this process, and forking its threads
+                and device state is unsafe. Each worker receives the fitted index, the queries
+                and ``eligible`` once, pickled, so ``eligible`` must be picklable (a module-level
+                class or function).
         """
         n = len(queries)
         chunk = batch_size * _BATCHES_PER_TASK
         if workers <= 1 or n <= batch_size:
             return self._search_range(queries, 0, n, k, eligible, batch_size)
-        global _FORK_STATE
-        _FORK_STATE = (self, queries, k, eligible, batch_size)
-        try:
-            with multiprocessing.get_context("fork").Pool(workers) as pool:
-                parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
-        finally:
-            _FORK_STATE = None
+        state = (self, list(queries), k, eligible, batch_size)
+        with worker_context().Pool(workers, initializer=_init_worker, initargs=(state,)) as pool:
+            parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
         return [hits for part in parts for hits in part]
 
     def _search_range(
@@ -211,13 +211,31 @@ class SparseIndex:
 
 
 _BATCHES_PER_TASK = 1
-_FORK_STATE: tuple | None = None  # (index, queries, k, eligible, batch_size), inherited by forked workers
+_WORKER_STATE: tuple | None = None  # (index, queries, k, eligible, batch_size), set once per worker
 _SAMPLE_STRIDE = 32
 _ROUND_MARGIN = 1e-8  # relative; far above the rounding step (5e-11) plus float error
 
 
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The start method of the search workers: forkserver where the platform has it, else spawn; never fork.
+
+    The forkserver is a fresh interpreter that preloads this module, so each worker starts without
+    copying the caller's process (which may hold a live inference engine) and without re-importing it.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return multiprocessing.get_context("spawn")  # pragma: no cover - platforms without forkserver
+
+
+def _init_worker(state: tuple) -> None:
+    global _WORKER_STATE
+    _WORKER_STATE = state
+
+
 def _search_task(bounds: tuple[int, int]) -> list[list[Hit]]:
-    index, queries, k, eligible, batch_size = _FORK_STATE  # type: ignore[misc]
+    index, queries, k, eligible, batch_size = _WORKER_STATE  # type: ignore[misc]
     return index._search_range(queries, bounds[0], bounds[1], k, eligible, batch_size)
 
 

@@ -5,6 +5,7 @@ decoration time. Thin wiring: each asset reads its inputs through the ``store``,
 ``ragsft_assets.multihop``, writes Parquet and ledger rows, and returns metadata.
 """
 
+import os
 import time
 from typing import Any
 
@@ -39,6 +40,9 @@ class MultihopConfig(dg.Config):
     strict_impossible: bool = True  # a/b/none must answer IMPOSSIBLE (a wrong guess fails too)
     retrieval: str = "tfidf"  # tfidf | bm25
     distractors_k: int = distractors.DEFAULT_K
+    # search processes for distractors (forkserver, never fork); None = min(2, CPUs this process may use),
+    # the pool `ragsft bench distractors` times; the hits are the same for any value
+    distractors_workers: int | None = None
     max_per_bridge: int = caps.MAX_PER_BRIDGE
     max_per_source: int = caps.MAX_PER_SOURCE
     near_dup_jaccard: float = caps.NEAR_DUP_JACCARD
@@ -178,8 +182,9 @@ def distractors_asset(
         for d in drafts
         if d["id"] in kept
     ]
+    workers = config.distractors_workers or min(2, len(os.sched_getaffinity(0)))
     table = distractors.select_distractors(
-        queries, _docs(store, partition), config.retrieval, config.distractors_k
+        queries, _docs(store, partition), config.retrieval, config.distractors_k, workers=workers
     )
     path = store.write(table, partition, "distractors")
     _ledger(
@@ -198,6 +203,7 @@ def distractors_asset(
             "method": config.retrieval,
             "k": config.distractors_k,
             "queries": len(queries),
+            "workers": workers,
             distractors.TOO_FEW: too_few,
             "wall_s": round(time.monotonic() - started, 3),
         }
