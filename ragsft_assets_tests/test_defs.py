@@ -19,11 +19,18 @@ EXPECTED_ASSETS = [
     "link_graph",
     "mechanical_rules",
     "multihop_audit",
+    "multihop_filtered",
     "multihop_questions",
     "oasst_pairs",
     "probe_answers",
     "probe_labels",
     "probes",
+    "qa/questions",
+    "qa/rag_prompts",
+    "qa/rag_responses",
+    "qa/rag_sft",
+    "qa/rag_verdicts",
+    "qa/release",
     "question_checks",
     "question_drafts",
     "rag_prompts",
@@ -50,6 +57,9 @@ def test_jobs_and_automation() -> None:
     # full_job covers the snapshot families only; recall runs on the base_model partitions
     full = {k.to_user_string() for k in repo.get_job("full_job").asset_layer.executable_asset_keys}
     assert "release" in full and not full & {"claims", "rewrites", "recall_release"}
+    assert not any(k.startswith("qa/") for k in full)  # the QA chain runs on qa_source, in qa_sft_job
+    qa = {k.to_user_string() for k in repo.get_job("qa_sft_job").asset_layer.executable_asset_keys}
+    assert qa == {k for k in EXPECTED_ASSETS if k.startswith("qa/")}
     assert repo.get_sensor_def("new_snapshot_sensor") is not None
     assert repo.schedule_defs, "a schedule is defined"
 
@@ -65,7 +75,7 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
             assert node.partitions_def is None, key
         else:
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), key
-            expected = "base_model" if node.group_name == "recall" else "snapshot"
+            expected = {"recall": "base_model", "qa_sft": "qa_source"}.get(node.group_name, "snapshot")
             assert node.partitions_def.name == expected, key
         assert node.code_version, f"{key.to_user_string()} has no code version"
 
@@ -73,8 +83,8 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
 def test_llm_assets_run_in_gpu_pool() -> None:
     repo = defs.get_repository_def()
     llm_assets = {"question_drafts", "ablation_verdicts", "first_hop", "rag_responses", "rag_verdicts"}
-    for name in llm_assets:
-        node = repo.asset_graph.get(dg.AssetKey(name))
+    for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts"]:
+        node = repo.asset_graph.get(dg.AssetKey.from_user_string(name))
         assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name
 
 
@@ -82,7 +92,7 @@ def test_blocking_checks_exist() -> None:
     repo = defs.get_repository_def()
     check_keys = repo.asset_graph.asset_check_keys
     checked_assets = {k.asset_key.to_user_string() for k in check_keys}
-    assert {"abstracts", "link_graph", "multihop_questions", "rag_sft"} <= checked_assets
+    assert {"abstracts", "link_graph", "multihop_questions", "multihop_filtered", "rag_sft"} <= checked_assets
 
 
 def test_llm_assets_versions_follow_their_prompts() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
 from ragsft_assets.defs.multihop import multihop_assets
+from ragsft_assets.defs.multihop.filters import filter_checks
 from ragsft_assets.ids import derived_id, doc_id
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.llm_double import ScriptedChatModel
@@ -208,7 +209,7 @@ def materialize(home: Path, run_config: dict | None = None):
     generator, judge = ScriptedChatModel(generator_responder), ScriptedChatModel(judge_responder)
     upstream = [dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]
     result = dg.materialize(
-        [*multihop_assets, *upstream],
+        [*multihop_assets, *filter_checks, *upstream],
         resources={"store": store, "generator": generator, "judge": judge},
         partition_key=PARTITION,
         instance=instance,
@@ -327,7 +328,8 @@ def test_verdicts_keep_raw_text_and_shared_calls(run):
 def test_invariant_checks_pass_and_audit_runs(run):
     result, store, _, _ = run
     checks = result.get_asset_check_evaluations()
-    assert len(checks) == 5 and all(c.passed for c in checks)
+    # the five invariants of multihop_questions and the subset check of multihop_filtered
+    assert len(checks) == 6 and all(c.passed for c in checks)
     audit = store.read(PARTITION, "multihop_audit").to_pylist()
     assert [r["measure"] for r in audit][:5] == [
         "invariant:context_size",
@@ -427,3 +429,61 @@ def test_first_hop_and_mechanical_rules_funnel_adds_up(run):
     assert sorted(r["reason"] for r in dropped) == sorted(
         ["other_entity", "several_entities", "a_lacks_property", "unreadable"]
     )
+
+
+def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monkeypatch):
+    import datasets
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.multihop.filter_configs import subset_violations
+    from ragsft_assets.release.build import build_release
+
+    result, store, _, _ = run
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["multihop_filtered_is_subset_of_default"] is True
+    kept = {r["id"] for r in store.read(PARTITION, "mechanical_rules").to_pylist() if r["verdict"] == "kept"}
+    total = 0
+    for split in ("train", "validation", "test"):
+        parent = store.read(PARTITION, "multihop_questions", split)
+        child = store.read(PARTITION, "multihop_filtered", split)
+        assert subset_violations(child, parent) == []
+        assert set(child["id"].to_pylist()) == kept & set(parent["id"].to_pylist())
+        total += child.num_rows
+    assert total == len(kept) == 9  # 13 released, 4 dropped by first_hop, none by the rules
+    # funnel: default -> first_hop kept -> mechanical_rules kept
+    assert "| default | 13 |" in _metadata(result, "multihop_filtered")["funnel"]
+    folder = tmp_path / "release"
+    build_release(store.root, PARTITION, folder)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    ds = datasets.load_dataset(str(folder), "filtered", cache_dir=str(tmp_path / "hf"))
+    default = datasets.load_dataset(str(folder), "default", cache_dir=str(tmp_path / "hf"))
+    for split in ds:
+        rows = {r["id"]: r for r in default[split]}
+        assert all(rows[r["id"]] == r for r in ds[split])  # row for row, every field
+    assert sum(ds[s].num_rows for s in ds) == 9
+    verdicts = pq.read_table(folder / "provenance" / "filtered" / "verdicts.parquet").to_pylist()
+    by_filter = Counter((v["filter"], v["kept"]) for v in verdicts)
+    assert by_filter == {("first_hop", True): 9, ("first_hop", False): 4, ("mechanical_rules", True): 9}
+    assert {v["verdict"] for v in verdicts if not v["kept"]} == {
+        "other_entity", "several_entities", "a_lacks_property", "unreadable"
+    }  # fmt: skip
+
+
+def test_subset_violations_catch_changed_extra_and_duplicate_rows(run):
+    from ragsft_assets.multihop.filter_configs import subset_violations
+
+    _, store, _, _ = run
+    parent = store.read(PARTITION, "multihop_questions", "train")
+    child = parent.slice(0, 3)
+    assert subset_violations(child, parent) == []
+    changed = child.set_column(
+        child.schema.get_field_index("answer"), "answer", pa.array(["x", *child["answer"].to_pylist()[1:]])
+    )
+    first = child["id"][0].as_py()
+    assert subset_violations(changed, parent) == [("row_differs", first)]
+    assert subset_violations(pa.concat_tables([child, child.slice(0, 1)]), parent) == [
+        ("duplicate_id", first)
+    ]
+    other = store.read(PARTITION, "multihop_questions", "validation").slice(0, 1)
+    assert subset_violations(other, parent) == [("not_in_parent", other["id"][0].as_py())]
+    assert subset_violations(child.drop_columns(["answer"]), parent) == [("schema", "")]

@@ -46,6 +46,13 @@ class ReleaseBuild:
     lineage_rows: dict[str, int] = field(default_factory=dict)
 
 
+VERDICTS_SOURCE = "provenance/verdicts.parquet"  # under a filtered config's asset folder
+
+
+def verdicts_path(config: str) -> str:
+    return f"{layout.PROVENANCE}/{config}/verdicts.parquet"
+
+
 def lineage_path(config: str) -> str:
     return f"{layout.PROVENANCE}/{config}/{LINEAGE}"
 
@@ -74,6 +81,11 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
         lineage = lineage_tables(tables, families, src)
         for config, t in lineage.items():
             write_parquet(t, staging / lineage_path(config))
+        for config in tables:
+            # A filtered config's asset keeps its filters' verdicts beside its split files.
+            verdicts = assets_root / partition / layout.CONFIGS_BY_NAME[config].asset / VERDICTS_SOURCE
+            if verdicts.is_file():
+                write_parquet(pq.read_table(verdicts), staging / verdicts_path(config))
         (staging / layout.PROVENANCE / NOTES_FILE).write_bytes(
             orjson.dumps(notes, option=orjson.OPT_INDENT_2) + b"\n"
         )
@@ -134,6 +146,8 @@ def write_manifests(
     for config, splits in files.items():
         cfg = layout.CONFIGS_BY_NAME.get(config)
         extra = {"lineage": lineage_path(config)} if (folder / lineage_path(config)).is_file() else {}
+        if (folder / verdicts_path(config)).is_file():
+            extra["verdicts"] = verdicts_path(config)
         m = build_manifest(
             folder,
             config=config,

@@ -7,6 +7,7 @@ Layout of ``$RAGSFT_HOME/releases/<partition>/``::
     provenance/decisions.parquet               final decision per candidate (all products)
     provenance/<config>/manifest.json          SHA-256 of every data file, config, models... (manifest.py)
     provenance/<config>/lineage.parquet        id -> origin chain (lineage.py)
+    provenance/<config>/verdicts.parquet       filtered configs: verdict of every filter per question
     provenance/release.json                    SHA-256 of the README, plots, decisions and manifests
     plots/*.png                                histograms (card.py)
 
@@ -52,6 +53,12 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "multihop_questions",
         "multihop",
         "Multi-hop bridge questions in the HotpotQA (hotpot_qa) layout: 2 gold + distractor paragraphs.",
+    ),
+    ReleaseConfig(
+        "filtered",
+        "multihop_filtered",
+        "multihop",
+        "The rows of `default` kept by the first-hop judge and the mechanical rules, unchanged.",
     ),
     ReleaseConfig(
         "corpus",

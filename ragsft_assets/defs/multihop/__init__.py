@@ -10,7 +10,7 @@ from ragsft_assets.defs.multihop.assets import (
     question_checks,
     question_drafts,
 )
-from ragsft_assets.defs.multihop.filters import filter_assets
+from ragsft_assets.defs.multihop.filters import filter_assets, filter_checks
 
 multihop_assets = [
     question_drafts,
@@ -23,4 +23,4 @@ multihop_assets = [
 ]
 
 # The five invariant checks are check_specs of multihop_questions (see checks.py).
-defs = dg.Definitions(assets=multihop_assets)
+defs = dg.Definitions(assets=multihop_assets, asset_checks=filter_checks)

@@ -16,11 +16,13 @@ from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_m
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ledger import Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.multihop import filter_configs as fc
 from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import mechanical_rules as mr
 from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.storage import SPLITS, write_parquet
 
 GROUP = "multihop"
 # The filters decide membership of the filtered configurations, not of ``default``: their ledger rows
@@ -131,4 +133,97 @@ def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) ->
     return dg.MaterializeResult(metadata=md)
 
 
-filter_assets = [first_hop, mechanical_rules]
+FILTERED_ASSET = "multihop_filtered"
+# Beside the split files, in a subfolder so that readers of the asset's split files never see it;
+# the release copies it to provenance/<config>/verdicts.parquet.
+VERDICTS_FILE = "provenance/verdicts.parquet"
+
+
+def _split_tables(store: ArtifactStore, partition: str, asset: str) -> dict[str, pa.Table]:
+    return {
+        f.stem: store.read(partition, asset, f.stem)
+        for f in store.files(partition, asset)
+        if f.stem in SPLITS
+    }
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["mechanical_rules", "first_hop", "multihop_questions"],
+)
+def multihop_filtered(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    """The ``filtered`` configuration: the rows of ``default`` that first_hop and mechanical_rules keep.
+
+    Rows are the parent's, unchanged (byte-identical row for row); ``provenance/verdicts.parquet``
+    holds each question's verdict from every filter that saw it.
+    """
+    partition = context.partition_key
+    fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
+    mech_rows = store.read(partition, "mechanical_rules").to_pylist()
+    kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
+    paths, rows = {}, {}
+    parents = _split_tables(store, partition, "multihop_questions")
+    for split, parent in parents.items():
+        child = fc.subset_rows(parent, kept)
+        paths[split] = store.write(child, partition, FILTERED_ASSET, split)
+        rows[split] = child.num_rows
+    verdicts = fc.verdicts_table(
+        {
+            "first_hop": [
+                (r["id"], r["verdict"], r["verdict"] == fh.LEADS_TO_B, r["entity"]) for r in fh_rows
+            ],
+            "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
+        }
+    )
+    write_parquet(verdicts, store.root / partition / FILTERED_ASSET / VERDICTS_FILE)
+    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
+    md.update(
+        {
+            "parent": "multihop_questions",
+            "parent_rows": len(fh_rows),
+            "rows": sum(rows.values()),
+            **{f"rows/{s}": n for s, n in sorted(rows.items())},
+            **funnel_metadata(
+                {
+                    "default": len(fh_rows),
+                    "first_hop kept": sum(r["verdict"] == fh.LEADS_TO_B for r in fh_rows),
+                    "mechanical_rules kept": len(kept),
+                },
+                "funnel",
+            ),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset_check(asset=multihop_filtered, blocking=True, partitions_def=snapshot_partitions)
+def multihop_filtered_is_subset_of_default(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStore
+) -> dg.AssetCheckResult:
+    """Every row of ``filtered`` is a row of ``default``, same split, byte-identical; no duplicates."""
+    key = context.partition_key
+    parents = _split_tables(store, key, "multihop_questions")
+    failures: list[tuple[str, str]] = []
+    checked = 0
+    for split, child in _split_tables(store, key, FILTERED_ASSET).items():
+        checked += child.num_rows
+        parent = parents.get(split)
+        if parent is None:
+            failures.append(("split_not_in_parent", split))
+            continue
+        failures += fc.subset_violations(child, parent)
+    return dg.AssetCheckResult(
+        passed=not failures,
+        metadata={
+            "failures": len(failures),
+            "examples": dg.MetadataValue.json([list(f) for f in failures[:5]]),
+            "checked": f"{checked} rows",
+        },
+    )
+
+
+filter_assets = [first_hop, mechanical_rules, multihop_filtered]
+filter_checks = [multihop_filtered_is_subset_of_default]

@@ -1,0 +1,66 @@
+"""Filtered configurations of the released questions (issue 13): subsets of a parent, row for row.
+
+A filtered configuration never rewrites a question: it is the parent's rows whose id the filters
+kept, unchanged. ``subset_rows`` builds it, ``subset_violations`` is the invariant a blocking
+check enforces, ``verdicts_table`` is the provenance: one row per (question, filter that saw it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+VERDICTS_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("filter", pa.string()),
+        ("verdict", pa.string()),
+        ("kept", pa.bool_()),
+        ("reason", pa.string()),
+    ]
+)
+
+
+def subset_rows(parent: pa.Table, keep_ids: Iterable[str]) -> pa.Table:
+    """The parent's rows whose id is in ``keep_ids``, in the parent's order, bytes unchanged."""
+    keep = pa.array(sorted(set(keep_ids)), pa.string())
+    return parent.filter(pc.is_in(parent["id"], value_set=keep))
+
+
+def subset_violations(child: pa.Table, parent: pa.Table) -> list[tuple[str, str]]:
+    """Why ``child`` is not a row-for-row subset of ``parent``: ``[(problem, id)]``, empty when it is.
+
+    Problems: ``schema`` (the schemas differ), ``duplicate_id``, ``not_in_parent``, ``row_differs``
+    (same id, some value differs).
+    """
+    if not child.schema.remove_metadata().equals(parent.schema.remove_metadata()):
+        return [("schema", "")]
+    out: list[tuple[str, str]] = []
+    ids = child["id"].to_pylist()
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            out.append(("duplicate_id", i))
+        seen.add(i)
+    parent_rows = {r["id"]: r for r in subset_rows(parent, seen).to_pylist()}
+    for row in child.to_pylist():
+        ref = parent_rows.get(row["id"])
+        if ref is None:
+            out.append(("not_in_parent", row["id"]))
+        elif ref != row:
+            out.append(("row_differs", row["id"]))
+    return out
+
+
+def verdicts_table(filters: Mapping[str, Iterable[tuple[str, str, bool, str | None]]]) -> pa.Table:
+    """Provenance rows ``{filter: [(id, verdict, kept, reason)]}`` as one table sorted by (id, filter order)."""
+    rows = []
+    for order, (name, items) in enumerate(filters.items()):
+        for qid, verdict, kept, reason in items:
+            rows.append(
+                (qid, order, {"id": qid, "filter": name, "verdict": verdict, "kept": kept, "reason": reason})
+            )
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return pa.Table.from_pylist([r[2] for r in rows], schema=VERDICTS_SCHEMA)
