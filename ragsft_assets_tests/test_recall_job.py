@@ -1,0 +1,138 @@
+"""recall_job in process on the repository's 100 OASST1 trees, with a cached test double of every role.
+
+The double answers through the real ``ChatClient`` and its SQLite cache, so the rerun is served from
+the cache like a real run: zero model calls, byte-identical stage files and release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ragsft_assets.definitions import build_definitions
+from ragsft_assets.defs.partitions import BASE_MODEL_PARTITIONS_NAME
+from ragsft_assets.defs.recall.assets import TREES_ENV, RecallConfig, model_partition, read_pairs
+from ragsft_assets.defs.resources import default_resources
+from ragsft_assets.ledger import LEDGER_DIR
+from ragsft_assets.llm.backends.base import Completion, OnResult, Request
+from ragsft_assets.llm.cache import LLMCache
+from ragsft_assets.llm.client import ChatClient
+from ragsft_assets.recall import registry
+from ragsft_assets.recall.schema import FULL_SCHEMA, SFT_SCHEMA
+from ragsft_assets.release.verify import verify_release
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets_tests.test_recall_stages import TREES, responder
+
+KEY = "qwen3-4b-base"
+HF_ID = "Qwen/Qwen3-4B-Base"
+STAGES = ("oasst_pairs", "claims", "claim_audit", "probes")
+MODEL_STAGES = ("probe_answers", "probe_labels", "known_claims", "rewrites")
+
+
+class ResponderBackend:
+    """A backend over the scripted responder: chats and raw completions (cut at the stop strings)."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.calls = 0
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": "double", "model": self.model, "weights_sha256": "0" * 64}
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        for i, r in enumerate(requests):
+            self.calls += 1
+            messages = [{"role": "user", "content": r.prompt}] if r.is_completion else r.messages
+            text = responder(messages)
+            for stop in r.params.stop if r.is_completion else ():
+                if stop and stop in text:
+                    text = text[: text.index(stop)]
+            on_result(i, Completion(text=text, completion_tokens=len(text.split())))
+
+    def close(self) -> None:
+        pass
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("home")
+    cache = LLMCache(home / "llm_cache")
+    chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "judge": ChatClient(chat, cache, name="judge"),
+        "generator": ChatClient(chat, cache, name="generator"),
+        "base_model": ChatClient(base, cache, name="base_model"),
+    }
+    job = build_definitions(resources).resolve_job_def("recall_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(BASE_MODEL_PARTITIONS_NAME, [KEY])
+    run_config = {"ops": {"oasst_pairs": {"config": {"trees_path": str(TREES)}}}}
+    first = job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY)
+    calls = (chat.calls, base.calls)
+    store = ArtifactStore(home=str(home))
+    release = home / "releases" / "recall"
+    before = {"assets": _snapshot(store.root), "release": _snapshot(release)}
+    second = job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY)
+    after = {"assets": _snapshot(store.root), "release": _snapshot(release)}
+    rerun_calls = (chat.calls - calls[0], base.calls - calls[1])
+    return first, second, store, release, calls, rerun_calls, before, after
+
+
+def test_both_configs_verify_and_load(runs) -> None:
+    first, _, store, release, calls, *_ = runs
+    assert first.success
+    assert calls[0] > 0 and calls[1] > 0
+    assert verify_release(release).ok, verify_release(release).lines()
+    assert sorted(p.name for p in release.iterdir() if p.is_dir()) == sorted(
+        [f"{KEY}-full", f"{KEY}-sft", "provenance"]
+    )
+    import datasets
+
+    rows = store.read(model_partition(KEY), "rewrites").num_rows
+    assert rows > 80  # 94 pairs less the few undecodable decompositions of the double
+    full = datasets.load_dataset(str(release), f"{KEY}-full", split="train")
+    sft = datasets.load_dataset(str(release), f"{KEY}-sft", split="train")
+    assert full.column_names == FULL_SCHEMA.names and sft.column_names == SFT_SCHEMA.names
+    assert full.num_rows == sft.num_rows == rows
+    assert set(full["base_model"]) == {HF_ID}
+    md = first.asset_materializations_for_node("oasst_pairs")[0].metadata
+    assert md["dagster/row_count"].value == 94 and md["trees"].value == 100
+
+
+def test_ledger_rows_per_stage(runs) -> None:
+    _, _, store, *_ = runs
+    for stage in STAGES:
+        assert store.read("recall", LEDGER_DIR, stage).num_rows > 0, stage
+    for stage in MODEL_STAGES:
+        assert store.read(model_partition(KEY), LEDGER_DIR, stage).num_rows > 0, stage
+    claims = store.read("recall", LEDGER_DIR, "claims").to_pylist()
+    assert len(claims) == 94 and any(r["reason"] == "claims_unreadable" for r in claims)
+
+
+def test_rerun_makes_no_model_call_and_is_byte_identical(runs) -> None:
+    _, second, _, _, _, rerun_calls, before, after = runs
+    assert second.success
+    assert rerun_calls == (0, 0)
+    assert before["release"] == after["release"]
+    assert before["assets"].keys() == after["assets"].keys()
+    changed = [k for k in before["assets"] if before["assets"][k] != after["assets"][k]]
+    assert not changed
+
+
+def test_no_input_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TREES_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"trees_path.*RAGSFT_OASST_TREES"):
+        read_pairs(RecallConfig())
+
+
+def test_partitions_name_matches_registry() -> None:
+    assert BASE_MODEL_PARTITIONS_NAME == registry.PARTITIONS_NAME
