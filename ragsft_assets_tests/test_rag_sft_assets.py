@@ -187,4 +187,6 @@ def test_deterministic_and_max_questions(run, tmp_path) -> None:
 
 def test_defs_load() -> None:
     keys = sorted(k.to_user_string() for a in rag_defs.assets for k in a.keys)
-    assert keys == ["rag_prompts", "rag_responses", "rag_sft", "rag_verdicts"]
+    # one factory, two chains: the snapshot chain keeps its keys, the QA chain is under qa/
+    stages = ["rag_prompts", "rag_responses", "rag_sft", "rag_verdicts"]
+    assert keys == sorted([*stages, *(f"qa/{k}" for k in [*stages, "questions", "release"])])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from ragsft_assets.defs.partitions import qa_source_partitions, base_model_partitions, snapshot_partitions
+from ragsft_assets.defs.partitions import base_model_partitions, qa_source_partitions, snapshot_partitions
 
 corpus_job = dg.define_asset_job(
     "corpus_job",

@@ -96,7 +96,9 @@ def source_files(path: Path) -> list[Path]:
         return [path]
     if not path.is_dir():
         raise SourceError(f"{path} does not exist")
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES)
+    files = sorted(
+        p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES and p.name != SOURCE_CONFIG
+    )
     if not files:
         raise SourceError(f"no data file ({', '.join('*' + s for s in SUFFIXES)}) in {path}")
     return files

@@ -1,5 +1,10 @@
 """RAG SFT with verified citations: prompts, generated targets, verdicts, formatted chat rows.
 
+One factory, :func:`build_sft_chain`, builds the four stages for each kind of input: the snapshot
+chain (on a snapshot's ``multihop_questions``, today's keys) and the QA chain (on a ``qa_source``
+partition's ``qa/questions``, keys under the ``qa/`` prefix). The Parquet artifacts keep the stage
+names (``assets/<key>/rag_prompts/...``): keys are unique across partition sets.
+
 No ``from __future__ import annotations`` here: Dagster resolves the config and resource
 annotations at decoration time.
 """
@@ -10,7 +15,7 @@ import dagster as dg
 
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
-from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel, SamplingParams
@@ -20,7 +25,10 @@ from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.resources.store import ArtifactStore
 
 GROUP = "rag_sft"
+QA_GROUP = "qa_sft"
+QA_PREFIX = "qa"
 INPUT_ASSET = "multihop_questions"
+QA_INPUT_ASSET = "questions"  # store name of qa/questions
 JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language")
 
 
@@ -63,200 +71,33 @@ PROMPT_TASKS = (
 )
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    deps=[dg.AssetKey(INPUT_ASSET)],
-    code_version=f"1-{templates_version(PROMPT_TASKS)}",
-    kinds={"parquet"},
-)
-def rag_prompts(
-    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
-    """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
-    partition = context.partition_key
-    lang = _language(config, partition)
-    records, bad = records_from_table(store.read(partition, INPUT_ASSET))
-    records.sort(key=lambda r: r.id)
-    selected = records[: config.max_questions] if config.max_questions > 0 else records
-    shares = examples.PromptShares(
-        config.twin_share,
-        config.twin_both_share,
-        config.references_share,
-        config.strict_share,
-        config.max_drop_fraction,
-    )
-    build = examples.build_prompts(selected, seed=config.seed, lang=lang, shares=shares, pool_records=records)
-    decisions = build.decisions + [Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad]
-    build.funnel["bad_record"] = len(bad)
-    build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
-    table = examples.prompts_table(build.prompts)
-    paths = store.write_splits(table, partition, "rag_prompts")
-    store.write_ledger(
-        ledger_table(partition, product_name(lang), "rag_prompts", decisions), partition, "rag_prompts"
-    )
-    files = [paths[s] for s in sorted(paths)]
-    return dg.MaterializeResult(
-        metadata={
-            **table_metadata(
-                files,
-                table.schema,
-                preview_columns=[
-                    "id",
-                    "kind",
-                    "twin_kind",
-                    "citation_style",
-                    "refusal_rule",
-                    "chunks_total",
-                    "question",
-                ],
-                split_column="split",
-            ),
-            **funnel_metadata(dict(sorted(build.funnel.items()))),
-            "seed": config.seed,
-            "language": lang,
-            "shares": dg.MetadataValue.json(
-                {
-                    "twin": shares.twin,
-                    "twin_both": shares.twin_both,
-                    "references": shares.references,
-                    "strict": shares.strict,
-                    "max_drop_fraction": shares.max_drop_fraction,
-                }
-            ),
-            "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(lang)),
-        }
-    )
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    deps=[rag_prompts],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version="1",
-    kinds={"parquet"},
-)
-def rag_responses(
-    context: dg.AssetExecutionContext,
-    config: RagSftConfig,
-    store: ArtifactStore,
-    generator: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
-    """Generated targets: the generator answers under exactly the training prompt (no gold answer)."""
-    partition = context.partition_key
-    lang = _language(config, partition)
-    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-    params = SamplingParams(temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed)
-    t0 = time.perf_counter()
-    table, stats = verdicts.generate_responses(prompts, generator, params, log=context.log)
-    stats.wall_s = stats.wall_s or time.perf_counter() - t0
-    paths = store.write_splits(table, partition, "rag_responses")
-    decisions = [
-        Decision(
-            r["id"],
-            KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
-            "generated" if r["status"] == "ok" else f"response_{r['status']}",
-            {"error": r["error"]} if r["error"] else None,
-            [r["cache_key"]] if r["cache_key"] else [],
-        )
-        for r in table.to_pylist()
+def _sft_check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(
+            "twins_together", asset=key, blocking=True, description="Twins kept or dropped together."
+        ),
+        dg.AssetCheckSpec(
+            "citations_verified",
+            asset=key,
+            blocking=True,
+            description="Every row's citations pass the deterministic verifier (F1 = 1 for answerable rows).",
+        ),
+        dg.AssetCheckSpec(
+            "layout_intact",
+            asset=key,
+            blocking=True,
+            description="The system message parses back into exactly chunks_total OpenRAG blocks.",
+        ),
     ]
-    store.write_ledger(
-        ledger_table(partition, product_name(lang), "rag_responses", decisions), partition, "rag_responses"
-    )
-    files = [paths[s] for s in sorted(paths)]
-    status_counts: dict[str, int] = {}
-    for s in table.column("status").to_pylist():
-        status_counts[s] = status_counts.get(s, 0) + 1
-    return dg.MaterializeResult(
-        metadata={
-            **table_metadata(
-                files, table.schema, preview_columns=["id", "status", "response"], split_column="split"
-            ),
-            **funnel_metadata(dict(sorted(status_counts.items())), key="status"),
-            **stats.to_metadata("llm"),
-            **model_metadata(generator, "generator"),
-            "temperature": config.temperature,
-            "seed": config.seed,
-        }
-    )
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    deps=[rag_responses],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=f"2-{templates_version(JUDGE_TASKS)}",
-    kinds={"parquet"},
-)
-def rag_verdicts(
-    context: dg.AssetExecutionContext,
-    config: RagSftConfig,
-    store: ArtifactStore,
-    judge: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
-    """Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together."""
-    partition = context.partition_key
-    lang = _language(config, partition)
-    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-    responses = store.read(partition, "rag_responses").to_pylist()
-    t0 = time.perf_counter()
-    run = verdicts.judge_examples(
-        prompts,
-        responses,
-        judge,
-        log=context.log,
-        strict_quotes=config.strict_quotes,
-        min_quote_words=config.min_quote_words,
-    )
-    run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
-    table = verdicts.verdicts_table(run.verdicts)
-    paths = store.write_splits(table, partition, "rag_verdicts")
-    ledger = ledger_table(
-        partition, product_name(lang), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
-    )
-    store.write_ledger(ledger, partition, "rag_verdicts")
-    files = [paths[s] for s in sorted(paths)]
-    return dg.MaterializeResult(
-        metadata={
-            **table_metadata(
-                files,
-                table.schema,
-                preview_columns=["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses"],
-                split_column="split",
-            ),
-            **funnel_metadata(dict(sorted(run.funnel.items()))),
-            "kept": sum(v.kept for v in run.verdicts),
-            **run.stats.to_metadata("llm"),
-            **model_metadata(judge, "judge"),
-        }
-    )
-
-
-RAG_SFT_CHECKS = [
-    dg.AssetCheckSpec(
-        "twins_together", asset="rag_sft", blocking=True, description="Twins kept or dropped together."
-    ),
-    dg.AssetCheckSpec(
-        "citations_verified",
-        asset="rag_sft",
-        blocking=True,
-        description="Every row's citations pass the deterministic verifier (F1 = 1 for answerable rows).",
-    ),
-    dg.AssetCheckSpec(
-        "layout_intact",
-        asset="rag_sft",
-        blocking=True,
-        description="The system message parses back into exactly chunks_total OpenRAG blocks.",
-    ),
-]
-
-
-def sft_checks(rows: list[dict], prompts: list[examples.RagPrompt]) -> list[dg.AssetCheckResult]:
+def sft_checks(
+    rows: list[dict],
+    prompts: list[examples.RagPrompt],
+    *,
+    strict_quotes: bool = True,
+    min_quote_words: int = citations.MIN_WORDS,
+) -> list[dg.AssetCheckResult]:
     """The invariants of the final rows, as check results (computed in the materialization)."""
     from ragsft_assets.rag_sft.layout import parse_documents
 
@@ -274,7 +115,12 @@ def sft_checks(rows: list[dict], prompts: list[examples.RagPrompt]) -> list[dg.A
         if len(docs) != r["chunks_total"]:
             broken.append(r["id"])
         rep = citations.check_response(
-            assistant, [d for _, d in docs], [t for t, _ in docs], r["supporting_facts_titles"] or None
+            assistant,
+            [d for _, d in docs],
+            [t for t, _ in docs],
+            r["supporting_facts_titles"] or None,
+            strict=strict_quotes,  # the check re-verifies with the settings the verdicts used
+            min_words=min_quote_words,
         )
         if not rep.passes:
             failing.append(r["id"])
@@ -300,47 +146,278 @@ def sft_checks(rows: list[dict], prompts: list[examples.RagPrompt]) -> list[dg.A
     ]
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    deps=[rag_verdicts],
-    code_version="1",
-    kinds={"parquet"},
-    check_specs=RAG_SFT_CHECKS,
-)
-def rag_sft(
-    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
-    """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
-    partition = context.partition_key
-    lang = _language(config, partition)
-    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-    responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
-    kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
-    fmt = formatting.format_examples(
-        prompts, responses, kept, seed=config.seed, rewrite_refusals=config.rewrite_refusals
+def build_sft_chain(
+    *,
+    partitions_def: dg.PartitionsDefinition,
+    input_key: dg.AssetKey,
+    input_store: str,
+    group: str,
+    key_prefix: list[str] | None = None,
+) -> list[dg.AssetsDefinition]:
+    """The four SFT stages (prompts, responses, verdicts, sft) over one kind of input.
+
+    Args:
+        partitions_def: the partition set of the input (``snapshot`` or ``qa_source``).
+        input_key: the asset key of the HotpotQA-layout questions the prompts read.
+        input_store: the store name of that asset's Parquet files.
+        group: the Dagster group of the four stages.
+        key_prefix: the asset key prefix (``["qa"]`` for the QA chain; none for the snapshot chain).
+    """
+    prefix = list(key_prefix or [])
+    prompts_key, responses_key, verdicts_key, sft_key = (
+        dg.AssetKey([*prefix, n]) for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
     )
-    table = formatting.sft_table(fmt.rows)
-    paths = store.write_splits(table, partition, "rag_sft")
-    store.write_ledger(
-        ledger_table(partition, product_name(lang), "rag_sft", fmt.decisions), partition, "rag_sft"
+    key_prefix = prefix or None
+
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name=group,
+        key_prefix=key_prefix,
+        deps=[input_key],
+        code_version=f"1-{templates_version(PROMPT_TASKS)}",
+        kinds={"parquet"},
     )
-    files = [paths[s] for s in sorted(paths)]
-    if config.tokenizer == "whitespace":
-        counter, name = statistics.whitespace_counter, "whitespace"
-    else:
-        counter, name = statistics.default_token_counter()
-    stats = statistics.sft_statistics(table.to_pylist(), counter, name)
-    return dg.MaterializeResult(
-        metadata={
-            **table_metadata(
-                files, table.schema, preview_columns=["id", "pair_id", "chunks_total"], split_column="split"
+    def rag_prompts(
+        context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
+    ) -> dg.MaterializeResult:
+        """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
+        partition = context.partition_key
+        lang = _language(config, partition)
+        records, bad = records_from_table(store.read(partition, input_store))
+        records.sort(key=lambda r: r.id)
+        selected = records[: config.max_questions] if config.max_questions > 0 else records
+        shares = examples.PromptShares(
+            config.twin_share,
+            config.twin_both_share,
+            config.references_share,
+            config.strict_share,
+            config.max_drop_fraction,
+        )
+        build = examples.build_prompts(
+            selected, seed=config.seed, lang=lang, shares=shares, pool_records=records
+        )
+        decisions = build.decisions + [
+            Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad
+        ]
+        build.funnel["bad_record"] = len(bad)
+        build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
+        table = examples.prompts_table(build.prompts)
+        paths = store.write_splits(table, partition, "rag_prompts")
+        store.write_ledger(
+            ledger_table(partition, product_name(lang), "rag_prompts", decisions), partition, "rag_prompts"
+        )
+        files = [paths[s] for s in sorted(paths)]
+        return dg.MaterializeResult(
+            metadata={
+                **table_metadata(
+                    files,
+                    table.schema,
+                    preview_columns=[
+                        "id",
+                        "kind",
+                        "twin_kind",
+                        "citation_style",
+                        "refusal_rule",
+                        "chunks_total",
+                        "question",
+                    ],
+                    split_column="split",
+                ),
+                **funnel_metadata(dict(sorted(build.funnel.items()))),
+                "seed": config.seed,
+                "language": lang,
+                "shares": dg.MetadataValue.json(
+                    {
+                        "twin": shares.twin,
+                        "twin_both": shares.twin_both,
+                        "references": shares.references,
+                        "strict": shares.strict,
+                        "max_drop_fraction": shares.max_drop_fraction,
+                    }
+                ),
+                "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(lang)),
+            }
+        )
+
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name=group,
+        key_prefix=key_prefix,
+        deps=[prompts_key],
+        pool="gpu",
+        retry_policy=LLM_RETRY_POLICY,
+        code_version="1",
+        kinds={"parquet"},
+    )
+    def rag_responses(
+        context: dg.AssetExecutionContext,
+        config: RagSftConfig,
+        store: ArtifactStore,
+        generator: dg.ResourceParam[ChatModel],
+    ) -> dg.MaterializeResult:
+        """Generated targets: the generator answers under exactly the training prompt (no gold answer)."""
+        partition = context.partition_key
+        lang = _language(config, partition)
+        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+        params = SamplingParams(
+            temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed
+        )
+        t0 = time.perf_counter()
+        table, stats = verdicts.generate_responses(prompts, generator, params, log=context.log)
+        stats.wall_s = stats.wall_s or time.perf_counter() - t0
+        paths = store.write_splits(table, partition, "rag_responses")
+        decisions = [
+            Decision(
+                r["id"],
+                KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
+                "generated" if r["status"] == "ok" else f"response_{r['status']}",
+                {"error": r["error"]} if r["error"] else None,
+                [r["cache_key"]] if r["cache_key"] else [],
+            )
+            for r in table.to_pylist()
+        ]
+        store.write_ledger(
+            ledger_table(partition, product_name(lang), "rag_responses", decisions),
+            partition,
+            "rag_responses",
+        )
+        files = [paths[s] for s in sorted(paths)]
+        status_counts: dict[str, int] = {}
+        for s in table.column("status").to_pylist():
+            status_counts[s] = status_counts.get(s, 0) + 1
+        return dg.MaterializeResult(
+            metadata={
+                **table_metadata(
+                    files, table.schema, preview_columns=["id", "status", "response"], split_column="split"
+                ),
+                **funnel_metadata(dict(sorted(status_counts.items())), key="status"),
+                **stats.to_metadata("llm"),
+                **model_metadata(generator, "generator"),
+                "temperature": config.temperature,
+                "seed": config.seed,
+            }
+        )
+
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name=group,
+        key_prefix=key_prefix,
+        deps=[responses_key],
+        pool="gpu",
+        retry_policy=LLM_RETRY_POLICY,
+        code_version=f"2-{templates_version(JUDGE_TASKS)}",
+        kinds={"parquet"},
+    )
+    def rag_verdicts(
+        context: dg.AssetExecutionContext,
+        config: RagSftConfig,
+        store: ArtifactStore,
+        judge: dg.ResourceParam[ChatModel],
+    ) -> dg.MaterializeResult:
+        """Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together."""
+        partition = context.partition_key
+        lang = _language(config, partition)
+        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+        responses = store.read(partition, "rag_responses").to_pylist()
+        t0 = time.perf_counter()
+        run = verdicts.judge_examples(
+            prompts,
+            responses,
+            judge,
+            log=context.log,
+            strict_quotes=config.strict_quotes,
+            min_quote_words=config.min_quote_words,
+        )
+        run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
+        table = verdicts.verdicts_table(run.verdicts)
+        paths = store.write_splits(table, partition, "rag_verdicts")
+        ledger = ledger_table(
+            partition, product_name(lang), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
+        )
+        store.write_ledger(ledger, partition, "rag_verdicts")
+        files = [paths[s] for s in sorted(paths)]
+        return dg.MaterializeResult(
+            metadata={
+                **table_metadata(
+                    files,
+                    table.schema,
+                    preview_columns=["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses"],
+                    split_column="split",
+                ),
+                **funnel_metadata(dict(sorted(run.funnel.items()))),
+                "kept": sum(v.kept for v in run.verdicts),
+                **run.stats.to_metadata("llm"),
+                **model_metadata(judge, "judge"),
+            }
+        )
+
+    @dg.asset(
+        partitions_def=partitions_def,
+        group_name=group,
+        key_prefix=key_prefix,
+        deps=[verdicts_key],
+        code_version="1",
+        kinds={"parquet"},
+        check_specs=_sft_check_specs(sft_key),
+    )
+    def rag_sft(
+        context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
+    ) -> dg.MaterializeResult:
+        """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
+        partition = context.partition_key
+        lang = _language(config, partition)
+        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+        responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
+        kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
+        fmt = formatting.format_examples(
+            prompts, responses, kept, seed=config.seed, rewrite_refusals=config.rewrite_refusals
+        )
+        table = formatting.sft_table(fmt.rows)
+        paths = store.write_splits(table, partition, "rag_sft")
+        store.write_ledger(
+            ledger_table(partition, product_name(lang), "rag_sft", fmt.decisions), partition, "rag_sft"
+        )
+        files = [paths[s] for s in sorted(paths)]
+        if config.tokenizer == "whitespace":
+            counter, name = statistics.whitespace_counter, "whitespace"
+        else:
+            counter, name = statistics.default_token_counter()
+        stats = statistics.sft_statistics(table.to_pylist(), counter, name)
+        return dg.MaterializeResult(
+            metadata={
+                **table_metadata(
+                    files,
+                    table.schema,
+                    preview_columns=["id", "pair_id", "chunks_total"],
+                    split_column="split",
+                ),
+                **funnel_metadata(dict(sorted(fmt.funnel.items()))),
+                "statistics": dg.MetadataValue.json(stats),
+                "tokenizer": stats["tokenizer"],
+                "seed": config.seed,
+                "rewrite_refusals": config.rewrite_refusals,
+            },
+            check_results=sft_checks(
+                table.to_pylist(),
+                prompts,
+                strict_quotes=config.strict_quotes,
+                min_quote_words=config.min_quote_words,
             ),
-            **funnel_metadata(dict(sorted(fmt.funnel.items()))),
-            "statistics": dg.MetadataValue.json(stats),
-            "tokenizer": stats["tokenizer"],
-            "seed": config.seed,
-            "rewrite_refusals": config.rewrite_refusals,
-        },
-        check_results=sft_checks(table.to_pylist(), prompts),
-    )
+        )
+
+    return [rag_prompts, rag_responses, rag_verdicts, rag_sft]
+
+
+rag_prompts, rag_responses, rag_verdicts, rag_sft = build_sft_chain(
+    partitions_def=snapshot_partitions,
+    input_key=dg.AssetKey(INPUT_ASSET),
+    input_store=INPUT_ASSET,
+    group=GROUP,
+)
+qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft = build_sft_chain(
+    partitions_def=qa_source_partitions,
+    input_key=dg.AssetKey([QA_PREFIX, QA_INPUT_ASSET]),
+    input_store=QA_INPUT_ASSET,
+    group=QA_GROUP,
+    key_prefix=[QA_PREFIX],
+)

@@ -1,0 +1,101 @@
+"""The QA chain's ends: ``qa/questions`` (an installed outside set) and ``qa/release``.
+
+The middle (``qa/rag_prompts`` ... ``qa/rag_sft``) is the SFT chain of ``assets.build_sft_chain``.
+The release reuses the release package's plain functions (data files, decisions, lineage, card,
+manifests, verification) on the ``qa_source`` partition, into ``releases/<key>/``.
+"""
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.partitions import qa_source_partitions
+from ragsft_assets.defs.rag_sft.assets import QA_GROUP, QA_INPUT_ASSET, QA_PREFIX, qa_rag_sft
+from ragsft_assets.resources.store import ArtifactStore
+
+
+class QaQuestionsConfig(dg.Config):
+    """Which splits of the source feed the chain: the training split only, by default (the
+    official dev set stays for evaluation); every kept question goes to the output split ``train``."""
+
+    splits: list[str] = ["train"]
+
+
+@dg.asset(
+    partitions_def=qa_source_partitions,
+    group_name=QA_GROUP,
+    key_prefix=[QA_PREFIX],
+    code_version="1",
+    kinds={"parquet"},
+)
+def questions(
+    context: dg.AssetExecutionContext, config: QaQuestionsConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """The questions of an installed source (``ragsft sources add``), in the HotpotQA layout."""
+    from ragsft_assets.sources.read import read_source_folder
+
+    partition = context.partition_key
+    folder = store.home_path / "sources" / partition
+    read = read_source_folder(folder)
+    table = read.table
+    counts = {
+        s: int(pc.sum(pc.equal(table["split"], s)).as_py() or 0)
+        for s in sorted(set(table["split"].to_pylist()))
+    }
+    table = table.filter(pc.is_in(table["split"], value_set=pa.array(config.splits)))
+    # One output split: the chain's `train`, whatever the source called the kept splits.
+    table = table.set_column(
+        table.schema.get_field_index("split"), "split", pa.array(["train"] * table.num_rows)
+    )
+    path = store.write(table, partition, QA_INPUT_ASSET)
+    context.log.info(f"{partition}: {table.num_rows} question(s) kept of {read.table.num_rows} in {folder}")
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata([path], table.schema, preview_columns=["id", "type", "level", "question"]),
+            **funnel_metadata({f"source split {s}": n for s, n in counts.items()}, key="source_splits"),
+            "splits_used": dg.MetadataValue.json(config.splits),
+            "source_files": dg.MetadataValue.json(read.rows_per_file),
+        }
+    )
+
+
+@dg.asset(
+    partitions_def=qa_source_partitions,
+    group_name=QA_GROUP,
+    key_prefix=[QA_PREFIX],
+    code_version="qa-release-1",
+    deps=[qa_rag_sft],
+    kinds={"parquet", "huggingface"},
+    check_specs=[
+        dg.AssetCheckSpec("release_verifies", asset=dg.AssetKey([QA_PREFIX, "release"]), blocking=True)
+    ],
+)
+def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
+    """``releases/<key>/``: the ``hotpotqa_cite`` config with its card, decisions, lineage, manifests."""
+    from ragsft_assets.release import build
+    from ragsft_assets.release.verify import verify_release
+
+    partition = context.partition_key
+    target = store.home_path / "releases" / partition
+    built = build.build_release(store.root, partition, target)
+    for note in built.notes:
+        context.log.info(note)
+    build.write_card(target, partition)
+    manifests = build.write_manifests(target, partition, store.root, store.home_path / "sources")
+    report = verify_release(target)
+    rows = {f"{c}/{s}": n for c, splits in built.rows.items() for s, n in splits.items()}
+    yield dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(rows.values()),
+            "path": dg.MetadataValue.path(str(target)),
+            "configs": dg.MetadataValue.json(sorted(manifests)),
+            **funnel_metadata(rows, key="rows_per_split"),
+            "decisions": built.decisions,
+        }
+    )
+    yield dg.AssetCheckResult(
+        check_name="release_verifies",
+        passed=report.ok,
+        metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
+    )

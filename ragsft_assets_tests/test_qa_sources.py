@@ -1,0 +1,196 @@
+"""Outside question sets: `ragsft sources`, the qa_source partitions and the QA chain to a release.
+
+The 70 real HotpotQA training records go in through `ragsft sources add`; the QA chain runs with the
+test doubles of test_rag_sft_assets (scripted by question) as `qa_sft_job`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from ragsft_assets.cli import main
+from ragsft_assets.definitions import build_definitions
+from ragsft_assets.defs.resources import default_resources
+from ragsft_assets.rag_sft.layout import parse_documents
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.sources.read import PRESETS, SourceError, read_source
+from ragsft_assets_tests.llm_double import ScriptedChatModel
+from ragsft_assets_tests.test_rag_sft_assets import DATA, RECORDS, generator_responder, judge_responder
+
+KEY = "hotpotqa.en"
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def qa_run(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAGSFT_HOME", str(home))
+    mp.delenv("DAGSTER_HOME", raising=False)
+    copy = home.parent / f"{home.name}-hotpot_train.json"
+    shutil.copy(DATA, copy)
+    added = _cli("sources", "add", KEY, "--from", str(copy))
+    store = ArtifactStore(home=str(home))
+    resources = {
+        **default_resources(),
+        "store": store,
+        "generator": ScriptedChatModel(generator_responder, "gen-double"),
+        "judge": ScriptedChatModel(judge_responder, "judge-double"),
+    }
+    job = build_definitions(resources).get_job_def("qa_sft_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [KEY])
+    config = {"tokenizer": "whitespace"}
+    ops = {
+        f"qa__{n}": {"config": config} for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+    }
+    result = job.execute_in_process(partition_key=KEY, instance=instance, run_config={"ops": ops})
+    yield home, added, result, store
+    mp.undo()
+
+
+def test_sources_add_list_and_the_qa_chain_prompts(qa_run) -> None:
+    home, added, result, store = qa_run
+    assert added.exit_code == 0, added.output
+    assert "70 question(s)" in added.output
+    assert (home / "sources" / KEY / "source.json").is_file()
+    assert f"{KEY}\tfolder, partition" in _cli("sources", "list").output
+    assert result.success
+    prompts = store.read(KEY, "rag_prompts").to_pylist()
+    assert {p["split"] for p in prompts} == {"train"}
+    assert len({p["question_id"] for p in prompts}) == 70
+    for p in prompts:  # the OpenRAG layout, parsed back block by block
+        docs = parse_documents(p["system"])
+        assert len(docs) == p["chunks_total"]
+        assert 2 <= p["chunks_total"] <= 10, p["chunks_total"]
+    twins = [p for p in prompts if p["kind"] == "unanswerable"]
+    kinds = [p["twin_kind"] for p in twins]
+    assert 0.12 <= len(twins) / 70 <= 0.32  # 22% twins
+    assert kinds.count("both") > kinds.count("one") > 0  # 60% / 40%
+
+
+def test_qa_sft_job_writes_a_hotpotqa_cite_release(qa_run) -> None:
+    import datasets
+
+    home, _, result, _ = qa_run
+    folder = home / "releases" / KEY
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {
+        "twins_together": True,
+        "citations_verified": True,
+        "layout_intact": True,
+        "release_verifies": True,
+    }
+    ds = datasets.load_dataset(str(folder), "hotpotqa_cite")
+    assert list(ds) == ["train"]
+    assert 0 < ds["train"].num_rows < 70 * 2
+    manifest = json.loads((folder / "provenance" / "hotpotqa_cite" / "manifest.json").read_text())
+    assert manifest["snapshot"] == KEY and manifest["asset"] == "rag_sft"
+    assert f"{home.name}-hotpot_train.json" in manifest["source"]["files"]  # the installed source file
+    verified = _cli("verify", str(folder))
+    assert verified.exit_code == 0, verified.output
+    assert (folder / "provenance" / "decisions.parquet").is_file()
+    assert (folder / "provenance" / "hotpotqa_cite" / "lineage.parquet").is_file()
+
+
+def test_one_partition_set_per_key(tmp_home: Path) -> None:
+    assert _cli("snapshots", "add", "sample.fr", "--sample").exit_code == 0
+    refused = _cli("sources", "add", "sample.fr", "--from", str(DATA), "--preset", "hotpotqa")
+    assert refused.exit_code != 0 and "already a snapshot key" in refused.output
+    assert _cli("sources", "add", "hotpot.en", "--from", str(DATA), "--preset", "hotpotqa").exit_code == 0
+    refused = _cli("snapshots", "add", "hotpot.en", "--sample")
+    assert refused.exit_code != 0 and "already a source key" in refused.output
+    bad = _cli("sources", "add", "HotpotQA", "--from", str(DATA))
+    assert bad.exit_code != 0 and "invalid source key" in bad.output
+    assert _cli("sources", "remove", "hotpot.en").exit_code == 0
+    assert not (tmp_home / "sources" / "hotpot.en").exists()
+
+
+def test_layouts_ids_mapping_and_errors(tmp_path: Path) -> None:
+    hotpot = PRESETS["hotpotqa"]
+    original = read_source(DATA, hotpot).table
+    # JSON lines without `_id`: ids from the question and its document titles
+    lines = tmp_path / "no_ids.jsonl"
+    lines.write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "_id"}) + "\n" for r in RECORDS[:3])
+    )
+    derived = read_source(lines, hotpot).table.to_pylist()
+    assert all(len(r["id"]) == 24 and r["id"] not in {x["_id"] for x in RECORDS} for r in derived)
+    moved = {**{k: v for k, v in RECORDS[0].items() if k != "_id"}, "context": RECORDS[0]["context"][::-1]}
+    lines.write_text(json.dumps(moved) + "\n")
+    assert read_source(lines, hotpot).table["id"][0].as_py() not in {r["id"] for r in derived}
+    # the hub's hotpot_qa Parquet layout (struct of lists) reads to the same table
+    hub = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(original.drop_columns(["split"]), hub)
+    assert read_source(hub, hotpot).table.equals(original)
+    # a mapping file for another QA set's column names
+    renamed = tmp_path / "other.jsonl"
+    renamed.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "qid": r["_id"],
+                    "q": r["question"],
+                    "a": r["answer"],
+                    "ctx": r["context"],
+                    "sf": r["supporting_facts"],
+                }
+            )
+            + "\n"
+            for r in RECORDS[:5]
+        )
+    )
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("id: qid\nquestion: q\nanswer: a\ncontext: ctx\nsupporting_facts: sf\n")
+    added = CliRunner(env={"RAGSFT_HOME": str(tmp_path / "h")}).invoke(
+        main, ["sources", "add", "other.en", "--from", str(renamed), "--mapping", str(mapping)]
+    )
+    assert added.exit_code == 0 and "5 question(s)" in added.output, added.output
+    # errors name the file, the line and the field
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(
+        json.dumps(RECORDS[0]) + "\n" + json.dumps({"question": "q", "answer": "a", "context": []}) + "\n"
+    )
+    with pytest.raises(SourceError, match=r"broken\.jsonl, line 2: missing field 'supporting_facts'"):
+        read_source(broken, hotpot)
+    with pytest.raises(SourceError, match="unknown format"):
+        read_source(tmp_path / "mapping.yaml", hotpot)
+    with pytest.raises(SourceError, match="does not exist"):
+        read_source(tmp_path / "nothing", hotpot)
+    assert isinstance(original, pa.Table) and original.num_rows == 70
+
+
+def test_sft_citation_check_honours_strict_quotes() -> None:
+    from ragsft_assets.defs.rag_sft.assets import sft_checks
+    from ragsft_assets.rag_sft.layout import render_documents
+
+    docs = [("Paris", "Paris is the capital of France."), ("Lyon", "Lyon is a city in France.")]
+    row = {
+        "id": "a",
+        "pair_id": "p",
+        "chunks_total": 2,
+        "supporting_facts_titles": ["Paris"],
+        "messages": [
+            {"role": "system", "content": render_documents(docs)},
+            {"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": 'Paris. <ref id="1">Paris</ref>'},  # a one-word quote
+        ],
+    }
+
+    def passed(**kw) -> bool:
+        results = sft_checks([row], [], **kw)
+        return next(r.passed for r in results if r.check_name == "citations_verified")
+
+    assert not passed()  # too_short under the strict verifier
+    assert passed(strict_quotes=False)  # what the verdicts accepted with strict_quotes: false
