@@ -19,6 +19,7 @@ EXPECTED_ASSETS = [
     "link_graph",
     "mechanical_rules",
     "multihop_audit",
+    "multihop_filtered",
     "multihop_questions",
     "oasst_pairs",
     "probe_answers",
@@ -91,7 +92,7 @@ def test_blocking_checks_exist() -> None:
     repo = defs.get_repository_def()
     check_keys = repo.asset_graph.asset_check_keys
     checked_assets = {k.asset_key.to_user_string() for k in check_keys}
-    assert {"abstracts", "link_graph", "multihop_questions", "rag_sft"} <= checked_assets
+    assert {"abstracts", "link_graph", "multihop_questions", "multihop_filtered", "rag_sft"} <= checked_assets
 
 
 def test_llm_assets_versions_follow_their_prompts() -> None:
