@@ -436,7 +436,7 @@ def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monke
     import pyarrow.parquet as pq
 
     from ragsft_assets.multihop.filter_configs import subset_violations
-    from ragsft_assets.release.build import build_release
+    from ragsft_assets.release.build import build_release, write_card
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -461,6 +461,11 @@ def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monke
         rows = {r["id"]: r for r in default[split]}
         assert all(rows[r["id"]] == r for r in ds[split])  # row for row, every field
     assert sum(ds[s].num_rows for s in ds) == 9
+    body, _ = write_card(folder, PARTITION, {"gold_longest_rate": 0.1})
+    assert (
+        "| first_hop | leads_to_b | kept | 9 |" in body and "| mechanical_rules | kept | kept | 9 |" in body
+    )
+    assert "| first_hop | unreadable | dropped | 1 |" in body and "(chance: 2/k" in body
     verdicts = pq.read_table(folder / "provenance" / "filtered" / "verdicts.parquet").to_pylist()
     by_filter = Counter((v["filter"], v["kept"]) for v in verdicts)
     assert by_filter == {("first_hop", True): 9, ("first_hop", False): 4, ("mechanical_rules", True): 9}
