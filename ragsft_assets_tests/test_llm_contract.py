@@ -230,3 +230,41 @@ def test_a_role_left_on_the_embedded_model_without_vllm_fails_at_start(
     assert llm_for_role("generator").backend == "openai"
     with pytest.raises(RuntimeError, match="RAGSFT_JUDGE_BACKEND=openai.*RAGSFT_JUDGE_BASE_URLS"):
         default_resources()
+
+
+def test_chat_samples_passes_chat_template_kwargs_on_both_paths(tmp_path: Path) -> None:
+    from ragsft_assets.llm.client import chat_samples
+
+    no_think = {"enable_thinking": False}
+    backend = KindBackend()
+    client = ChatClient(backend, LLMCache(tmp_path / "c.sqlite"))
+    out = chat_samples(client, [MSGS], SamplingParams(seed=3), 2, chat_template_kwargs=no_think)
+    assert [r.text for r in out.samples[0]] == ["chat:hi|{'enable_thinking': False}"] * 2
+    assert [r.chat_template_kwargs for r in backend.seen] == [no_think, no_think]
+    # Part of the cache key: the same samples without the switch are new calls, with it hits.
+    assert chat_samples(client, [MSGS], SamplingParams(seed=3), 2).stats.calls == 2
+    again = chat_samples(client, [MSGS], SamplingParams(seed=3), 2, chat_template_kwargs=no_think)
+    assert again.stats.cache_hits == 2 and again.stats.calls == 0
+    # A ChatModel without run(): the kwargs reach every chat() call.
+    double = ScriptedChatModel(lambda conv: "ok")
+    chat_samples(double, [MSGS], SamplingParams(), 2, chat_template_kwargs=no_think)
+    assert double.template_kwargs == [no_think, no_think]
+
+
+def test_served_root_and_max_model_len_reach_asset_metadata_not_cache_keys(tmp_path: Path) -> None:
+    from ragsft_assets.defs.metadata import model_metadata
+
+    entry = {"id": "generator", "root": "/models/Qwen3-8B", "max_model_len": 32768}
+    backend, paths = _models_backend([entry])
+    client = ChatClient(backend, None)
+    identity = client.model_identity()
+    assert identity["served_root"] == "/models/Qwen3-8B" and identity["served_max_model_len"] == 32768
+    md = model_metadata(client, "generator")["generator/model"].data
+    assert md["served_root"] == "/models/Qwen3-8B" and md["served_max_model_len"] == 32768
+    assert md["weights_sha256"] == "served:/models/Qwen3-8B"
+    assert "served_max_model_len" not in backend.identity()  # cache keys: backend.identity() only
+    assert paths == ["/v1/models"]  # still read once
+    # A server that does not list the model: the metadata says so.
+    missing, _ = _models_backend([{"id": "other", "root": "x"}])
+    md = model_metadata(ChatClient(missing, None), "judge")["judge/model"].data
+    assert md["weights_sha256"] == "unknown" and "not served" in md["served_error"]

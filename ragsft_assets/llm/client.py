@@ -165,8 +165,21 @@ class ChatClient:
         self.spent_tokens = 0
         self._lock = threading.Lock()
 
-    def model_identity(self) -> dict[str, str]:
-        return self.backend.identity()
+    def model_identity(self) -> dict[str, Any]:
+        """The cache identity (backend, model, weights) plus what a server reported of its model.
+
+        ``served_root`` and ``served_max_model_len`` (from ``/v1/models``, OpenAI-compatible
+        backends) go to asset metadata only: cache keys use ``backend.identity()``, so a changed
+        context length does not invalidate the cache while a changed ``root`` does (via weights).
+        """
+        identity: dict[str, Any] = dict(self.backend.identity())
+        served_model = getattr(self.backend, "served_model", None)
+        if callable(served_model):
+            served = served_model()
+            for key in ("root", "max_model_len", "error"):
+                if served.get(key) is not None:
+                    identity[f"served_{key}"] = served[key]
+        return identity
 
     def chat(
         self,
@@ -326,17 +339,21 @@ def chat_samples(
     json_schema: Mapping[str, Any] | None = None,
     template_version: str = "",
     log: Any = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
 ) -> SamplesResult:
     """``n`` samples per conversation with seeds ``params.seed + j``, each cached on its own.
 
     Uses one mixed batch when the model supports it (``ChatClient``/``LLMResource``: the
     engine sees every sample at once), else ``n`` batches through ``ChatModel.chat``.
+    ``chat_template_kwargs`` (e.g. ``{"enable_thinking": False}``) reach every sample, and its
+    cache key, on both paths.
     """
+    kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
     out = SamplesResult(samples=[[] for _ in conversations])
     runner = getattr(model, "run", None)
     if callable(runner):
         reqs = [
-            Request(c, params.with_seed(params.seed + j), json_schema)
+            Request(c, params.with_seed(params.seed + j), json_schema, kwargs)
             for c in conversations
             for j in range(n)
         ]
@@ -352,6 +369,7 @@ def chat_samples(
             json_schema=json_schema,
             template_version=template_version,
             log=log,
+            chat_template_kwargs=kwargs,
         )
         for i, res in enumerate(batch.results):
             out.samples[i].append(res)
