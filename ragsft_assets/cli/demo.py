@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
@@ -42,7 +43,7 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     instance = dg.DagsterInstance.get()
 
     from ragsft_assets.cli.runs import clean_before_run
-    from ragsft_assets.defs.runs import process_tags
+    from ragsft_assets.defs.runs import RunInterrupted, execute_in_process_stoppable, process_tags
 
     # A run killed earlier (SIGKILL, OOM) would still hold its pool slot and block this one forever.
     clean_before_run()
@@ -55,9 +56,15 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
         run_config = {"ops": {"question_drafts": {"config": {"max_pairs": max_pairs}}}}
     click.echo(f"ragsft demo: running {job} on partition {partition} (RAGSFT_HOME={ragsft_home()})")
     t0 = time.monotonic()
-    result = job_def.execute_in_process(
-        partition_key=partition, instance=instance, run_config=run_config, tags=process_tags()
-    )
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
+    try:
+        # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
+        result = execute_in_process_stoppable(
+            job_def, instance, partition_key=partition, run_config=run_config, tags=process_tags()
+        )
+    except RunInterrupted as exc:
+        click.echo(f"ragsft demo: {exc}; its slots are freed, finished LLM calls stay in the cache", err=True)
+        raise SystemExit(exc.exit_code) from None
     took = time.monotonic() - t0
     click.echo(
         f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"

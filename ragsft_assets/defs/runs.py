@@ -10,9 +10,15 @@ event log storage, dagster 1.13). It also frees slots still held by runs that al
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
+import signal
 import socket
+import threading
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import psutil
@@ -201,3 +207,207 @@ def report_lines(dead: list[RunState], ended: list[RunState], dry_run: bool = Fa
     lines = [f"{verb_fail}: {s.describe()}" for s in dead]
     lines += [f"{verb_free} ended {s.describe()}" for s in ended]
     return lines
+
+
+POOL_WAIT_WARN_ENV = "RAGSFT_POOL_WAIT_WARN_S"
+POOL_WAIT_WARN_DEFAULT_S = 60.0
+_log = logging.getLogger("ragsft.runs")
+
+
+def pool_wait_warn_s() -> float:
+    """Seconds a step may wait on a pool before the WARNING (``$RAGSFT_POOL_WAIT_WARN_S``, default 60)."""
+    raw = os.environ.get(POOL_WAIT_WARN_ENV)
+    if not raw:
+        return POOL_WAIT_WARN_DEFAULT_S
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{POOL_WAIT_WARN_ENV}={raw!r} is not a number of seconds") from exc
+
+
+def pool_wait_warnings(
+    instance: dg.DagsterInstance, run_id: str, threshold_s: float, now: float | None = None
+) -> list[tuple[str, str]]:
+    """Steps of ``run_id`` waiting on a pool longer than ``threshold_s``, with the message to log.
+
+    Args:
+        instance: The Dagster instance.
+        run_id: The run whose waiting steps are looked at.
+        threshold_s: Seconds of waiting before a step is reported.
+        now: The current POSIX time (``time.time()`` when omitted).
+
+    Returns:
+        ``(pool:step, message)`` pairs; the message names the runs holding the pool's slots, whether
+        their processes are alive, and the command that frees them.
+    """
+    now = time.time() if now is None else now
+    storage = instance.event_log_storage
+    out = []
+    for pool in sorted(storage.get_concurrency_keys()):
+        info = storage.get_concurrency_info(pool)
+        for pending in info.pending_steps:
+            if pending.run_id != run_id or pending.assigned_timestamp is not None:
+                continue
+            waited = now - pending.enqueued_timestamp.timestamp()
+            if waited < threshold_s:
+                continue
+            holders = []
+            for holder_id in sorted({s.run_id for s in info.claimed_slots}):
+                run = instance.get_run_by_id(holder_id)
+                holders.append(
+                    run_state(instance, run, {holder_id: [pool]}).describe()
+                    if run is not None
+                    else f"run {holder_id} (deleted)"
+                )
+            message = (
+                f"step {pending.step_key} has waited {waited:.0f}s on pool {pool!r} "
+                f"({info.slot_count} slot(s)); held by: {'; '.join(holders) or 'nobody (slots being freed)'}. "
+                f"If a holder's process is gone, free its slots with `{CLEAN_COMMAND}` "
+                f"(`{CLEAN_COMMAND} --dry-run` lists them)."
+            )
+            out.append((f"{pool}:{pending.step_key}", message))
+    return out
+
+
+class _PoolWaitWatcher(threading.Thread):
+    """Background thread: logs each step's pool-wait WARNING once (stderr and the run's event log)."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, threshold_s: float, poll_s: float):
+        super().__init__(name="ragsft-pool-wait", daemon=True)
+        self.instance, self.run_id, self.threshold_s, self.poll_s = instance, run_id, threshold_s, poll_s
+        self.stop = threading.Event()
+        self.warned: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.poll_s):
+            try:
+                warnings = pool_wait_warnings(self.instance, self.run_id, self.threshold_s)
+            except Exception as exc:  # a storage hiccup must not kill the run; say it and retry
+                _log.debug("pool-wait check failed: %s", exc)
+                continue
+            for key, message in warnings:
+                if key in self.warned:
+                    continue
+                self.warned.add(key)
+                _log.warning("ragsft: %s", message)
+                run = self.instance.get_run_by_id(self.run_id)
+                if run is not None:
+                    self.instance.report_engine_event(f"WARNING: {message}", run)
+
+
+class RunInterrupted(Exception):
+    """The run was stopped by SIGINT/SIGTERM; it is marked canceled and its slots are freed.
+
+    Attributes:
+        signum: The signal received.
+        run_id: The canceled run.
+    """
+
+    def __init__(self, signum: int, run_id: str):
+        super().__init__(f"run {run_id} canceled by {signal.Signals(signum).name}")
+        self.signum, self.run_id = signum, run_id
+
+    @property
+    def exit_code(self) -> int:
+        """The shell convention for death by signal: 128 + signal number."""
+        return 128 + self.signum
+
+
+def _raise_in_thread(thread: threading.Thread, exc_type: type[BaseException]) -> None:
+    # CPython's documented PyThreadState_SetAsyncExc: the exception is raised in the worker at its
+    # next bytecode, which reaches dagster's own interrupt handling (step failed as INTERRUPT, run
+    # CANCELED since we set CANCELING first, slots released by its concurrency context).
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+
+
+def execute_in_process_stoppable(
+    job_def: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    grace_s: float = 30.0,
+    pool_wait_s: float | None = None,
+    pool_poll_s: float = 5.0,
+    **kwargs: Any,
+) -> dg.ExecuteInProcessResult:
+    """``job_def.execute_in_process`` that SIGINT/SIGTERM stop cleanly, with the pool-wait WARNING.
+
+    Dagster's in-process execution captures SIGINT/SIGTERM and only acts on them inside step code,
+    so a step blocked on a pool ignores them. Here the job runs in a worker thread (dagster then
+    leaves the signal handlers alone) and the main thread handles the signals: it marks the run
+    CANCELING, raises KeyboardInterrupt in the worker, waits up to ``grace_s`` for dagster to wind
+    down, then makes sure the run is CANCELED and its pool slots are free. Finished LLM calls are
+    committed to the cache one by one, so they stay there. A second signal skips the grace period.
+
+    Args:
+        job_def: The job.
+        instance: The Dagster instance.
+        grace_s: Seconds to let dagster end the run after the signal.
+        pool_wait_s: Seconds a step may wait on a pool before the WARNING; ``pool_wait_warn_s()``
+            when omitted.
+        pool_poll_s: How often the pool wait is looked at.
+        **kwargs: Passed on to ``execute_in_process`` (tags, run_config, partition_key, ...).
+
+    Returns:
+        The result of the run.
+
+    Raises:
+        RunInterrupted: On SIGINT/SIGTERM, after the run is canceled and its slots freed.
+    """
+    from dagster._core.utils import make_new_run_id
+
+    run_id = kwargs.pop("run_id", None) or make_new_run_id()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = job_def.execute_in_process(instance=instance, run_id=run_id, **kwargs)
+        except BaseException as exc:  # handed to the main thread, which decides
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="ragsft-run", daemon=True)
+    watcher = _PoolWaitWatcher(
+        instance, run_id, pool_wait_warn_s() if pool_wait_s is None else pool_wait_s, pool_poll_s
+    )
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        raise RuntimeError("execute_in_process_stoppable must be called from the main thread")
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        worker.start()
+        watcher.start()
+        while worker.is_alive() and not received:
+            worker.join(0.2)
+        if received:
+            _stop_run(instance, run_id, worker, received, grace_s)
+            raise RunInterrupted(received[0], run_id)
+    finally:
+        watcher.stop.set()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _stop_run(
+    instance: dg.DagsterInstance, run_id: str, worker: threading.Thread, received: list[int], grace_s: float
+) -> None:
+    name = signal.Signals(received[0]).name
+    _log.warning("ragsft: %s received: canceling run %s", name, run_id)
+    run = instance.get_run_by_id(run_id)
+    if run is not None and not run.is_finished:
+        instance.report_run_canceling(run, message=f"ragsft: {name} received, canceling the run")
+    if worker.is_alive():
+        _raise_in_thread(worker, KeyboardInterrupt)
+    deadline = time.monotonic() + grace_s
+    n = len(received)
+    while worker.is_alive() and time.monotonic() < deadline and len(received) == n:
+        worker.join(0.2)
+    run = instance.get_run_by_id(run_id)
+    if run is not None and not run.is_finished:
+        # dagster did not get to end it (a long C call, or a second signal): end it from outside.
+        instance.report_run_canceled(run, message=f"ragsft: run canceled by {name}; pool slots freed")
+    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
