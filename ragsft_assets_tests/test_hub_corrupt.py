@@ -39,19 +39,3 @@ def test_damaged_gz_names_the_file_and_what_to_do(tmp_path: Path, damage: str) -
     assert "part-00001.jsonl.gz" in message
     assert "export it again" in message
     assert not isinstance(info.value, EOFError)
-
-
-def test_interrupted_export_leaves_no_truncated_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ragsft_assets.corpus import structured_wikipedia as sw
-
-    def records(snapshot: str, lang: str):
-        for i in range(5):
-            yield {"name": f"T{i}", "abstract": "x"}
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(sw, "load_from_hub", records)
-    with pytest.raises(KeyboardInterrupt):
-        sw.export_hub_to_folder("20240916", "fr", tmp_path, lines_per_file=2)
-    names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["frwiki_namespace_0_0.jsonl.gz", "frwiki_namespace_0_1.jsonl.gz"]
-    assert all(sum(len(c) for _, c in iter_line_chunks(tmp_path / n)) == 2 for n in names)

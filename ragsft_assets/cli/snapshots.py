@@ -94,10 +94,26 @@ def snapshots() -> None:
 @click.option("--sample", is_flag=True, help="Install the bundled sample snapshot (key sample.fr).")
 @click.option("--hub", is_flag=True, help="Download KEY (<YYYYMMDD>.<lang>) from the Hugging Face hub.")
 @click.option("--link", is_flag=True, help="Symlink the files instead of copying them.")
-def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool) -> None:
-    """Install snapshot KEY and register it as a partition."""
+@click.option(
+    "--revision", default=None, help="With --hub: the dataset revision to pin (default: the branch's commit)."
+)
+def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool, revision: str | None) -> None:
+    """Install snapshot KEY and register it as a partition.
+
+    With --hub the export resumes: rerun the same command after an interruption and the finished
+    shards are kept.
+    """
     if sum([source is not None, sample, hub]) != 1:
         raise click.UsageError("give exactly one of --from FOLDER, --sample, --hub")
+    if revision and not hub:
+        raise click.UsageError("--revision goes with --hub")
+    if hub:  # the key is the hub config: check it before anything is created or downloaded
+        from ragsft_assets.corpus.hub_snapshot import validate_hub_key
+
+        try:
+            validate_hub_key(key)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="KEY") from exc
     from ragsft_assets.cli.sources import source_key_taken
 
     if source_key_taken(key):  # a key belongs to one partition set only
@@ -108,8 +124,12 @@ def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool) -> N
         elif hub:
             from ragsft_assets.resources.snapshots import SnapshotSource
 
-            SnapshotSource().fetch_from_hub(key)
+            SnapshotSource().fetch_from_hub(key, revision=revision, progress=click.echo)
             folder = snapshots_dir() / key
+            from ragsft_assets.corpus.hub_snapshot import snapshot_revision
+
+            pinned = snapshot_revision(folder)
+            click.echo(f"snapshot {key}: {pinned['dataset']} revision {pinned['revision'] or 'unpinned'}")
         else:
             assert source is not None
             folder = install_snapshot(key, source, link=link)

@@ -239,39 +239,10 @@ def load_from_hub(
 
 
 def export_hub_to_folder(snapshot: str, lang: str, folder: Path, lines_per_file: int = 100_000) -> list[Path]:
-    """Write a hub config as gzipped JSON-lines files into ``folder`` (a local snapshot), streaming.
+    """Write hub config ``<snapshot>.<lang>`` as gzipped JSON-lines shards into ``folder``, resumably.
 
-    Returns:
-        The files written, ``frwiki_namespace_0_<n>.jsonl.gz`` style.
+    See :func:`ragsft_assets.corpus.hub_snapshot.export_hub_snapshot` (revision pin, resume by shard).
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    out = None
-    part: Path | None = None
+    from ragsft_assets.corpus.hub_snapshot import export_hub_snapshot
 
-    def finish() -> None:
-        # Each slice is written to ``<name>.part`` and renamed when complete: an interrupted export
-        # leaves no truncated .jsonl.gz (and a ``.part`` file keeps the sensor off the folder).
-        out.close()
-        part.replace(written[-1])
-
-    try:
-        for n, rec in enumerate(load_from_hub(snapshot, lang)):
-            if n % lines_per_file == 0:
-                if out is not None:
-                    finish()
-                path = folder / f"{lang}wiki_namespace_0_{n // lines_per_file}.jsonl.gz"
-                written.append(path)
-                part = path.with_name(path.name + ".part")
-                # Level 6, not gzip's default 9: several times faster for a few percent of size.
-                out = gzip.open(part, "wb", compresslevel=6)  # noqa: SIM115 - closed in finish()
-            out.write(orjson.dumps(rec) + b"\n")
-        if out is not None:
-            finish()
-    except BaseException:
-        if out is not None and not out.closed:
-            out.close()
-        if part is not None:
-            part.unlink(missing_ok=True)
-        raise
-    return written
+    return export_hub_snapshot(f"{snapshot}.{lang}", folder, lines_per_file=lines_per_file)

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
+from ragsft_assets.corpus.hub_snapshot import snapshot_revision
 from ragsft_assets.prompts import all_prompts
 from ragsft_assets.release.layout import PLOTS, PROVENANCE, README
 from ragsft_assets.storage import atomic_write_bytes
@@ -76,7 +77,7 @@ def prompt_hashes() -> dict[str, str]:
 
 
 def source_info(assets_root: Path, snapshots_root: Path | None, partition: str) -> dict[str, Any]:
-    """The source of a partition: snapshot key, its dump files (names, sizes) and article revisions.
+    """The source of a partition: snapshot key, its dump files (names, sizes), origin and article revisions.
 
     Revisions come from the ``abstracts`` asset (``revision`` per document): their count, the
     highest, and a SHA-256 over the sorted ``id\\trevision`` lines, so two releases can be compared
@@ -91,6 +92,8 @@ def source_info(assets_root: Path, snapshots_root: Path | None, partition: str) 
                 for p in sorted(folder.rglob("*"))
                 if p.is_file() and not p.name.startswith(".")
             }
+            # Where the dump came from: the pinned hub dataset revision (hub.json), or "local".
+            info["origin"] = snapshot_revision(folder)
     abstracts = assets_root / partition / "abstracts"
     files = sorted(abstracts.glob("*.parquet")) if abstracts.is_dir() else []
     if files:

@@ -8,12 +8,14 @@ wikimedia/structured-wikipedia schema (``*.jsonl``, ``*.jsonl.gz``, ``*.parquet`
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from ragsft_assets.corpus.structured_wikipedia import dump_files, export_hub_to_folder
+from ragsft_assets.corpus.hub_snapshot import DEFAULT_LINES_PER_FILE, export_hub_snapshot
+from ragsft_assets.corpus.structured_wikipedia import dump_files
 from ragsft_assets.home import ragsft_home
 
 SNAPSHOT_CONFIG = "snapshot.json"
@@ -73,7 +75,15 @@ class SnapshotSource(dg.ConfigurableResource):
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and dump_files(p))
 
-    def fetch_from_hub(self, key: str) -> list[Path]:
-        """Download snapshot ``<date>.<lang>`` from the Hugging Face hub into its folder (streaming)."""
-        date, lang = key.split(".", 1)
-        return export_hub_to_folder(date, lang, self.folder(key))
+    def fetch_from_hub(
+        self,
+        key: str,
+        *,
+        revision: str | None = None,
+        progress: Callable[[str], None] | None = None,
+        lines_per_file: int = DEFAULT_LINES_PER_FILE,
+    ) -> list[Path]:
+        """Export hub config ``key`` into its folder (streaming, revision pinned in hub.json, resumable)."""
+        return export_hub_snapshot(
+            key, self.folder(key), revision=revision, progress=progress, lines_per_file=lines_per_file
+        )

@@ -1,0 +1,138 @@
+"""The hub path through ``datasets`` on a local folder laid out like wikimedia/structured-wikipedia.
+
+No network: ``RAGSFT_HUB_DATASET`` points the hub loader at a folder with the hub's README configs
+(``20240916.fr/*.jsonl``) built from the verbatim test records.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from ragsft_assets.corpus import hub_snapshot as hs
+from ragsft_assets.corpus.hub_snapshot import HUB_MANIFEST, export_hub_snapshot, snapshot_revision
+
+DATA = Path(__file__).parent / "data" / "frwiki_structured" / "frwiki_namespace_0_sample.jsonl"
+KEY = "20240916.fr"
+README = f"""---
+configs:
+- config_name: {KEY}
+  data_files:
+  - split: train
+    path: {KEY}/*.jsonl
+---
+"""
+
+
+def make_hub_folder(root: Path) -> Path:
+    """A dataset folder laid out like the hub dataset: README configs and one folder per config."""
+    (root / KEY).mkdir(parents=True)
+    shutil.copy(DATA, root / KEY / DATA.name)
+    (root / "README.md").write_text(README, encoding="utf-8")
+    return root
+
+
+@pytest.fixture()
+def hub_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = make_hub_folder(tmp_path / "hub")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    monkeypatch.setenv(hs.HUB_DATASET_ENV, str(folder))
+    return folder
+
+
+def _names(folder: Path) -> list[str]:
+    out = []
+    for f in sorted(folder.glob("*.jsonl.gz")):
+        out += [orjson.loads(line)["name"] for line in gzip.decompress(f.read_bytes()).splitlines()]
+    return out
+
+
+def test_export_writes_shards_and_hub_json(hub_folder: Path, tmp_path: Path) -> None:
+    lines: list[str] = []
+    files = export_hub_snapshot(KEY, tmp_path / "snap", lines_per_file=3, progress=lines.append)
+    assert [f.name for f in files] == [
+        "frwiki_namespace_0_00000.jsonl.gz",
+        "frwiki_namespace_0_00001.jsonl.gz",
+    ]
+    want = [json.loads(line)["name"] for line in DATA.read_text(encoding="utf-8").splitlines()]
+    assert _names(tmp_path / "snap") == want
+    info = snapshot_revision(tmp_path / "snap")
+    assert info == {
+        "source": "hub",
+        "dataset": str(hub_folder),
+        "config": KEY,
+        "revision": None,  # a local folder has no revision to pin
+        "complete": True,
+        "records": 4,
+        "shards": 2,
+    }
+    assert any("shard frwiki_namespace_0_00001.jsonl.gz written" in line for line in lines)
+    assert "export complete" in lines[-1]
+    assert snapshot_revision(tmp_path) == {"source": "local"}
+    # the release manifest records the origin of the snapshot's files
+    from ragsft_assets.release.manifest import source_info
+
+    (tmp_path / "snaps").mkdir()
+    (tmp_path / "snap").rename(tmp_path / "snaps" / KEY)
+    assert source_info(tmp_path / "assets", tmp_path / "snaps", KEY)["origin"] == info
+
+
+def test_interrupted_export_resumes_by_shard(
+    hub_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole = export_hub_snapshot(KEY, tmp_path / "whole", lines_per_file=2)
+    calls = {"n": 0}
+    real_dumps = orjson.dumps
+
+    class Interrupting:
+        @staticmethod
+        def dumps(obj: object) -> bytes:
+            calls["n"] += 1
+            if calls["n"] == 3:  # first record of the second shard
+                raise KeyboardInterrupt
+            return real_dumps(obj)
+
+    monkeypatch.setattr(hs, "orjson", Interrupting)
+    snap = tmp_path / "snap"
+    with pytest.raises(KeyboardInterrupt):
+        export_hub_snapshot(KEY, snap, lines_per_file=2)
+    assert sorted(p.name for p in snap.iterdir()) == ["frwiki_namespace_0_00000.jsonl.gz", HUB_MANIFEST]
+    first = (snap / "frwiki_namespace_0_00000.jsonl.gz").stat()
+    assert snapshot_revision(snap)["complete"] is False
+
+    monkeypatch.setattr(hs, "orjson", orjson)
+    lines: list[str] = []
+    files = export_hub_snapshot(KEY, snap, lines_per_file=2, progress=lines.append)
+    assert "resuming after 1 finished shard(s) (2 records)" in lines[0]
+    # the finished shard was kept, not rewritten; the rest continues after it, byte for byte
+    assert (snap / "frwiki_namespace_0_00000.jsonl.gz").stat().st_mtime_ns == first.st_mtime_ns
+    assert [f.read_bytes() for f in files] == [f.read_bytes() for f in whole]
+    assert snapshot_revision(snap)["complete"] is True
+    with pytest.raises(ValueError, match="lines_per_file=2, not 3"):
+        export_hub_snapshot(KEY, snap, lines_per_file=3)
+
+
+def test_cli_hub_checks_the_key_then_exports(hub_folder: Path, tmp_path: Path, monkeypatch) -> None:
+    from ragsft_assets.cli import main
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAGSFT_HOME", str(home))
+    runner = CliRunner()
+    bad = runner.invoke(main, ["snapshots", "add", "foo", "--hub"])
+    assert bad.exit_code == 2 and "invalid snapshot key 'foo'" in bad.output
+    bad = runner.invoke(main, ["snapshots", "add", "sample.fr", "--hub"])
+    assert bad.exit_code == 2 and "<YYYYMMDD>.<lang>" in bad.output
+    assert not (home / "snapshots").exists()
+    ok = runner.invoke(main, ["snapshots", "add", KEY, "--hub"])
+    assert ok.exit_code == 0, ok.output
+    assert "export complete, 1 shard(s), 4 records" in ok.output
+    assert f"partition {KEY} added" in ok.output
+    assert (home / "snapshots" / KEY / "frwiki_namespace_0_00000.jsonl.gz").is_file()
