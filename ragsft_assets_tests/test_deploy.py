@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -215,3 +217,110 @@ def test_dockerfile_installs_the_package_without_embedded_or_dev() -> None:
     assert "ARG RAGSFT_GIT_COMMIT" in dockerfile and "RAGSFT_GIT_COMMIT=${RAGSFT_GIT_COMMIT}" in dockerfile
     assert "ragsft_assets.definitions" in dockerfile
     assert "dagster-k8s" in dockerfile and "dagster-postgres" in dockerfile
+
+
+CHART = DEPLOY / "chart"  # wrapper chart: dagster/dagster at the pin + the pool-limit hook Job
+_PLACEHOLDER = re.compile(r"\{\{-?\s*(.+?)\s*-?\}\}")
+
+
+def _chart_values(**pools: object) -> dict:
+    """The wrapper's values as deploy/README.md installs them: helm/values.yaml under `dagster:`."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["dagster"] = _values()
+    values["pools"].update(pools)
+    return values
+
+
+def _render_pool_job(values: dict) -> dict:
+    """A small stand-in for `helm template` (no helm binary here): drops the `{{- $var := ... }}`
+    lines, resolves `.Release.Name`, `.Values.<path>` and `$image.<field>` as the template's first
+    lines define them, and fails on any other placeholder, so a template change cannot slip past."""
+    deployments = values["dagster"]["dagster-user-deployments"]["deployments"]
+    image = values["pools"]["image"] or deployments[0]["image"]  # `default (index $deployments 0).image`
+
+    def resolve(match: re.Match[str]) -> str:
+        expr = match.group(1)
+        if expr == ".Release.Name":
+            return "dagster"
+        node: object
+        if expr.startswith(".Values."):
+            node, path = values, expr.removeprefix(".Values.").split(".")
+        elif expr.startswith("$image."):
+            node, path = image, expr.removeprefix("$image.").split(".")
+        else:
+            raise AssertionError(f"the test's renderer does not know {{{{ {expr} }}}}")
+        for part in path:
+            node = node[part]  # type: ignore[index]
+        return str(node)
+
+    text = (CHART / "templates" / "gpu-pool-job.yaml").read_text()
+    lines = [line for line in text.splitlines() if not re.fullmatch(r"\s*\{\{-\s*\$\w+ :=.*\}\}\s*", line)]
+    return yaml.safe_load(_PLACEHOLDER.sub(resolve, "\n".join(lines)))
+
+
+def test_wrapper_chart_pins_the_dagster_chart_at_the_dagster_pin() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    (dep,) = chart["dependencies"]
+    assert dep["name"] == "dagster" and dep["repository"] == "https://dagster-io.github.io/helm"
+    assert dep["version"] == dg.__version__ == "1.13.28"
+    assert '"dagster==1.13.28"' in (REPO / "pyproject.toml").read_text()
+    template = (CHART / "templates" / "gpu-pool-job.yaml").read_text()
+    assert 'index .Values.dagster "dagster-user-deployments" "deployments"' in template
+    # deploy/README.md's one-liner nests exactly the values that the schema test validates.
+    readme = (DEPLOY / "README.md").read_text()
+    (code,) = re.findall(r"python -c '(.+?)' \\\n\s+deploy/helm/values.yaml", readme)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(DEPLOY / "helm" / "values.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout) == {"dagster": _values()} and _chart_values()["dagster"] == _values()
+
+
+def test_pool_hook_job_sets_the_gpu_pool_from_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+    from dagster._cli.instance import instance_cli
+
+    job = _render_pool_job(_chart_values(gpu=3))
+    assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job"
+    hooks = job["metadata"]["annotations"]
+    assert set(hooks["helm.sh/hook"].split(",")) == {"post-install", "post-upgrade"}  # no manual step
+    assert "before-hook-creation" in hooks["helm.sh/hook-delete-policy"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    # Same image and instance config as the user code: the chart's instance ConfigMap at DAGSTER_HOME.
+    user_image = _values()["dagster-user-deployments"]["deployments"][0]["image"]
+    assert container["image"] == f"{user_image['repository']}:{user_image['tag']}"
+    chart_defaults = yaml.safe_load((HELM / "values.yaml").read_text())["global"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["DAGSTER_HOME"]["value"] == chart_defaults["dagsterHome"]
+    secret = env["DAGSTER_PG_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": chart_defaults["postgresqlSecretName"], "key": "postgresql-password"}
+    (mount,) = container["volumeMounts"]
+    assert mount["mountPath"] == f"{chart_defaults['dagsterHome']}/dagster.yaml" and mount["subPath"]
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"] and volume["configMap"]["name"] == "dagster-instance"
+    assert pod["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] >= 1
+    # N comes from values: the rendered command, run with Dagster's own CLI on a local instance.
+    assert container["command"] == ["/bin/sh", "-c"]
+    (script,) = container["args"]
+    steps = [shlex.split(part) for part in script.split("&&")]
+    assert steps[0] == ["dagster", "instance", "concurrency", "set", "gpu", "3"]
+    assert steps[1] == ["dagster", "instance", "concurrency", "set", "duckdb", "1"]
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    for step in steps:
+        assert step[:2] == ["dagster", "instance"]
+        out = CliRunner().invoke(instance_cli, step[2:])
+        assert out.exit_code == 0, out.output
+    assert '"gpu": 0 / 3 slots occupied' in out.output
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert instance.event_log_storage.get_concurrency_info("gpu").slot_count == 3
+        assert instance.event_log_storage.get_concurrency_info("duckdb").slot_count == 1
+    finally:
+        instance.dispose()
