@@ -33,6 +33,11 @@ class Written:
     alias: str
 
 
+_CRITERIA = (
+    "correct_answer", "bridge_in_a", "fact_in_b", "both_documents_needed", "clear_question", "minimal_answer"
+)  # fmt: skip
+
+
 class Oracle:
     def __init__(self) -> None:
         self.questions: dict[str, Written] = {}
@@ -40,6 +45,8 @@ class Oracle:
     # -- roles -------------------------------------------------------------------------------
     def __call__(self, messages: Sequence[dict[str, str]]) -> str:
         text = "\n".join(m["content"] for m in messages)
+        if '"minimal_answer"' in text:  # criteria_annotation: the oracle's questions meet all six
+            return orjson.dumps({c: True for c in _CRITERIA}).decode()
         if '"questions"' in text and "Document A" in text:
             return self.write_questions(text)
         if '"refuses"' in text:

@@ -120,6 +120,29 @@ def judge_responder(messages) -> str:
     return gold if reply == "GOLD" else reply
 
 
+CRITERIA_FAILS = {  # (pair, draft) -> criteria that do not hold; (8, 1) replies unreadably
+    (4, 0): ["clear_question"],
+    (5, 1): ["correct_answer", "minimal_answer"],
+}
+CRITERIA = [
+    "correct_answer",
+    "bridge_in_a",
+    "fact_in_b",
+    "both_documents_needed",
+    "clear_question",
+    "minimal_answer",
+]
+
+
+def annotator_responder(messages) -> str:
+    text = messages[-1]["content"]
+    i, d, _ = QUESTIONS[re.search(r"Question: (.*)\n", text).group(1)]
+    if (i, d) == (8, 1):
+        return '{"correct_answer": "yes"}'  # not the six booleans: not_annotated
+    fails = CRITERIA_FAILS.get((i, d), [])
+    return orjson.dumps({c: c not in fails for c in CRITERIA}).decode()
+
+
 def _doc_row(title: str, sentences: list[str], split: str) -> dict:
     return {
         "id": doc_id(title),
@@ -210,7 +233,12 @@ def materialize(home: Path, run_config: dict | None = None):
     upstream = [dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]
     result = dg.materialize(
         [*multihop_assets, *filter_checks, *upstream],
-        resources={"store": store, "generator": generator, "judge": judge},
+        resources={
+            "store": store,
+            "generator": generator,
+            "judge": judge,
+            "annotator": ScriptedChatModel(annotator_responder),
+        },
         partition_key=PARTITION,
         instance=instance,
         run_config=run_config,
@@ -292,6 +320,8 @@ def test_ledger_rows_per_stage_queryable_with_duckdb(run):
         ("ablation_verdicts", "dropped", 5),
         ("ablation_verdicts", "kept", 17),
         ("ablation_verdicts", "unreadable", 1),
+        ("criteria_annotation", "dropped", 3),
+        ("criteria_annotation", "kept", 10),
         ("distractors", "dropped", 2),
         ("distractors", "kept", 23),
         ("first_hop", "dropped", 4),
@@ -328,8 +358,8 @@ def test_verdicts_keep_raw_text_and_shared_calls(run):
 def test_invariant_checks_pass_and_audit_runs(run):
     result, store, _, _ = run
     checks = result.get_asset_check_evaluations()
-    # the five invariants of multihop_questions and the subset check of multihop_filtered
-    assert len(checks) == 6 and all(c.passed for c in checks)
+    # the five invariants of multihop_questions and the subset checks of the two filtered configs
+    assert len(checks) == 7 and all(c.passed for c in checks)
     audit = store.read(PARTITION, "multihop_audit").to_pylist()
     assert [r["measure"] for r in audit][:5] == [
         "invariant:context_size",
@@ -371,7 +401,7 @@ def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
     garbage = ScriptedChatModel(lambda m: "<think>hmm")  # unclosed think block: empty answer
     result = dg.materialize(
         [*multihop_assets, *[dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]],
-        resources={"store": store, "generator": garbage, "judge": garbage},
+        resources={"store": store, "generator": garbage, "judge": garbage, "annotator": garbage},
         partition_key=PARTITION,
         instance=instance,
         selection=[a.key for a in multihop_assets],
@@ -492,3 +522,55 @@ def test_subset_violations_catch_changed_extra_and_duplicate_rows(run):
     other = store.read(PARTITION, "multihop_questions", "validation").slice(0, 1)
     assert subset_violations(other, parent) == [("not_in_parent", other["id"][0].as_py())]
     assert subset_violations(child.drop_columns(["answer"]), parent) == [("schema", "")]
+
+
+def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
+    import datasets
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.multihop.filter_configs import subset_violations
+    from ragsft_assets.release.build import build_release
+
+    result, store, _, _ = run
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["multihop_filtered_qwen_is_subset_of_default"] is True
+    rows = store.read(PARTITION, "criteria_annotation").to_pylist()
+    assert Counter(r["verdict"] for r in rows) == {"kept": 10, "fails_criteria": 2, "not_annotated": 1}
+    md = _metadata(result, "criteria_annotation")
+    # the funnel adds up; not_annotated is apart from the rejected
+    assert md["kept"] + md["rejected"] + md["not_annotated"] == md["questions"] == 13
+    assert md["rejected"] == 2 and md["not_annotated"] == 1 and md["annotated"] == 12
+    assert md["failure_share/clear_question"] == round(1 / 12, 4)
+    ledger = store.read(PARTITION, "_ledger", "criteria_annotation").to_pylist()
+    assert sorted(r["reason"] for r in ledger if r["verdict"] != "kept") == [
+        "clear_question",
+        "correct_answer,minimal_answer",
+        "not_annotated",
+    ]
+    kept = {r["id"] for r in rows if r["verdict"] == "kept"}
+    for split in ("train", "validation", "test"):
+        parent = store.read(PARTITION, "multihop_questions", split)
+        child = store.read(PARTITION, "multihop_filtered_qwen", split)
+        assert subset_violations(child, parent) == []
+        assert set(child["id"].to_pylist()) == kept & set(parent["id"].to_pylist())
+    folder = tmp_path / "release"
+    build_release(store.root, PARTITION, folder)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    ds = datasets.load_dataset(str(folder), "filtered_qwen", cache_dir=str(tmp_path / "hf"))
+    assert sum(ds[s].num_rows for s in ds) == 10
+    verdicts = pq.read_table(folder / "provenance" / "filtered_qwen" / "verdicts.parquet").to_pylist()
+    per_criterion = Counter((v["filter"], v["verdict"]) for v in verdicts if "/" in v["filter"])
+    assert per_criterion[("criteria_annotation/clear_question", "fails")] == 1
+    assert per_criterion[("criteria_annotation/clear_question", "holds")] == 11  # 12 annotated
+    assert sum(1 for v in verdicts if v["filter"] == "criteria_annotation") == 13
+
+
+def test_criteria_budget_leaves_the_rest_not_annotated():
+    from ragsft_assets.multihop import criteria as cr
+    from ragsft_assets.prompts import load_prompt
+
+    model = ScriptedChatModel(lambda m: orjson.dumps({c: True for c in CRITERIA}).decode())
+    items = [cr.CriteriaItem(f"{i:024x}", f"q{i}", "a", "A", "ta", "B", "tb") for i in range(3)]
+    table = cr.run_criteria(items, model, load_prompt(cr.TASK, "en"), max_questions=2)
+    assert table.column("verdict").to_pylist() == ["kept", "kept", "not_annotated"]
+    assert len(model.calls) == 2 and model.template_kwargs == [{"enable_thinking": False}] * 2

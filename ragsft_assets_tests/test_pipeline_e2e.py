@@ -29,6 +29,7 @@ def run_full_job(home: Path, model: object, run_config: dict | None = None) -> d
         "catalog": CatalogResource(home=str(home)),
         "generator": model,
         "judge": model,
+        "annotator": model,
         "base_model": model,
     }
     defs = build_definitions(resources)

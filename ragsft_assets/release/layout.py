@@ -61,6 +61,12 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "The rows of `default` kept by the first-hop judge and the mechanical rules, unchanged.",
     ),
     ReleaseConfig(
+        "filtered_qwen",
+        "multihop_filtered_qwen",
+        "multihop",
+        "The rows of `default` whose six criteria all hold for the annotator (same production as `default`).",
+    ),
+    ReleaseConfig(
         "corpus",
         "abstracts",
         "corpus",

@@ -16,6 +16,7 @@ from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_m
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ledger import Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import filter_configs as fc
 from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import generation
@@ -204,11 +205,155 @@ def multihop_filtered_is_subset_of_default(
     context: dg.AssetCheckExecutionContext, store: ArtifactStore
 ) -> dg.AssetCheckResult:
     """Every row of ``filtered`` is a row of ``default``, same split, byte-identical; no duplicates."""
-    key = context.partition_key
+    return _subset_check(store, context.partition_key, FILTERED_ASSET)
+
+
+class CriteriaConfig(dg.Config):
+    role: str = "annotator"  # the LLM role that annotates: "annotator" (default) or "judge"
+    max_questions: int = -1  # the annotation budget; questions past it are not_annotated (-1: all)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version=f"1-{templates_version((cr.TASK,))}",
+    kinds={"parquet"},
+    deps=["multihop_questions", "question_drafts", "abstracts"],
+    pool="gpu",
+)
+def criteria_annotation(
+    context: dg.AssetExecutionContext,
+    config: CriteriaConfig,
+    store: ArtifactStore,
+    annotator: dg.ResourceParam[ChatModel],
+    judge: dg.ResourceParam[ChatModel],
+) -> dg.MaterializeResult:
+    """Six binary criteria per question of ``default``; all six must hold for ``filtered_qwen``."""
+    roles = {"annotator": annotator, "judge": judge}
+    if config.role not in roles:
+        raise ValueError(f"criteria_annotation role {config.role!r} is not one of {sorted(roles)}")
+    model = roles[config.role]
+    partition = context.partition_key
+    lang = snapshot_language(partition)
+    docs = generation.docs_by_id(store.read(partition, "abstracts"))
+    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    items = []
+    for q in _questions(store, partition):
+        d = drafts[q["id"]]
+        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        items.append(cr.CriteriaItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
+    template = load_prompt(cr.TASK, lang)
+    budget = None if config.max_questions < 0 else config.max_questions
+    table = cr.run_criteria(items, model, template, budget, log=context.log)
+    path = store.write(table, partition, "criteria_annotation")
+    rows = table.to_pylist()
+    _ledger(
+        store,
+        partition,
+        "criteria_annotation",
+        [
+            Decision(
+                r["id"],
+                KEPT if r["verdict"] == cr.KEPT else "dropped",
+                r["verdict"] if r["verdict"] != cr.FAILS_CRITERIA else ",".join(r["failed"]),
+                None,
+                [r["cache_key"]] if r["cache_key"] else [],
+            )
+            for r in rows
+        ],
+    )
+    counts = Counter(r["verdict"] for r in rows)
+    annotated = [r for r in rows if r["verdict"] != cr.NOT_ANNOTATED]
+    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "failed"])
+    md.update(
+        {
+            "questions": len(rows),
+            "annotated": len(annotated),
+            "kept": counts.get(cr.KEPT, 0),
+            "rejected": counts.get(cr.FAILS_CRITERIA, 0),
+            "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # reported apart, never counted as rejected
+            **{
+                f"failure_share/{c}": round(sum(not r[c] for r in annotated) / len(annotated), 4)
+                if annotated
+                else 0.0
+                for c in cr.CRITERIA
+            },
+            **model_metadata(model, config.role),
+            "annotator/role": config.role,
+            "annotator/prompt": f"{template.name}@{template.version}",
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+FILTERED_QWEN_ASSET = "multihop_filtered_qwen"
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["criteria_annotation", "multihop_questions"],
+)
+def multihop_filtered_qwen(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    """The ``filtered_qwen`` configuration: the rows of ``default`` whose six criteria all hold.
+
+    Same production as ``default`` (the card's comes from a larger, later one). Provenance: the
+    overall verdict and one row per criterion for every annotated question.
+    """
+    partition = context.partition_key
+    rows = store.read(partition, "criteria_annotation").to_pylist()
+    kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
+    provenance: dict[str, list[tuple[str, str, bool, str | None]]] = {
+        "criteria_annotation": [
+            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
+            for r in rows
+        ]
+    }
+    for c in cr.CRITERIA:
+        provenance[f"criteria_annotation/{c}"] = [
+            (r["id"], "holds" if r[c] else "fails", bool(r[c]), None) for r in rows if r[c] is not None
+        ]
+    md = _write_config(store, partition, FILTERED_QWEN_ASSET, kept, fc.verdicts_table(provenance))
+    counts = Counter(r["verdict"] for r in rows)
+    md.update(
+        funnel_metadata(
+            {
+                "default": len(rows),
+                "not_annotated (excluded, not rejected)": counts.get(cr.NOT_ANNOTATED, 0),
+                "annotated": len(rows) - counts.get(cr.NOT_ANNOTATED, 0),
+                "fails_criteria": counts.get(cr.FAILS_CRITERIA, 0),
+                "kept": len(kept),
+            },
+            "funnel",
+        )
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+def _write_config(
+    store: ArtifactStore, partition: str, asset: str, kept: set[str], verdicts: pa.Table
+) -> dict[str, object]:
+    """Write the parent's kept rows split by split and the verdicts; returns the table metadata."""
+    parents = _split_tables(store, partition, "multihop_questions")
+    paths, rows = {}, {}
+    for split, parent in parents.items():
+        child = fc.subset_rows(parent, kept)
+        paths[split] = store.write(child, partition, asset, split)
+        rows[split] = child.num_rows
+    write_parquet(verdicts, store.root / partition / asset / VERDICTS_FILE)
+    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
+    md.update({"parent": "multihop_questions", "rows": sum(rows.values())})
+    md.update({f"rows/{s}": n for s, n in sorted(rows.items())})
+    return md
+
+
+def _subset_check(store: ArtifactStore, key: str, asset: str) -> dg.AssetCheckResult:
     parents = _split_tables(store, key, "multihop_questions")
     failures: list[tuple[str, str]] = []
     checked = 0
-    for split, child in _split_tables(store, key, FILTERED_ASSET).items():
+    for split, child in _split_tables(store, key, asset).items():
         checked += child.num_rows
         parent = parents.get(split)
         if parent is None:
@@ -225,5 +370,13 @@ def multihop_filtered_is_subset_of_default(
     )
 
 
-filter_assets = [first_hop, mechanical_rules, multihop_filtered]
-filter_checks = [multihop_filtered_is_subset_of_default]
+@dg.asset_check(asset=multihop_filtered_qwen, blocking=True, partitions_def=snapshot_partitions)
+def multihop_filtered_qwen_is_subset_of_default(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStore
+) -> dg.AssetCheckResult:
+    """Every row of ``filtered_qwen`` is a row of ``default``, same split, byte-identical; no duplicates."""
+    return _subset_check(store, context.partition_key, FILTERED_QWEN_ASSET)
+
+
+filter_assets = [first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen]
+filter_checks = [multihop_filtered_is_subset_of_default, multihop_filtered_qwen_is_subset_of_default]
