@@ -12,6 +12,7 @@ EXPECTED_ASSETS = [
     "bridge_pairs",
     "claim_audit",
     "claims",
+    "criteria_annotation",
     "dataset_card",
     "distractors",
     "first_hop",
@@ -20,6 +21,7 @@ EXPECTED_ASSETS = [
     "mechanical_rules",
     "multihop_audit",
     "multihop_filtered",
+    "multihop_filtered_qwen",
     "multihop_questions",
     "oasst_pairs",
     "probe_answers",
@@ -82,7 +84,9 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
 
 def test_llm_assets_run_in_gpu_pool() -> None:
     repo = defs.get_repository_def()
-    llm_assets = {"question_drafts", "ablation_verdicts", "first_hop", "rag_responses", "rag_verdicts"}
+    llm_assets = {
+        "question_drafts", "ablation_verdicts", "first_hop", "criteria_annotation", "rag_responses", "rag_verdicts"
+    }  # fmt: skip
     for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts"]:
         node = repo.asset_graph.get(dg.AssetKey.from_user_string(name))
         assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name
@@ -92,7 +96,9 @@ def test_blocking_checks_exist() -> None:
     repo = defs.get_repository_def()
     check_keys = repo.asset_graph.asset_check_keys
     checked_assets = {k.asset_key.to_user_string() for k in check_keys}
-    assert {"abstracts", "link_graph", "multihop_questions", "multihop_filtered", "rag_sft"} <= checked_assets
+    assert {
+        "abstracts", "link_graph", "multihop_questions", "multihop_filtered", "multihop_filtered_qwen", "rag_sft"
+    } <= checked_assets  # fmt: skip
 
 
 def test_llm_assets_versions_follow_their_prompts() -> None:
