@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -78,6 +79,23 @@ def test_sources_add_list_and_the_qa_chain_prompts(qa_run) -> None:
     kinds = [p["twin_kind"] for p in twins]
     assert 0.12 <= len(twins) / 70 <= 0.32  # 22% twins
     assert kinds.count("both") > kinds.count("one") > 0  # 60% / 40%
+    # card statistics in the rag_sft metadata: type/level shares generated vs kept, answer/refusal words
+    md = next(
+        e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "qa/rag_sft"
+    )
+    stats = md["statistics"].value
+    mix = stats["question_mix"]
+    assert mix["generated"]["questions"] == 70
+    assert mix["generated"]["type"] == {
+        t: round(n / 70, 4) for t, n in Counter(r["type"] for r in RECORDS).items()
+    }
+    by_example = {p["id"]: p["question_id"] for p in prompts}
+    kept = {by_example[r["id"]] for r in store.read(KEY, "rag_sft").to_pylist()}
+    assert mix["kept"]["questions"] == len(kept) < 70
+    assert abs(sum(mix["kept"]["level"].values()) - 1) < 1e-3
+    assert stats["answer_words"]["median"] > 0 and stats["refusal_words"]["median"] > 0
 
 
 def test_qa_sft_job_writes_a_hotpotqa_cite_release(qa_run) -> None:

@@ -118,3 +118,47 @@ def sft_statistics(
         "refusal_commitment_1": refusal_commitment(responses, [not a for a in answerable], 1),
         "refusal_commitment_2": refusal_commitment(responses, [not a for a in answerable], 2),
     }
+
+
+def _shares(values: Sequence[str]) -> dict[str, float]:
+    counts = Counter(values)
+    return {k: round(v / len(values), 4) for k, v in sorted(counts.items())} if values else {}
+
+
+def question_mix(
+    question_meta: dict[str, tuple[str, str]], generated: Sequence[str], kept: Sequence[str]
+) -> dict[str, Any]:
+    """Type (bridge/comparison) and level shares of the generated and the kept questions.
+
+    The card shows both, to show that the filter does not skew them.
+
+    Args:
+        question_meta: question id -> (type, level) (from the input questions).
+        generated: the question ids that got a prompt (each once).
+        kept: the question ids with at least one kept row (each once).
+    """
+    out: dict[str, Any] = {}
+    for name, qids in (("generated", generated), ("kept", kept)):
+        metas = [question_meta[q] for q in qids if q in question_meta]
+        out[name] = {
+            "questions": len(metas),
+            "type": _shares([t or "(none)" for t, _ in metas]),
+            "level": _shares([lv or "(none)" for _, lv in metas]),
+        }
+    return out
+
+
+def answer_refusal_words(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Words (whitespace) of the answers and of the refusals, median and p90 each."""
+    out: dict[str, Any] = {}
+    for name, answerable in (("answer_words", True), ("refusal_words", False)):
+        words = [
+            len(r["messages"][-1]["content"].split())
+            for r in rows
+            if bool(r["supporting_facts_titles"]) == answerable
+        ]
+        out[name] = {
+            "median": median(words) if words else None,
+            "p90": round(_pct(words, 90), 1) if words else None,
+        }
+    return out
