@@ -52,7 +52,7 @@ def test_defs_load() -> None:
         defs, dg.Definitions(resources={"store": ArtifactStore(), "snapshots": SnapshotSource()})
     )
     keys = sorted(k.to_user_string() for k in full.resolve_asset_graph().get_all_asset_keys())
-    assert keys == ["abstracts", "bridge_pairs", "link_graph"]
+    assert keys == ["abstracts", "bridge_pairs", "link_graph", "snapshot_files"]
     assert len(list(full.resolve_asset_graph().asset_check_keys)) == 4
 
 

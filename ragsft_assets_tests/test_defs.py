@@ -43,6 +43,7 @@ EXPECTED_ASSETS = [
     "release",
     "release_manifest",
     "rewrites",
+    "snapshot_files",
 ]
 
 

@@ -229,3 +229,47 @@ def export_hub_snapshot(
     _write_manifest(folder, state)
     say(f"{key}: export complete, {len(shards)} shard(s), {sum(s['records'] for s in shards):,} records")
     return [folder / s["name"] for s in shards]
+
+
+SNAPSHOT_SOURCE_ENV = "RAGSFT_SNAPSHOT_SOURCE"
+# Hashing reads every byte: files above this size are recorded by name and size only.
+HASH_LIMIT_BYTES = 512 * 1024 * 1024
+
+
+def exports_from_hub(key: str, folder: Path, environ: dict[str, str] | None = None) -> bool:
+    """Whether ``key`` is fetched from the hub: ``RAGSFT_SNAPSHOT_SOURCE=hub``, a hub key, and a folder
+    that is an export (its hub.json) or not there yet; a local folder with dump files stays local."""
+    env = os.environ if environ is None else environ
+    if env.get(SNAPSHOT_SOURCE_ENV, "local") != "hub":
+        return False
+    try:
+        validate_hub_key(key)
+    except ValueError:
+        return False
+    from ragsft_assets.corpus.structured_wikipedia import dump_files
+
+    return bool(read_hub_manifest(folder)) or not folder.is_dir() or not dump_files(folder)
+
+
+def describe_files(files: list[Path], hash_limit: int = HASH_LIMIT_BYTES) -> list[dict[str, Any]]:
+    """``{name, bytes, sha256}`` per file (sha256 None above ``hash_limit`` bytes: sizes only).
+
+    Raises:
+        ValueError: a file is empty (a copy that never started, or a failed download).
+    """
+    import hashlib
+
+    out = []
+    for f in files:
+        size = f.stat().st_size
+        if size == 0:
+            raise ValueError(f"{f} is empty: copy or export the snapshot again")
+        digest = None
+        if size <= hash_limit:
+            h = hashlib.sha256()
+            with f.open("rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(block)
+            digest = h.hexdigest()
+        out.append({"name": f.name, "bytes": size, "sha256": digest})
+    return out

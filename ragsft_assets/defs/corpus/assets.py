@@ -20,6 +20,7 @@ from ragsft_assets.corpus.bridge_pairs import (
     draw_bridge_pairs,
 )
 from ragsft_assets.corpus.build import build_abstracts, check_bad_share, default_workers
+from ragsft_assets.corpus.hub_snapshot import describe_files, exports_from_hub, hub_dataset, snapshot_revision
 from ragsft_assets.corpus.link_graph import (
     DEFAULT_BRIDGE_TOP_K,
     DEFAULT_IN_DEGREE_CAP,
@@ -39,6 +40,7 @@ PRODUCT = "corpus"
 # Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
 # v2: sentence splitting (etc., art/col/vol/cap before an opener) and the month-year / index-page filters.
 ABSTRACTS_VERSION = "abstracts-v2"
+SNAPSHOT_FILES_VERSION = "snapshot_files-v1"
 # v2: the over-cited cap counts in-degree over the whole corpus, not within one split.
 LINK_GRAPH_VERSION = "link_graph-v2"
 # v2: bridge drawn first, then a source among its citers (HotpotQA Algorithm 1, bridge branch).
@@ -103,8 +105,51 @@ def _reason_table(files: list[Path], column: str = "reason") -> str:
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
+    code_version=SNAPSHOT_FILES_VERSION,
+    kinds={"huggingface"},
+    # The hub export resumes by shard, so a retry after a dropped connection continues where it stopped.
+    retry_policy=dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL),
+)
+def snapshot_files(context: dg.AssetExecutionContext, snapshots: SnapshotSource) -> dg.MaterializeResult:
+    """The dump files of the snapshot: exported from the hub (RAGSFT_SNAPSHOT_SOURCE=hub) or a local folder.
+
+    Records each file's name, size and SHA-256 and, for a hub export, the pinned dataset revision.
+    """
+    started = time.perf_counter()
+    key = context.partition_key
+    folder = snapshots.folder(key)
+    hub = exports_from_hub(key, folder)
+    if hub:
+        context.log.info(f"exporting {key} from {hub_dataset()} into {folder} (resumes by shard)")
+        snapshots.fetch_from_hub(key, progress=context.log.info)
+    files = snapshots.files(key)  # raises, saying how to add the snapshot, when there is none
+    described = describe_files(files)
+    origin = snapshot_revision(folder)
+    md: dict[str, Any] = {
+        "source": origin["source"],
+        "files": dg.MetadataValue.md(
+            table_stats.markdown_table(
+                ["file", "bytes", "sha256"],
+                [(d["name"], d["bytes"], d["sha256"] or "(too large)") for d in described],
+            )
+        ),
+        "file_count": len(described),
+        "total_bytes": sum(d["bytes"] for d in described),
+        "file_list": dg.MetadataValue.json(described),
+        "origin": dg.MetadataValue.json(origin),
+    }
+    if hub:
+        md["revision"] = origin["revision"] or "unpinned"
+    md.update(_common_metadata(None, started))
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
     code_version=ABSTRACTS_VERSION,
     kinds={"parquet", "duckdb"},
+    deps=[snapshot_files],
 )
 def abstracts(
     context: dg.AssetExecutionContext,
