@@ -574,3 +574,36 @@ def test_criteria_budget_leaves_the_rest_not_annotated():
     table = cr.run_criteria(items, model, load_prompt(cr.TASK, "en"), max_questions=2)
     assert table.column("verdict").to_pylist() == ["kept", "kept", "not_annotated"]
     assert len(model.calls) == 2 and model.template_kwargs == [{"enable_thinking": False}] * 2
+
+
+def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    _, store, _, _ = run
+    kept = set(store.read(PARTITION, "multihop_filtered")["id"].to_pylist())
+    parent = set(store.read(PARTITION, "multihop_questions")["id"].to_pylist())
+    env = {"RAGSFT_HOME": str(store.home_path)}
+
+    def sample(n: int, design: str, out: str) -> tuple[list[dict], list[dict]]:
+        args = ["review", "sample", "--partition", PARTITION, "--config", "filtered", "--n", str(n)]
+        res = CliRunner().invoke(main, [*args, "--design", design, "--out", str(tmp_path / out)], env=env)
+        assert res.exit_code == 0, res.output
+        read = lambda name: [orjson.loads(x) for x in (tmp_path / out / name).read_bytes().splitlines()]  # noqa: E731
+        return read("sample.jsonl"), read("key.jsonl")
+
+    rows, key = sample(6, "balanced", "b6")
+    assert [r["id"] for r in rows] == [k["id"] for k in key]
+    assert Counter(k["group"] for k in key) == {"kept": 3, "rejected": 3}
+    assert all((k["group"] == "kept") == (k["id"] in kept) for k in key)
+    assert not any("verdict" in r or "group" in r for r in rows)  # blind
+    assert [r["id"] for r in rows] != sorted(r["id"] for r in rows) or len(rows) < 2  # shuffled, not by id
+    sample(6, "balanced", "b6bis")
+    assert (tmp_path / "b6" / "sample.jsonl").read_bytes() == (
+        tmp_path / "b6bis" / "sample.jsonl"
+    ).read_bytes()
+    _, key = sample(12, "balanced", "b12")  # only 4 rejected: 6 kept + 4, never topped up
+    assert Counter(k["group"] for k in key) == {"kept": 6, "rejected": 4}
+    _, key = sample(13, "random", "r13")  # the whole parent
+    assert {k["id"] for k in key} == parent and Counter(k["group"] for k in key) == {"kept": 9, "rejected": 4}

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "ui": "ragsft_assets.cli.ui:ui",
     "runs": "ragsft_assets.cli.runs:runs",
     "agreement": "ragsft_assets.cli.agreement:agreement",
+    "review": "ragsft_assets.cli.review:review_group",
     "recall": "ragsft_assets.cli.recall:recall",
     "base-models": "ragsft_assets.cli.base_models:base_models",
 }

@@ -1,0 +1,61 @@
+"""Blind review samples of a filtered configuration (issue 13), for ``ragsft agreement``.
+
+``balanced`` draws half among the config's questions ("kept") and half among those its parent has
+and it lacks ("rejected"); ``random`` draws from the parent, as the card's v2 validation did. The
+sample holds the parent's rows only (no verdict, no group) in a shuffled order; the key file holds
+``{"id", "group"}``. Every draw ranks ids by a hash of (seed, stage, id): the same inputs give the
+same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ragsft_assets.ids import derived_id
+
+DESIGNS = ("balanced", "random")
+KEPT = "kept"
+REJECTED = "rejected"
+# The configuration each filtered configuration is a subset of.
+PARENTS = {"filtered": "default", "filtered_qwen": "default"}
+
+
+def _ranked(ids: Iterable[str], seed: int, stage: str) -> list[str]:
+    return sorted(ids, key=lambda i: (derived_id(seed, stage, i), i))
+
+
+def draw_sample(
+    parent_rows: Sequence[Mapping[str, Any]],
+    config_ids: Iterable[str],
+    n: int,
+    design: str = "balanced",
+    seed: int = 0,
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Draw ``n`` questions of the parent; returns ``(sample rows, key rows)``, both in the shuffled order.
+
+    With ``balanced``, a group smaller than its half gives all it has (the sample is then smaller
+    than ``n``, never topped up from the other group, so the halves stay comparable).
+
+    Raises:
+        ValueError: an unknown design, ``n < 1``, or config ids that the parent lacks.
+    """
+    if design not in DESIGNS:
+        raise ValueError(f"unknown design {design!r}: one of {', '.join(DESIGNS)}")
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    by_id = {str(r["id"]): dict(r) for r in parent_rows}
+    kept = set(config_ids)
+    stray = sorted(kept - set(by_id))
+    if stray:
+        raise ValueError(f"{len(stray)} ids of the config are not in its parent (e.g. {stray[0]})")
+    if design == "balanced":
+        half = n // 2
+        chosen = _ranked(kept, seed, "review/kept")[: n - half]
+        chosen += _ranked(set(by_id) - kept, seed, "review/rejected")[:half]
+    else:
+        chosen = _ranked(by_id, seed, "review/random")[:n]
+    order = _ranked(chosen, seed, "review/order")
+    sample = [by_id[i] for i in order]
+    key = [{"id": i, "group": KEPT if i in kept else REJECTED} for i in order]
+    return sample, key
