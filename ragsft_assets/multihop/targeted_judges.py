@@ -1,0 +1,156 @@
+"""The two targeted judges run on ``filtered_qwen`` (issue 13): ``bridge_judge`` then ``language_judge``.
+
+Each prompt has the judge write a short analysis first, then its verdict fields (JSON schema,
+temperature 0, thinking off). A reply that is not the object asked for is ``unreadable`` (dropped,
+counted), never a crash.
+
+- ``bridge_judge``: copy the question's descriptor of the bridge entity, reread all of A, list every
+  entity of A it could designate. Kept only if B is the only candidate, A states the relation, and
+  the question does not already name B by itself.
+- ``language_judge``: fluent question, unique referents, no meta wording, answer of the right type
+  and scope. The first failed check (in that order) is the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from ragsft_assets.llm.types import ChatModel, SamplingParams
+from ragsft_assets.prompts import PromptTemplate
+
+KEPT = "kept"
+UNREADABLE = "unreadable"
+PARAMS = SamplingParams(temperature=0.0, max_tokens=400)  # room for the analysis before the verdict
+NO_THINKING = {"enable_thinking": False}
+
+
+@dataclass(frozen=True, slots=True)
+class Judge:
+    """One targeted judge: its stage, prompt task, boolean checks and the reason when a check fails.
+
+    ``checks`` are ``(field, value that keeps, reason when it does not)`` in the order they are read.
+    """
+
+    stage: str
+    task: str
+    checks: tuple[tuple[str, bool, str], ...]
+    extra: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        return (KEPT, *[r for _, _, r in self.checks], UNREADABLE)
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        props: dict[str, Any] = {"analysis": {"type": "string"}, **dict(self.extra)}
+        props.update({f: {"type": "boolean"} for f, _, _ in self.checks})
+        return {"type": "object", "properties": props, "required": list(props)}
+
+
+BRIDGE = Judge(
+    "bridge_judge",
+    "multihop_bridge_judge",
+    (
+        ("b_only_candidate", True, "several_candidates"),
+        ("a_states_relation", True, "relation_not_stated"),
+        ("question_names_b", False, "question_names_b"),
+    ),
+    (("descriptor", {"type": "string"}), ("candidates", {"type": "array", "items": {"type": "string"}})),
+)
+LANGUAGE = Judge(
+    "language_judge",
+    "multihop_language_judge",
+    (
+        ("fluent", True, "not_fluent"),
+        ("unique_referents", True, "ambiguous_referent"),
+        ("no_meta_wording", True, "meta_wording"),
+        ("answer_type_and_scope", True, "answer_type_or_scope"),
+    ),
+)
+JUDGES = {j.stage: j for j in (BRIDGE, LANGUAGE)}
+VERDICT_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("verdict", pa.string()),
+        ("analysis", pa.string()),
+        ("raw", pa.string()),
+        ("cache_key", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeItem:
+    id: str
+    question: str
+    answer: str
+    a_title: str
+    a_text: str
+    b_title: str
+    b_text: str
+
+
+def verdict_of(judge: Judge, text: str | None) -> tuple[str, str | None]:
+    """``(verdict, analysis)`` of one reply: kept, the first failed check's reason, or unreadable."""
+    start, end = (text or "").find("{"), (text or "").rfind("}")
+    if start < 0 or end < start:
+        return UNREADABLE, None
+    try:
+        obj = orjson.loads(text[start : end + 1])  # type: ignore[index]
+    except orjson.JSONDecodeError:
+        return UNREADABLE, None
+    if not isinstance(obj, dict) or any(not isinstance(obj.get(f), bool) for f, _, _ in judge.checks):
+        return UNREADABLE, None
+    analysis = obj.get("analysis") if isinstance(obj.get("analysis"), str) else None
+    for field, keep, reason in judge.checks:
+        if obj[field] is not keep:
+            return reason, analysis
+    return KEPT, analysis
+
+
+def run_judge(
+    judge: Judge, items: Sequence[JudgeItem], model: ChatModel, template: PromptTemplate, log: Any = None
+) -> pa.Table:
+    """One call per item (sorted by id) at temperature 0; one row per item with its verdict."""
+    items = sorted(items, key=lambda it: it.id)
+    batch = model.chat(
+        [
+            [
+                {
+                    "role": "user",
+                    "content": template.render(
+                        a_title=it.a_title,
+                        a_text=it.a_text,
+                        b_title=it.b_title,
+                        b_text=it.b_text,
+                        question=it.question,
+                        answer=it.answer,
+                    ),
+                }
+            ]
+            for it in items
+        ],
+        PARAMS,
+        json_schema=judge.json_schema,
+        template_version=template.version,
+        log=log,
+        chat_template_kwargs=NO_THINKING,
+    )
+    rows = []
+    for it, res in zip(items, batch.results, strict=True):
+        verdict, analysis = verdict_of(judge, res.text) if res.ok else (UNREADABLE, None)
+        rows.append(
+            {
+                "id": it.id,
+                "verdict": verdict,
+                "analysis": analysis,
+                "raw": res.text,
+                "cache_key": res.cache_key,
+            }
+        )
+    return pa.Table.from_pylist(rows, schema=VERDICT_SCHEMA)
