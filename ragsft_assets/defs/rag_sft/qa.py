@@ -81,6 +81,8 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
     built = build.build_release(store.root, partition, target)
     for note in built.notes:
         context.log.info(note)
+    # Upstream run config and model roles are not in the QA manifests yet: the release family's
+    # upstream_provenance reads unprefixed snapshot keys (and is being reworked elsewhere).
     build.write_card(target, partition)
     manifests = build.write_manifests(target, partition, store.root, store.home_path / "sources")
     report = verify_release(target)
