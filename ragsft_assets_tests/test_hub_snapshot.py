@@ -136,3 +136,50 @@ def test_cli_hub_checks_the_key_then_exports(hub_folder: Path, tmp_path: Path, m
     assert "export complete, 1 shard(s), 4 records" in ok.output
     assert f"partition {KEY} added" in ok.output
     assert (home / "snapshots" / KEY / "frwiki_namespace_0_00000.jsonl.gz").is_file()
+
+
+def test_sensor_run_with_hub_source_materializes_snapshot_files_then_abstracts(
+    hub_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dagster as dg
+
+    from ragsft_assets.defs.automation.sensors import build_new_snapshot_sensor
+    from ragsft_assets.defs.corpus.assets import abstracts, snapshot_files
+    from ragsft_assets.defs.jobs import full_job
+    from ragsft_assets.resources.snapshots import SnapshotSource
+    from ragsft_assets.resources.store import ArtifactStore
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAGSFT_HOME", str(home))
+    monkeypatch.setenv("RAGSFT_SNAPSHOT_SOURCE", "hub")
+    monkeypatch.setenv("RAGSFT_HUB_LANGUAGES", "fr")
+    (tmp_path / "dh").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dh"))
+    sensor = build_new_snapshot_sensor()  # the real listing: local folders plus the hub's configs
+    resources = {"store": ArtifactStore(home=str(home)), "snapshots": SnapshotSource(home=str(home))}
+    defs = dg.Definitions(
+        assets=[snapshot_files, abstracts], jobs=[full_job], sensors=[sensor], resources=resources
+    )
+    tick = sensor.evaluate_tick(
+        dg.build_sensor_context(instance_ref=instance.get_ref(), cursor=None, definitions=defs)
+    )
+    assert [r.partition_key for r in tick.run_requests] == [KEY]  # nothing local yet: the hub offers it
+    for request in tick.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+
+    result = dg.materialize(
+        [snapshot_files, abstracts],
+        partition_key=KEY,
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"abstracts": {"config": {"workers": 1, "min_chars": 100}}}},
+        tags={"ragsft/trigger": sensor.name},
+    )
+    assert result.success
+    order = [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()]
+    assert order == ["snapshot_files", "abstracts"]
+    md = result.asset_materializations_for_node("snapshot_files")[0].metadata
+    assert md["source"].value == "hub" and md["file_count"].value == 1 and md["revision"].value == "unpinned"
+    assert md["file_list"].value[0]["sha256"] and md["total_bytes"].value > 0
+    assert result.asset_materializations_for_node("abstracts")[0].metadata["dagster/row_count"].value == 3
+    assert (home / "snapshots" / KEY / HUB_MANIFEST).is_file()

@@ -71,12 +71,14 @@ def available_snapshots(root: Path, environ: dict[str, str] | None = None) -> li
     """Every snapshot the configured source offers: local folders, plus hub configs when enabled.
 
     The hub is asked only when ``RAGSFT_SNAPSHOT_SOURCE=hub``; ``RAGSFT_HUB_LANGUAGES`` (comma
-    separated, default ``fr``) says which languages.
+    separated, default ``fr``) says which languages, ``RAGSFT_HUB_DATASET`` which dataset.
     """
     env = os.environ if environ is None else environ
     keys = set(list_snapshot_folders(root))
     if env.get("RAGSFT_SNAPSHOT_SOURCE", "local") == "hub":
-        keys.update(list_hub_snapshots(env.get("RAGSFT_HUB_LANGUAGES", "fr").split(",")))
+        # RAGSFT_HUB_DATASET: the same dataset the export reads (a mirror or a local hub-like folder).
+        dataset = env.get("RAGSFT_HUB_DATASET") or HUB_DATASET
+        keys.update(list_hub_snapshots(env.get("RAGSFT_HUB_LANGUAGES", "fr").split(","), dataset))
     return sorted(keys)
 
 
