@@ -10,8 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
+import orjson
 import pytest
+from click.testing import CliRunner
 
+from ragsft_assets.cli import main
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.partitions import BASE_MODEL_PARTITIONS_NAME
 from ragsft_assets.defs.recall.assets import TREES_ENV, RecallConfig, model_partition, read_pairs
@@ -92,6 +95,8 @@ def test_both_configs_verify_and_load(runs) -> None:
     assert first.success
     assert calls[0] > 0 and calls[1] > 0
     assert verify_release(release).ok, verify_release(release).lines()
+    cli = CliRunner().invoke(main, ["verify", str(release)])
+    assert cli.exit_code == 0, cli.output
     assert sorted(p.name for p in release.iterdir() if p.is_dir()) == sorted(
         [f"{KEY}-full", f"{KEY}-sft", "provenance"]
     )
@@ -104,6 +109,14 @@ def test_both_configs_verify_and_load(runs) -> None:
     assert full.column_names == FULL_SCHEMA.names and sft.column_names == SFT_SCHEMA.names
     assert full.num_rows == sft.num_rows == rows
     assert set(full["base_model"]) == {HF_ID}
+    # the release's -full config re-derives offline: same thresholds, same verdicts, nothing stale
+    rule = CliRunner().invoke(main, ["recall", "rule", str(release), "--thresholds", "2/1/2/1"])
+    assert rule.exit_code == 0, rule.output
+    counts = orjson.loads(rule.output.strip().splitlines()[-1])
+    assert counts["records"] == rows and counts["rewrite_stale"] == 0
+    assert counts["known"] == sum(full["num_known_claims"]) and counts["unknown"] == sum(
+        full["num_unknown_claims"]
+    )
     md = first.asset_materializations_for_node("oasst_pairs")[0].metadata
     assert md["dagster/row_count"].value == 94 and md["trees"].value == 100
 
