@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from ragsft_assets.release import layout
+from ragsft_assets.release import layout, provenance
 from ragsft_assets.release.card import render_card
 from ragsft_assets.release.decisions import all_decisions, final_decisions
 from ragsft_assets.release.lineage import LineageSources, lineage_tables
@@ -129,11 +129,15 @@ def write_manifests(
     run_config: Mapping[str, Any] | None = None,
     llm_roles: Mapping[str, Any] | None = None,
     cache_lookup: Any = "default",
+    upstream_metadata: Mapping[str, Mapping[str, Any]] | None = None,
+    resources: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Write every config's manifest and the release index; returns ``{config: manifest}``.
 
     ``cache_lookup`` (key -> cached call or None) reads the model and sampling parameters of the
-    calls behind the ledger; by default the LLM cache of the home above ``assets_root``.
+    calls behind the ledger; by default the LLM cache of the home above ``assets_root``. With
+    ``upstream_metadata`` (``{asset: metadata}``), ``llm_roles`` is derived from it and those
+    calls (``provenance.llm_roles``); ``resources`` are recorded with secrets left out.
     """
     from ragsft_assets.release.explain import default_cache_lookup
 
@@ -142,6 +146,8 @@ def write_manifests(
     if cache_lookup == "default":
         cache_lookup = default_cache_lookup(assets_root.parent)
     calls = llm_calls_by_stage(all_decisions(assets_root, partition).to_pylist(), cache_lookup)
+    if upstream_metadata is not None:
+        llm_roles = provenance.llm_roles(upstream_metadata, calls)
     manifests = {}
     for config, splits in files.items():
         cfg = layout.CONFIGS_BY_NAME.get(config)
@@ -159,6 +165,7 @@ def write_manifests(
             llm_roles=llm_roles or {},
             extra_files=extra,
             llm_calls=calls,
+            resources=resources,
         )
         write_manifest(folder, m)
         manifests[config] = m

@@ -11,7 +11,6 @@ indent, no timestamps; the same inputs give byte-identical manifests.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
@@ -24,6 +23,7 @@ import pyarrow.parquet as pq
 from ragsft_assets.corpus.hub_snapshot import snapshot_revision
 from ragsft_assets.prompts import all_prompts
 from ragsft_assets.release.layout import PLOTS, PROVENANCE, README
+from ragsft_assets.release.provenance import git_commit, redact_settings
 from ragsft_assets.storage import atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -49,26 +49,19 @@ def json_bytes(obj: Any) -> bytes:
 
 @cache
 def project_info() -> dict[str, str]:
-    """The installed project version and the git commit of the package's checkout ("unknown" if none)."""
+    """The installed project version and git commit (``RAGSFT_GIT_COMMIT``, else the checkout).
+
+    With no commit found, ``git_commit`` is ``unknown`` and ``warning`` says why (in the manifest).
+    """
     try:
         version = metadata.version("ragsft")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    commit = "unknown"
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            commit = out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {"name": "ragsft", "version": version, "git_commit": commit}
+    commit, warning = git_commit()
+    info = {"name": "ragsft", "version": version, "git_commit": commit}
+    if warning:
+        info["warning"] = warning
+    return info
 
 
 def prompt_hashes() -> dict[str, str]:
@@ -150,6 +143,7 @@ def build_manifest(
     llm_calls: Mapping[str, Any] | None = None,
     prompts: Mapping[str, str] | None = None,
     project: Mapping[str, str] | None = None,
+    resources: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of one config, hashing its files as they lie in ``folder``.
 
@@ -160,13 +154,15 @@ def build_manifest(
         partition: the snapshot key.
         data_files: ``{split: relative path}`` of the config's data files.
         source: see ``source_info``.
-        run_config: the configuration of the runs that built the upstream assets (seed, shares...).
-        llm_roles: per upstream asset, the model and sampling metadata it recorded.
+        run_config: per upstream asset, its op's effective config, defaults included.
+        llm_roles: per LLM stage, per role: backend, model, weights_id, sampling, calls, cache_hits
+            (``provenance.llm_roles``).
         llm_calls: per ledger stage, the model identities and sampling parameters of the cached
             calls behind its decisions (``llm_calls_by_stage``).
         extra_files: ``{name: relative path}`` of provenance files to hash too (lineage).
         prompts: template hashes (default: every template shipped).
         project: version and git commit (default: ``project_info()``).
+        resources: the resources' settings; secrets are left out here (``redact_settings``).
     """
     files: dict[str, dict[str, Any]] = {}
     rows: dict[str, int] = {}
@@ -185,6 +181,7 @@ def build_manifest(
         "project": dict(project or project_info()),
         "run_config": dict(run_config),
         "prompt_templates": dict(prompts if prompts is not None else prompt_hashes()),
+        "resources": redact_settings(dict(resources or {})),
         "llm_roles": dict(llm_roles),
         "llm_calls": dict(llm_calls or {}),
         "row_counts": rows,

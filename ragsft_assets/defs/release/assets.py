@@ -20,9 +20,6 @@ UPSTREAM = [
     "ablation_verdicts", "multihop_questions", "multihop_audit", "rag_prompts", "rag_responses",
     "rag_verdicts", "rag_sft",
 ]  # fmt: skip
-# Metadata keys worth recording (models, sampling, seeds, templates); volatile ones (times) are not.
-_KEEP = ("model", "sampling", "seed", "template", "prompt", "params", "role", "share", "threshold")
-_DROP = ("wall", "per_s", "path", "preview", "sha256", "tokens", "calls", "hits", "requests")
 
 
 def _value(v: Any) -> Any:
@@ -33,14 +30,60 @@ def release_folder(store: ArtifactStore, partition: str) -> Path:
     return store.home_path / "releases" / partition
 
 
-def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, dict]:
-    """Run configs, model metadata and audit numbers of the latest upstream materializations.
+def _repository(context: Any) -> Any:
+    """The code location's repository, or None (``dg.materialize`` of an asset list sets none)."""
+    try:
+        return context.repository_def
+    except Exception:  # noqa: BLE001 - Dagster raises a CheckError when no repository is set
+        return None
 
-    Returns ``(run_config, llm_roles, limitations)``, each keyed by upstream asset name. Assets
-    never materialized for the partition are absent.
+
+def _effective_config(context: dg.AssetExecutionContext, asset: str, passed: Any) -> dict[str, Any] | None:
+    """The op config an asset ran with: what the run passed, completed with the config class's defaults."""
+    from dagster._config import process_config  # Dagster's own config resolution (defaults included)
+
+    repo = _repository(context)
+    node = None
+    if repo is not None and dg.AssetKey(asset) in repo.assets_defs_by_key:
+        node = repo.assets_defs_by_key[dg.AssetKey(asset)].node_def
+    if node is None:  # not in this code location (a test's asset list): as passed
+        return dict(passed) if isinstance(passed, dict) else None
+    if node.config_schema is None or not node.has_config_field:
+        return None
+    done = process_config(node.config_schema.config_type, passed if passed is not None else {})
+    return dict(done.value) if done.success else {"unresolved": passed}
+
+
+def resource_settings(context: dg.AssetExecutionContext) -> dict[str, Any]:
+    """Every resource's settings as the code location binds them, with this run's overrides.
+
+    Plain config values only (never a resource's runtime state); secrets are dropped later by
+    ``release.provenance.redact_settings``.
+    """
+    repo = _repository(context)
+    if repo is None:
+        return {}
+    resources = repo.get_top_level_resources()
+    overrides = (context.run.run_config or {}).get("resources", {})
+    out: dict[str, Any] = {}
+    for name, res in sorted(resources.items()):
+        field = getattr(res, "config_field", None)
+        settings = dict(field.default_value) if field is not None and field.default_provided else {}
+        settings |= (overrides.get(name) or {}).get("config") or {}
+        out[name] = settings
+    return out
+
+
+def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, dict]:
+    """Effective run configs, metadata and audit numbers of the latest upstream materializations.
+
+    Returns ``(run_config, metadata, limitations)``, each keyed by upstream asset name:
+    ``run_config`` is each op's effective config (defaults included), ``metadata`` the plain
+    values of its materialization's metadata (``release.provenance.llm_roles`` reads the models
+    from it). Assets never materialized for the partition are absent.
     """
     run_config: dict[str, Any] = {}
-    llm: dict[str, Any] = {}
+    metadata: dict[str, Any] = {}
     limits: dict[str, Any] = {}
     instance = context.instance
     for asset in UPSTREAM:
@@ -57,23 +100,22 @@ def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, 
         mat = rec.asset_materialization
         run = instance.get_run_by_id(rec.run_id)
         ops = (run.run_config or {}).get("ops", {}) if run else {}
-        if asset in ops:
-            run_config[asset] = ops[asset]
+        effective = _effective_config(context, asset, (ops.get(asset) or {}).get("config"))
+        if effective is not None:
+            run_config[asset] = effective
         md = mat.metadata if mat else {}
-        kept = {
+        metadata[asset] = {
             k: _value(v)
             for k, v in sorted(md.items())
-            if any(s in k.lower() for s in _KEEP) and not any(s in k.lower() for s in _DROP)
+            if k.endswith(("/model", "/calls", "/cache_hits")) and not k.startswith("dagster/")
         }
-        if kept:
-            llm[asset] = kept
         for k, v in md.items():
             lk = k.lower()
             if "auc" in lk or "longest" in lk:
                 val = _value(v)
                 if isinstance(val, int | float | str):
                     limits[k.split("/")[-1]] = val
-    return run_config, llm, limits
+    return run_config, metadata, limits
 
 
 @dg.asset(
@@ -141,9 +183,15 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
     """SHA-256 manifests per config (+ release index), checked by recomputing every hash."""
     partition = context.partition_key
     folder = release_folder(store, partition)
-    run_config, llm, _ = upstream_provenance(context)
+    run_config, upstream_md, _ = upstream_provenance(context)
     manifests = build.write_manifests(
-        folder, partition, store.root, store.home_path / "snapshots", run_config=run_config, llm_roles=llm
+        folder,
+        partition,
+        store.root,
+        store.home_path / "snapshots",
+        run_config=run_config,
+        upstream_metadata=upstream_md,
+        resources=resource_settings(context),
     )
     report = verify_release(folder)
     try:  # the catalog gains the release's lineage views; a failure here must not fail the release
