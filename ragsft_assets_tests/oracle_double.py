@@ -47,6 +47,12 @@ class Oracle:
         text = "\n".join(m["content"] for m in messages)
         if '"minimal_answer"' in text:  # criteria_annotation: the oracle's questions meet all six
             return orjson.dumps({c: True for c in _CRITERIA}).decode()
+        if '"b_only_candidate"' in text:  # bridge_judge: the oracle's bridge is B alone
+            reply = {"analysis": "oracle", "descriptor": "", "candidates": [], "b_only_candidate": True}
+            return orjson.dumps({**reply, "a_states_relation": True, "question_names_b": False}).decode()
+        if '"no_meta_wording"' in text:  # language_judge
+            checks = ("fluent", "unique_referents", "no_meta_wording", "answer_type_and_scope")
+            return orjson.dumps({"analysis": "oracle", **{c: True for c in checks}}).decode()
         if '"questions"' in text and "Document A" in text:
             return self.write_questions(text)
         if '"refuses"' in text:

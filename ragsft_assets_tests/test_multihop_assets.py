@@ -104,8 +104,27 @@ FIRST_HOP_REPLIES = {  # (pair, draft) -> first_hop reply; else the judge names 
 }
 
 
+TARGETED_FAILS = {(11, 1): ("b_only_candidate", False), (6, 0): ("no_meta_wording", False)}
+
+
+def targeted_reply(text: str) -> str:
+    i, d, _ = QUESTIONS[re.search(r"Question: (.*)\n", text).group(1)]
+    if '"b_only_candidate"' in text:
+        reply = {"analysis": "a", "descriptor": "d", "candidates": ["x"], "b_only_candidate": True}
+        reply.update({"a_states_relation": True, "question_names_b": False})
+    else:
+        reply = {"analysis": "a", "fluent": True, "unique_referents": True, "no_meta_wording": True}
+        reply["answer_type_and_scope"] = True
+    field, value = TARGETED_FAILS.get((i, d), (None, None))
+    if field in reply:
+        reply[field] = value
+    return orjson.dumps(reply).decode()
+
+
 def judge_responder(messages) -> str:
     text = messages[-1]["content"]
+    if '"b_only_candidate"' in text or '"no_meta_wording"' in text:  # bridge_judge, language_judge
+        return targeted_reply(text)
     if "points to an entity" in text:  # first_hop: A alone, name the entity
         i, d, _ = QUESTIONS[re.search(r"Question: (.*)\n", text).group(1)]
         if (i, d) == (8, 1):
@@ -300,7 +319,9 @@ def test_funnel_exact_counts(run):
         "card judge calls per judged question": 2.1,  # 590,596 / 281,119
     }
     assert funnel == expected
-    assert len(judge.calls) == 79 + 13  # the ablations, then one first_hop call per released question
+    # the ablations, one first_hop call per released question, bridge_judge on the 10 of filtered_qwen,
+    # language_judge on the 9 bridge_judge keeps
+    assert len(judge.calls) == 79 + 13 + 10 + 9
     assert len(generator.calls) == 13
     rows = store.read(PARTITION, "multihop_questions")
     assert rows.num_rows == 13
@@ -320,12 +341,16 @@ def test_ledger_rows_per_stage_queryable_with_duckdb(run):
         ("ablation_verdicts", "dropped", 5),
         ("ablation_verdicts", "kept", 17),
         ("ablation_verdicts", "unreadable", 1),
+        ("bridge_judge", "dropped", 1),
+        ("bridge_judge", "kept", 9),
         ("criteria_annotation", "dropped", 3),
         ("criteria_annotation", "kept", 10),
         ("distractors", "dropped", 2),
         ("distractors", "kept", 23),
         ("first_hop", "dropped", 4),
         ("first_hop", "kept", 9),
+        ("language_judge", "dropped", 1),
+        ("language_judge", "kept", 8),
         ("mechanical_rules", "kept", 9),
         ("multihop_questions", "dropped", 4),
         ("multihop_questions", "kept", 13),
@@ -358,8 +383,8 @@ def test_verdicts_keep_raw_text_and_shared_calls(run):
 def test_invariant_checks_pass_and_audit_runs(run):
     result, store, _, _ = run
     checks = result.get_asset_check_evaluations()
-    # the five invariants of multihop_questions and the subset checks of the two filtered configs
-    assert len(checks) == 7 and all(c.passed for c in checks)
+    # the five invariants of multihop_questions and the subset checks of the three filtered configs
+    assert len(checks) == 8 and all(c.passed for c in checks)
     audit = store.read(PARTITION, "multihop_audit").to_pylist()
     assert [r["measure"] for r in audit][:5] == [
         "invariant:context_size",
@@ -428,7 +453,8 @@ def test_cascade_order_and_judge_limit_from_config(tmp_path):
     result, store, _, judge = materialize(tmp_path, {"ops": ops})
     funnel = _metadata(result, "multihop_questions")["funnel_json"]
     assert funnel["judged"] == 10 and funnel["dropped: over_judge_limit"] == 13
-    ablation_calls = [c for c in judge.calls if "points to an entity" not in c[-1]["content"]]
+    filters = ("points to an entity", '"b_only_candidate"', '"no_meta_wording"')  # not ablation calls
+    ablation_calls = [c for c in judge.calls if not any(f in c[-1]["content"] for f in filters)]
     assert funnel["judge calls"] == len(ablation_calls)
     first_round = {
         r["ablation"] for r in store.read(PARTITION, "ablation_verdicts").to_pylist() if r["round"] == 0
@@ -607,3 +633,36 @@ def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
     assert Counter(k["group"] for k in key) == {"kept": 6, "rejected": 4}
     _, key = sample(13, "random", "r13")  # the whole parent
     assert {k["id"] for k in key} == parent and Counter(k["group"] for k in key) == {"kept": 9, "rejected": 4}
+
+
+def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, monkeypatch):
+    import datasets
+
+    from ragsft_assets.multihop.filter_configs import subset_violations
+    from ragsft_assets.release.build import build_release
+
+    result, store, _, _ = run
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["multihop_filtered_qwen_v2_is_subset_of_default"] is True
+    bridge = Counter(store.read(PARTITION, "bridge_judge")["verdict"].to_pylist())
+    lang = Counter(store.read(PARTITION, "language_judge")["verdict"].to_pylist())
+    # funnel: 10 of filtered_qwen judged, 1 dropped by each judge
+    assert bridge == {"kept": 9, "several_candidates": 1} and lang == {"kept": 8, "meta_wording": 1}
+    qwen = set(store.read(PARTITION, "multihop_filtered_qwen")["id"].to_pylist())
+    v2_ids = set()
+    for split in ("train", "validation", "test"):
+        v2 = store.read(PARTITION, "multihop_filtered_qwen_v2", split)
+        assert subset_violations(v2, store.read(PARTITION, "multihop_questions", split)) == []
+        v2_ids |= set(v2["id"].to_pylist())
+        titles = {t for c in v2["context"].to_pylist() for t in c["title"]}
+        corpus = store.read(PARTITION, "corpus_filtered_qwen_v2", split)
+        assert set(corpus["title"].to_pylist()) == titles  # golds and distractors, nothing else
+        assert corpus.schema == store.read(PARTITION, "abstracts", split).schema
+    assert len(v2_ids) == 8 and v2_ids < qwen
+    folder = tmp_path / "release"
+    build_release(store.root, PARTITION, folder)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    for config, n in (("filtered_qwen_v2", 8), ("corpus_filtered_qwen_v2", None)):
+        ds = datasets.load_dataset(str(folder), config, cache_dir=str(tmp_path / "hf"))
+        assert n is None or sum(ds[s].num_rows for s in ds) == n
+    assert (folder / "provenance" / "filtered_qwen_v2" / "verdicts.parquet").is_file()

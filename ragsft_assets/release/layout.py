@@ -67,6 +67,18 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "The rows of `default` whose six criteria all hold for the annotator (same production as `default`).",
     ),
     ReleaseConfig(
+        "filtered_qwen_v2",
+        "multihop_filtered_qwen_v2",
+        "multihop",
+        "The rows of `filtered_qwen` that the bridge judge and then the language judge keep.",
+    ),
+    ReleaseConfig(
+        "corpus_filtered_qwen_v2",
+        "corpus_filtered_qwen_v2",
+        "corpus",
+        "The abstracts in the contexts (golds and distractors) of `filtered_qwen_v2`, per split.",
+    ),
+    ReleaseConfig(
         "corpus",
         "abstracts",
         "corpus",

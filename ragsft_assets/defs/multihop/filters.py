@@ -11,6 +11,7 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
@@ -21,6 +22,7 @@ from ragsft_assets.multihop import filter_configs as fc
 from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import mechanical_rules as mr
+from ragsft_assets.multihop import targeted_judges as tj
 from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, write_parquet
@@ -378,5 +380,166 @@ def multihop_filtered_qwen_is_subset_of_default(
     return _subset_check(store, context.partition_key, FILTERED_QWEN_ASSET)
 
 
-filter_assets = [first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen]
-filter_checks = [multihop_filtered_is_subset_of_default, multihop_filtered_qwen_is_subset_of_default]
+class TargetedJudgeConfig(dg.Config):
+    role: str = "judge"  # the LLM role of this judge: "judge" (default) or "annotator"
+
+
+def _judge_asset(spec: tj.Judge, after: str, kept_of: str):
+    """The asset of one targeted judge, run on the questions ``after`` keeps (verdict ``kept_of``)."""
+
+    @dg.asset(
+        name=spec.stage,
+        partitions_def=snapshot_partitions,
+        group_name=GROUP,
+        code_version=f"1-{templates_version((spec.task,))}",
+        kinds={"parquet"},
+        deps=[after, "multihop_questions", "question_drafts", "abstracts"],
+        pool="gpu",
+    )
+    def _asset(
+        context: dg.AssetExecutionContext,
+        config: TargetedJudgeConfig,
+        store: ArtifactStore,
+        judge: dg.ResourceParam[ChatModel],
+        annotator: dg.ResourceParam[ChatModel],
+    ) -> dg.MaterializeResult:
+        roles = {"judge": judge, "annotator": annotator}
+        if config.role not in roles:
+            raise ValueError(f"{spec.stage} role {config.role!r} is not one of {sorted(roles)}")
+        model = roles[config.role]
+        partition = context.partition_key
+        lang = snapshot_language(partition)
+        passed = {r["id"] for r in store.read(partition, after).to_pylist() if r["verdict"] == kept_of}
+        docs = generation.docs_by_id(store.read(partition, "abstracts"))
+        drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+        items = []
+        for q in _questions(store, partition):
+            if q["id"] not in passed:
+                continue
+            d = drafts[q["id"]]
+            a, b = docs[d["a_id"]], docs[d["b_id"]]
+            items.append(tj.JudgeItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
+        template = load_prompt(spec.task, lang)
+        table = tj.run_judge(spec, items, model, template, log=context.log)
+        path = store.write(table, partition, spec.stage)
+        rows = table.to_pylist()
+        _ledger(
+            store,
+            partition,
+            spec.stage,
+            [
+                Decision(
+                    r["id"],
+                    KEPT if r["verdict"] == tj.KEPT else "dropped",
+                    r["verdict"],
+                    None,
+                    [r["cache_key"]],
+                )
+                for r in rows
+            ],
+        )
+        counts = Counter(r["verdict"] for r in rows)
+        md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "analysis"])
+        md.update(
+            {
+                "judged": len(rows),
+                "kept": counts.get(tj.KEPT, 0),
+                **funnel_metadata({v: counts.get(v, 0) for v in spec.verdicts if v != tj.KEPT}, "rejections"),
+                **model_metadata(model, config.role),
+                f"{spec.stage}/role": config.role,
+                f"{spec.stage}/prompt": f"{template.name}@{template.version}",
+            }
+        )
+        return dg.MaterializeResult(metadata=md)
+
+    return _asset
+
+
+bridge_judge = _judge_asset(tj.BRIDGE, "criteria_annotation", cr.KEPT)
+language_judge = _judge_asset(tj.LANGUAGE, "bridge_judge", tj.KEPT)
+FILTERED_QWEN_V2_ASSET = "multihop_filtered_qwen_v2"
+CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions"],
+)
+def multihop_filtered_qwen_v2(
+    context: dg.AssetExecutionContext, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """``filtered_qwen_v2``: the rows of ``filtered_qwen`` that bridge_judge then language_judge keep.
+
+    The card's two train-only steps (a publishability score, a descriptor check) are not described
+    there and are left out.
+    """
+    partition = context.partition_key
+    crit = store.read(partition, "criteria_annotation").to_pylist()
+    bridge = store.read(partition, "bridge_judge").to_pylist()
+    lang = store.read(partition, "language_judge").to_pylist()
+    kept = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
+    provenance = {
+        "criteria_annotation": [
+            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
+            for r in crit
+        ],
+        "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
+        "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
+    }
+    md = _write_config(store, partition, FILTERED_QWEN_V2_ASSET, kept, fc.verdicts_table(provenance))
+    md.update(
+        funnel_metadata(
+            {
+                "filtered_qwen": sum(r["verdict"] == cr.KEPT for r in crit),
+                "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
+                "language_judge kept": len(kept),
+            },
+            "funnel",
+        )
+    )
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset(
+    partitions_def=snapshot_partitions,
+    group_name=GROUP,
+    code_version="1",
+    kinds={"parquet"},
+    deps=[FILTERED_QWEN_V2_ASSET, "abstracts"],
+)
+def corpus_filtered_qwen_v2(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+    """The abstracts in the contexts (golds and distractors) of ``filtered_qwen_v2``, per split, corpus schema."""
+    partition = context.partition_key
+    paths, rows = {}, {}
+    abstracts = _split_tables(store, partition, "abstracts")
+    for split, questions in _split_tables(store, partition, FILTERED_QWEN_V2_ASSET).items():
+        titles = {t for ctx in questions["context"].to_pylist() for t in ctx["title"]}
+        corpus = abstracts[split]
+        sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
+        paths[split] = store.write(sub, partition, CORPUS_V2_ASSET, split)
+        rows[split] = sub.num_rows
+    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(abstracts.values())).schema)
+    md.update({"rows": sum(rows.values()), **{f"rows/{s}": n for s, n in sorted(rows.items())}})
+    return dg.MaterializeResult(metadata=md)
+
+
+@dg.asset_check(asset=multihop_filtered_qwen_v2, blocking=True, partitions_def=snapshot_partitions)
+def multihop_filtered_qwen_v2_is_subset_of_default(
+    context: dg.AssetCheckExecutionContext, store: ArtifactStore
+) -> dg.AssetCheckResult:
+    """Every row of ``filtered_qwen_v2`` is a row of ``default`` (hence of ``filtered_qwen``), unchanged."""
+    return _subset_check(store, context.partition_key, FILTERED_QWEN_V2_ASSET)
+
+
+filter_assets = [
+    first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen,
+    bridge_judge, language_judge, multihop_filtered_qwen_v2, corpus_filtered_qwen_v2,
+]  # fmt: skip
+filter_checks = [
+    multihop_filtered_is_subset_of_default,
+    multihop_filtered_qwen_is_subset_of_default,
+    multihop_filtered_qwen_v2_is_subset_of_default,
+]
