@@ -9,19 +9,23 @@ from ragsft_assets.definitions import defs
 EXPECTED_ASSETS = [
     "ablation_verdicts",
     "abstracts",
+    "bridge_judge",
     "bridge_pairs",
     "claim_audit",
     "claims",
+    "corpus_filtered_qwen_v2",
     "criteria_annotation",
     "dataset_card",
     "distractors",
     "first_hop",
     "known_claims",
+    "language_judge",
     "link_graph",
     "mechanical_rules",
     "multihop_audit",
     "multihop_filtered",
     "multihop_filtered_qwen",
+    "multihop_filtered_qwen_v2",
     "multihop_questions",
     "oasst_pairs",
     "probe_answers",
@@ -86,7 +90,8 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
 def test_llm_assets_run_in_gpu_pool() -> None:
     repo = defs.get_repository_def()
     llm_assets = {
-        "question_drafts", "ablation_verdicts", "first_hop", "criteria_annotation", "rag_responses", "rag_verdicts"
+        "question_drafts", "ablation_verdicts", "first_hop", "criteria_annotation", "bridge_judge",
+        "language_judge", "rag_responses", "rag_verdicts"
     }  # fmt: skip
     for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts"]:
         node = repo.asset_graph.get(dg.AssetKey.from_user_string(name))
