@@ -22,6 +22,11 @@ def test_defs_expose_the_release_group() -> None:
     } == {"release"}
 
 
+def test_card_and_manifest_depend_on_the_audit() -> None:
+    for asset in (dataset_card, release_manifest):
+        assert dg.AssetKey("multihop_audit") in {d.asset_key for d in asset.specs_by_key[asset.key].deps}
+
+
 def test_materialize_release_group(tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path))
     write_world(store)

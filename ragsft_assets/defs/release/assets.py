@@ -152,7 +152,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.Mater
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     code_version="dataset-card-1",
-    deps=[release],
+    deps=[release, "multihop_audit"],  # the card reads the audit numbers: declared, not assumed
     kinds={"markdown"},
 )
 def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
@@ -175,7 +175,7 @@ def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     code_version="release-manifest-1",
-    deps=[release, dataset_card],
+    deps=[release, dataset_card, "multihop_audit"],
     kinds={"json"},
     check_specs=[dg.AssetCheckSpec("release_verifies", asset="release_manifest", blocking=True)],
 )
