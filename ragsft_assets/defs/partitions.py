@@ -38,6 +38,7 @@ def validate_source_key(key: str) -> str:
         )
     return key
 
+
 # Recall Rewrite: one key per base model (``ragsft base-models add KEY --model HF_ID``).
 BASE_MODEL_PARTITIONS_NAME = "base_model"
 base_model_partitions = dg.DynamicPartitionsDefinition(name=BASE_MODEL_PARTITIONS_NAME)
