@@ -89,3 +89,22 @@ def test_cli_catalog_and_explain(tmp_path, monkeypatch) -> None:
     assert f"question {qid}" in res.output and "gold_a" in res.output
     res = runner.invoke(explain, ["f" * 24])
     assert res.exit_code != 0 and "in no partition" in res.output
+
+
+def test_release_verifies_fails_on_a_file_changed_after_the_write(tmp_path) -> None:
+    store = ArtifactStore(home=str(tmp_path))
+    write_world(store)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("snapshot", [PARTITION])
+    kw = {"resources": {"store": store}, "partition_key": PARTITION, "instance": instance}
+    assert dg.materialize([release, dataset_card], **kw).success
+    # Rewritten between `release` and the check: still a valid Parquet file, so re-hashing it
+    # alone (what the manifest does) would agree with itself; the write-time hash does not.
+    data = tmp_path / "releases" / PARTITION / "corpus" / "train-00000-of-00001.parquet"
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(data).slice(1), data)
+    result = dg.materialize([release_manifest], raise_on_error=False, **kw)
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [("release_verifies", False)]
+    assert checks[0].metadata["changed_since_write"].value == ["corpus/train-00000-of-00001.parquet"]

@@ -27,6 +27,7 @@ from ragsft_assets.release.manifest import (
     LINEAGE,
     build_manifest,
     llm_calls_by_stage,
+    sha256_file,
     source_info,
     write_manifest,
     write_release_index,
@@ -44,6 +45,9 @@ class ReleaseBuild:
     rows: dict[str, dict[str, int]] = field(default_factory=dict)
     decisions: int = 0
     lineage_rows: dict[str, int] = field(default_factory=dict)
+    # SHA-256 of each data file hashed right after it was written: release_verifies compares the
+    # manifests against these, so a file changed between the write and the check is caught.
+    written_sha256: dict[str, str] = field(default_factory=dict)
 
 
 VERDICTS_SOURCE = "provenance/verdicts.parquet"  # under a filtered config's asset folder
@@ -73,6 +77,7 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
     staging = layout.staging_dir(target)
     try:
         files = layout.write_data_files(staging, tables)
+        written = {rel: sha256_file(staging / rel) for splits in files.values() for rel in splits.values()}
         ledger = all_decisions(assets_root, partition)
         final = final_decisions(assets_root, partition)
         write_parquet(final, staging / layout.PROVENANCE / DECISIONS)
@@ -97,7 +102,7 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
         raise
     rows = {c: {s: t.num_rows for s, t in splits.items()} for c, splits in tables.items()}
     return ReleaseBuild(
-        target, files, notes, rows, final.num_rows, {c: t.num_rows for c, t in lineage.items()}
+        target, files, notes, rows, final.num_rows, {c: t.num_rows for c, t in lineage.items()}, written
     )
 
 

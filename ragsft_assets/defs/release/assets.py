@@ -74,6 +74,18 @@ def resource_settings(context: dg.AssetExecutionContext) -> dict[str, Any]:
     return out
 
 
+def _written_sha256(context: dg.AssetExecutionContext) -> dict[str, str]:
+    """The data files' SHA-256 as the latest ``release`` materialization hashed them when writing."""
+    res = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("release"), asset_partitions=[context.partition_key]),
+        limit=1,
+    )
+    if not res.records or res.records[0].asset_materialization is None:
+        return {}
+    value = res.records[0].asset_materialization.metadata.get("written_sha256")
+    return dict(_value(value) or {}) if value is not None else {}
+
+
 def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, dict]:
     """Effective run configs, metadata and audit numbers of the latest upstream materializations.
 
@@ -144,6 +156,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.Mater
             "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in built.notes) or "(none)"),
             "decisions": built.decisions,
             "lineage_rows": dg.MetadataValue.json(built.lineage_rows),
+            "written_sha256": dg.MetadataValue.json(built.written_sha256),
         }
     )
 
@@ -194,6 +207,9 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
         resources=resource_settings(context),
     )
     report = verify_release(folder)
+    written = _written_sha256(context)
+    shipped = {rel: f["sha256"] for m in manifests.values() for rel, f in m["files"].items()}
+    changed = sorted(rel for rel, sha in written.items() if shipped.get(rel) != sha)
     try:  # the catalog gains the release's lineage views; a failure here must not fail the release
         build_catalog(store.home_path)
         catalog_note = "rebuilt"
@@ -211,8 +227,14 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
             **funnel_metadata({c: m["rows_total"] for c, m in manifests.items()}, key="rows_per_config"),
         }
     )
+    lines = report.lines() + [f"changed since `release` wrote it: {rel}" for rel in changed]
+    if not written:
+        lines.append("no write-time hashes recorded by `release` (rematerialize it to compare)")
     yield dg.AssetCheckResult(
         check_name="release_verifies",
-        passed=report.ok,
-        metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
+        passed=report.ok and not changed and bool(written),
+        metadata={
+            "report": dg.MetadataValue.md("\n".join(f"- {x}" for x in lines)),
+            "changed_since_write": dg.MetadataValue.json(changed),
+        },
     )
