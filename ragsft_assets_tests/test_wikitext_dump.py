@@ -445,3 +445,25 @@ def test_wikispeedia_full_graph_through_corpus_logic() -> None:
     )
     assert graph.table.num_rows == _expected_edges(records, table) == graph.funnel["kept"]
     assert graph.funnel["in_degree_cap"] == 0 and graph.funnel["enumeration"] == 0
+
+
+def test_truncated_bz2_and_malformed_xml_name_the_file_and_line(small_dump: Path, tmp_path: Path) -> None:
+    from ragsft_assets.corpus.structured_wikipedia import CorruptDumpError
+
+    data = small_dump.read_bytes()
+    cut = tmp_path / "enwiki-cut.xml.bz2"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CorruptDumpError, match=r"enwiki-cut\.xml\.bz2: the compressed stream ends") as info:
+        list(iter_dump_pages(cut))
+    assert re.search(r"near line \d+", str(info.value)) and "download it again" in str(info.value)
+
+    xml = bz2.decompress(data).decode("utf-8").split("\n")
+    broken = next(i for i, line in enumerate(xml) if "<title>Gamma</title>" in line)
+    xml[broken] = xml[broken].replace("</title>", "</titl>")
+    bad = tmp_path / "enwiki-bad.xml"
+    bad.write_text("\n".join(xml), encoding="utf-8")
+    with pytest.raises(
+        CorruptDumpError, match=rf"enwiki-bad\.xml: malformed XML at line {broken + 1}, "
+    ) as info:
+        list(iter_dump_pages(bad))
+    assert "last complete page 'Beta'" in str(info.value)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, unquote
-from xml.etree.ElementTree import iterparse
+from xml.etree.ElementTree import ParseError, iterparse
 
 import mwparserfromhell
 from mwparserfromhell.nodes import Comment, ExternalLink, HTMLEntity, Tag, Template, Text, Wikilink
@@ -168,52 +168,88 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
+class _LineCounter:
+    """A read-only file wrapper that counts the newlines read: the line a truncated stream stopped at."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.lines = 1
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.lines += data.count(b"\n")
+        return data
+
+
 def _iter_pages(path: Path, namespaces: set[str] | None, with_text: bool) -> Iterator[DumpPage]:
-    with _open_dump(path) as handle:
-        context = iterparse(handle, events=("start", "end"))
-        _, root = next(context)
-        in_revision = False
-        fields: dict[str, Any] = {}
-        for event, elem in context:
-            tag = _local(elem.tag)
-            if event == "start":
-                if tag == "page":
-                    fields = {}
-                elif tag == "revision":
-                    in_revision = True
-                continue
-            if tag == "namespace" and namespaces is not None:
-                if elem.text:
-                    namespaces.add(elem.text.strip().lower())
-            elif tag == "siteinfo":
-                root.clear()
-            elif tag == "title":
-                fields["title"] = elem.text or ""
-            elif tag == "ns":
-                fields["ns"] = int(elem.text or 0)
-            elif tag == "id":
-                # <page><id> and <revision><id> (the contributor's <id> comes after the revision's).
-                if in_revision:
-                    fields.setdefault("revision_id", int(elem.text or 0))
-                else:
-                    fields.setdefault("page_id", int(elem.text or 0))
-            elif tag == "redirect":
-                fields["redirect"] = elem.get("title")
-            elif tag == "text" and with_text:
-                fields["text"] = elem.text or ""
+    from ragsft_assets.corpus.structured_wikipedia import CorruptDumpError
+
+    last = "(none)"
+    with _open_dump(path) as raw:
+        handle = _LineCounter(raw)
+        try:
+            for page in _iter_pages_of(handle, namespaces, with_text):
+                last = page.title
+                yield page
+        except ParseError as exc:
+            line, column = exc.position
+            raise CorruptDumpError(
+                f"{path}: malformed XML at line {line}, column {column} ({exc}); last complete page "
+                f"{last!r}: the dump is truncated or corrupt, download it again"
+            ) from exc
+        except (EOFError, OSError) as exc:  # a truncated or damaged .bz2 / .gz stream
+            raise CorruptDumpError(
+                f"{path}: the compressed stream ends or breaks near line {handle.lines} ({exc}); last "
+                f"complete page {last!r}: the dump is truncated or corrupt, download it again"
+            ) from exc
+
+
+def _iter_pages_of(handle: Any, namespaces: set[str] | None, with_text: bool) -> Iterator[DumpPage]:
+    """The parse loop of :func:`_iter_pages` (which names the file and line of an error)."""
+    context = iterparse(handle, events=("start", "end"))
+    _, root = next(context)
+    in_revision = False
+    fields: dict[str, Any] = {}
+    for event, elem in context:
+        tag = _local(elem.tag)
+        if event == "start":
+            if tag == "page":
+                fields = {}
             elif tag == "revision":
-                in_revision = False
-            elif tag == "page":
-                yield DumpPage(
-                    title=fields.get("title", ""),
-                    ns=fields.get("ns", 0),
-                    page_id=fields.get("page_id", 0),
-                    revision_id=fields.get("revision_id"),
-                    redirect=fields.get("redirect"),
-                    text=fields.get("text", ""),
-                )
-                # Free the page and everything read so far: memory stays flat.
-                root.clear()
+                in_revision = True
+            continue
+        if tag == "namespace" and namespaces is not None:
+            if elem.text:
+                namespaces.add(elem.text.strip().lower())
+        elif tag == "siteinfo":
+            root.clear()
+        elif tag == "title":
+            fields["title"] = elem.text or ""
+        elif tag == "ns":
+            fields["ns"] = int(elem.text or 0)
+        elif tag == "id":
+            # <page><id> and <revision><id> (the contributor's <id> comes after the revision's).
+            if in_revision:
+                fields.setdefault("revision_id", int(elem.text or 0))
+            else:
+                fields.setdefault("page_id", int(elem.text or 0))
+        elif tag == "redirect":
+            fields["redirect"] = elem.get("title")
+        elif tag == "text" and with_text:
+            fields["text"] = elem.text or ""
+        elif tag == "revision":
+            in_revision = False
+        elif tag == "page":
+            yield DumpPage(
+                title=fields.get("title", ""),
+                ns=fields.get("ns", 0),
+                page_id=fields.get("page_id", 0),
+                revision_id=fields.get("revision_id"),
+                redirect=fields.get("redirect"),
+                text=fields.get("text", ""),
+            )
+            # Free the page and everything read so far: memory stays flat.
+            root.clear()
 
 
 def iter_dump_pages(path: str | Path, namespaces: set[str] | None = None) -> Iterator[DumpPage]:
