@@ -88,6 +88,33 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def guard_llvmlite_lib_wrapper() -> bool:
+    """Make llvmlite's library proxy refuse dunder lookups; True if it had to be patched.
+
+    vLLM's CPU platform rebinds Triton kernels at engine start by scanning every module namespace
+    and reading ``vars(value)`` of each attribute. ``llvmlite.binding.ffi.lib`` (loaded whenever
+    numba is, e.g. by ``bm25s`` in the same process) answers *any* attribute, ``__dict__``
+    included, with a ctypes function wrapper, so the scan crashes with ``'_lib_fn_wrapper' object
+    has no attribute 'get'``. No libllvmlite symbol is a dunder name, so refusing those is safe.
+    """
+    import sys
+
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    wrapper = getattr(ffi, "_lib_wrapper", None)
+    if wrapper is None or getattr(wrapper, "_ragsft_guarded", False):
+        return False
+    proxied = wrapper.__getattr__
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return proxied(self, name)
+
+    wrapper.__getattr__ = __getattr__
+    wrapper._ragsft_guarded = True
+    return True
+
+
 def detect_device() -> str:
     """``cuda`` when torch sees a GPU, else ``cpu``."""
     try:
@@ -131,6 +158,9 @@ class VLLMBackend:
             device = detect_device()
             applied = set_engine_env_defaults(device)
             from vllm import LLM  # heavy: imported only when a batch needs the engine
+
+            if guard_llvmlite_lib_wrapper():
+                log.info("llvmlite is loaded in this process: its library proxy now refuses dunder lookups")
 
             kwargs: dict[str, Any] = {
                 "model": self.model,
