@@ -149,3 +149,27 @@ def test_no_input_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_partitions_name_matches_registry() -> None:
     assert BASE_MODEL_PARTITIONS_NAME == registry.PARTITIONS_NAME
+
+
+def test_a_model_with_no_example_left_is_named_not_released(runs, tmp_path: Path) -> None:
+    from ragsft_assets.defs.recall.assets import build_recall_release
+
+    store = runs[2]
+    home = tmp_path / "home"
+    copy = ArtifactStore(home=str(home))
+    full = store.read(model_partition(KEY), "rewrites")
+    copy.write(full, model_partition(KEY), "rewrites")
+    copy.write(full.slice(0, 0), model_partition("empty-model"), "rewrites")
+    target = home / "releases" / "recall"
+    rows, keys, empty = build_recall_release(copy, target)
+    assert keys == [KEY] and empty == ["empty-model"]
+    assert set(rows) == {f"{KEY}-sft", f"{KEY}-full"}
+    assert verify_release(target).ok
+    assert (
+        "Left out (every example dropped, nothing to load): `empty-model`"
+        in (target / "README.md").read_text()
+    )
+    only_empty = ArtifactStore(home=str(tmp_path / "other"))
+    only_empty.write(full.slice(0, 0), model_partition("empty-model"), "rewrites")
+    with pytest.raises(ValueError, match="every example was dropped for empty-model"):
+        build_recall_release(only_empty, tmp_path / "other" / "releases" / "recall")

@@ -11,6 +11,7 @@ decoration time.
 """
 
 import os
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -308,7 +309,7 @@ def release_folder(store: ArtifactStore) -> Path:
     return store.home_path / "releases" / "recall"
 
 
-def card_body(stats_by_model: dict[str, dict[str, Any]]) -> str:
+def card_body(stats_by_model: dict[str, dict[str, Any]], empty: Sequence[str] = ()) -> str:
     """The dataset card's body: what the configs are and the paper's statistics table per model."""
     names = list(next(iter(stats_by_model.values())).keys()) if stats_by_model else []
     table = markdown_table(
@@ -321,13 +322,19 @@ def card_body(stats_by_model: dict[str, dict[str, Any]]) -> str:
         "view; `<model>-full` carries every claim, probe, answer and label, so `ragsft recall rule` "
         "re-derives the set under other thresholds with no model call.\n\n"
         f"## Statistics\n\n{table}\n"
+        + (
+            f"\nLeft out (every example dropped, nothing to load): {', '.join(f'`{k}`' for k in empty)}\n"
+            if empty
+            else ""
+        )
     )
 
 
-def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, int], list[str]]:
+def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, int], list[str], list[str]]:
     """Build ``releases/recall/`` from every base model whose ``rewrites`` are stored.
 
-    Returns ``({config: rows}, base-model keys)``. Built in a staging folder beside the target and
+    Returns ``({config: rows}, released base-model keys, keys left out because every example was
+    dropped)``; raises ``ValueError`` when no model has a row. Built in a staging folder beside the target and
     swapped in, so a reader never sees half a release.
     """
     keys = sorted(
@@ -337,15 +344,31 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
     )
     tables: dict[str, dict[str, pa.Table]] = {}
     stats: dict[str, dict[str, Any]] = {}
+    empty: list[str] = []
     for key in keys:
         full = store.read(model_partition(key), "rewrites").cast(FULL_SCHEMA).sort_by("id")
+        if full.num_rows == 0:
+            # Every example was dropped (e.g. no readable decomposition): an empty split does not
+            # load with `datasets`, so the model is left out of the release and named on the card.
+            empty.append(key)
+            continue
         rows = full.to_pylist()
         tables[f"{key}-sft"] = {"train": pa.Table.from_pylist([sft_row(r) for r in rows], schema=SFT_SCHEMA)}
         tables[f"{key}-full"] = {"train": full.replace_schema_metadata(None)}
         stats[key] = stages.statistics(rows)
+    if not tables:
+        raise ValueError(
+            "nothing to release under releases/recall: "
+            + (
+                f"every example was dropped for {', '.join(empty)}"
+                if empty
+                else "no base model has `rewrites`"
+            )
+            + "; see each partition's rewrites/claims metadata for the reasons"
+        )
     staging = layout.staging_dir(target)
     files = layout.write_data_files(staging, tables)
-    layout.write_readme(staging, files, card_body(stats), "ragsft recall")
+    layout.write_readme(staging, files, card_body(stats, empty), "ragsft recall")
     prompts = {k: v for k, v in manifest.prompt_hashes().items() if k.startswith("recall_")}
     for config, splits in files.items():
         key = config.rsplit("-", 1)[0]
@@ -363,7 +386,7 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
         manifest.write_manifest(staging, doc)
     manifest.write_release_index(staging, list(files))
     layout.swap_into_place(staging, target)
-    return {c: t["train"].num_rows for c, t in tables.items()}, keys
+    return {c: t["train"].num_rows for c, t in tables.items()}, [k for k in keys if k not in empty], empty
 
 
 @dg.asset(
@@ -376,7 +399,7 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
 def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """``releases/recall/``: a ``<model>-sft`` and a ``<model>-full`` config per base model, verified."""
     target = release_folder(store)
-    rows, keys = build_recall_release(store, target)
+    rows, keys, empty = build_recall_release(store, target)
     report = verify_release(target)
     if not report.ok:
         raise RuntimeError("recall release does not verify:\n" + "\n".join(report.lines()))
@@ -386,6 +409,7 @@ def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> d
             "path": dg.MetadataValue.path(str(target)),
             "configs": dg.MetadataValue.json(rows),
             "base_models": dg.MetadataValue.json(keys),
+            "empty_base_models": dg.MetadataValue.json(empty),
             "verified_files": report.checked,
         }
     )
