@@ -183,3 +183,25 @@ def test_sensor_run_with_hub_source_materializes_snapshot_files_then_abstracts(
     assert md["file_list"].value[0]["sha256"] and md["total_bytes"].value > 0
     assert result.asset_materializations_for_node("abstracts")[0].metadata["dagster/row_count"].value == 3
     assert (home / "snapshots" / KEY / HUB_MANIFEST).is_file()
+
+
+def test_resolve_revision_pins_the_default_branch_commit(tmp_path: Path, monkeypatch) -> None:
+    import huggingface_hub
+
+    from ragsft_assets.corpus.hub_snapshot import resolve_revision
+
+    asked: list[str] = []
+
+    class FakeApi:
+        def dataset_info(self, dataset: str):
+            asked.append(dataset)
+            if dataset == "down/dataset":
+                raise OSError("no network")
+            return type("Info", (), {"sha": "a" * 40})()
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    assert resolve_revision("wikimedia/structured-wikipedia", None) == "a" * 40
+    assert resolve_revision("wikimedia/structured-wikipedia", "b" * 40) == "b" * 40  # given: no lookup
+    assert resolve_revision(str(tmp_path), None) is None  # a local folder has no revision
+    assert resolve_revision("down/dataset", None) is None  # unreachable: unpinned, said in hub.json
+    assert asked == ["wikimedia/structured-wikipedia", "down/dataset"]
