@@ -612,8 +612,8 @@ def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
     parent = set(store.read(PARTITION, "multihop_questions")["id"].to_pylist())
     env = {"RAGSFT_HOME": str(store.home_path)}
 
-    def sample(n: int, design: str, out: str) -> tuple[list[dict], list[dict]]:
-        args = ["review", "sample", "--partition", PARTITION, "--config", "filtered", "--n", str(n)]
+    def sample(n: int, design: str, out: str, config: str = "filtered") -> tuple[list[dict], list[dict]]:
+        args = ["review", "sample", "--partition", PARTITION, "--config", config, "--n", str(n)]
         res = CliRunner().invoke(main, [*args, "--design", design, "--out", str(tmp_path / out)], env=env)
         assert res.exit_code == 0, res.output
         read = lambda name: [orjson.loads(x) for x in (tmp_path / out / name).read_bytes().splitlines()]  # noqa: E731
@@ -633,6 +633,14 @@ def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
     assert Counter(k["group"] for k in key) == {"kept": 6, "rejected": 4}
     _, key = sample(13, "random", "r13")  # the whole parent
     assert {k["id"] for k in key} == parent and Counter(k["group"] for k in key) == {"kept": 9, "rejected": 4}
+    # filtered_qwen_v2 is drawn against its own parent, filtered_qwen (10 questions, 8 kept by v2)
+    qwen = set(store.read(PARTITION, "multihop_filtered_qwen")["id"].to_pylist())
+    v2 = set(store.read(PARTITION, "multihop_filtered_qwen_v2")["id"].to_pylist())
+    rows, key = sample(100, "random", "v2r", "filtered_qwen_v2")
+    assert {r["id"] for r in rows} == qwen and Counter(k["group"] for k in key) == {"kept": 8, "rejected": 2}
+    _, key = sample(4, "balanced", "v2b", "filtered_qwen_v2")
+    assert {k["id"] for k in key if k["group"] == "rejected"} == qwen - v2
+    assert {k["id"] for k in key if k["group"] == "kept"} < v2
 
 
 def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, monkeypatch):
@@ -666,3 +674,64 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
         ds = datasets.load_dataset(str(folder), config, cache_dir=str(tmp_path / "hf"))
         assert n is None or sum(ds[s].num_rows for s in ds) == n
     assert (folder / "provenance" / "filtered_qwen_v2" / "verdicts.parquet").is_file()
+
+
+def test_review_labels_asset_labels_a_sample_for_agreement(run, tmp_path):
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+    from ragsft_assets.defs.multihop.review import review_labels
+
+    _, store, _, _ = run
+    out = tmp_path / "sample"
+    args = ["review", "sample", "--partition", PARTITION, "--config", "filtered_qwen", "--n", "13"]
+    res = CliRunner().invoke(
+        main, [*args, "--design", "random", "--out", str(out)], env={"RAGSFT_HOME": str(store.home_path)}
+    )
+    assert res.exit_code == 0, res.output
+    sample = [orjson.loads(x) for x in (out / "sample.jsonl").read_bytes().splitlines()]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("snapshot", [PARTITION])
+    all_hold = ScriptedChatModel(lambda m: orjson.dumps({c: True for c in CRITERIA}).decode())
+
+    def label(role: str) -> tuple[dict, list[dict]]:
+        result = dg.materialize(
+            [review_labels, dg.AssetSpec("question_drafts"), dg.AssetSpec("abstracts")],
+            resources={
+                "store": store,
+                "annotator": ScriptedChatModel(annotator_responder),
+                "judge": all_hold,
+            },
+            partition_key=PARTITION,
+            instance=instance,
+            run_config={
+                "ops": {"review_labels": {"config": {"sample": str(out / "sample.jsonl"), "role": role}}}
+            },
+            selection=[review_labels.key],
+        )
+        path = out / f"labels-{role}.jsonl"
+        return _metadata(result, "review_labels"), [orjson.loads(x) for x in path.read_bytes().splitlines()]
+
+    md, labels = label("annotator")
+    where = {r["id"]: QUESTIONS[r["question"]][:2] for r in sample}
+    # the sample's order, one label per readable annotation; (8, 1) replied unreadably: no label
+    assert [x["id"] for x in labels] == [r["id"] for r in sample if where[r["id"]] != (8, 1)]
+    assert {where[x["id"]] for x in labels if not x["valid"]} == set(CRITERIA_FAILS)
+    assert (md["questions"], md["valid"], md["invalid"], md["not_annotated"]) == (13, 10, 2, 1)
+    _, by_judge = label("judge")  # a second regime: every criterion holds
+    assert len(by_judge) == 13 and all(x["valid"] for x in by_judge)
+    res = CliRunner().invoke(
+        main,
+        [
+            "agreement",
+            str(out / "labels-annotator.jsonl"),
+            str(out / "labels-judge.jsonl"),
+            "--key",
+            str(out / "key.jsonl"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    report = orjson.loads(res.output)
+    assert report["groups"]["kept"]["valid_share"] == 1.0  # filtered_qwen's 10, all valid
+    assert (report["groups"]["rejected"]["n"], report["groups"]["rejected"]["valid"]) == (2, 0)
+    assert (report["a_only"], report["b_only"]) == (0, 2)  # the judge calls the two failures valid

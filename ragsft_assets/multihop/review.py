@@ -5,6 +5,10 @@ and it lacks ("rejected"); ``random`` draws from the parent, as the card's v2 va
 sample holds the parent's rows only (no verdict, no group) in a shuffled order; the key file holds
 ``{"id", "group"}``. Every draw ranks ids by a hash of (seed, stage, id): the same inputs give the
 same files.
+
+``labels_from_criteria`` turns the six-criteria annotation of such a sample (the ``review_labels``
+asset, run by the ``annotator`` role) into a label file ``{"id", "valid"}``, the same format a
+person writes by hand: valid when all six criteria hold.
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from ragsft_assets.ids import derived_id
+from ragsft_assets.multihop.criteria import KEPT as CRITERIA_KEPT
+from ragsft_assets.multihop.criteria import NOT_ANNOTATED
 
 DESIGNS = ("balanced", "random")
 KEPT = "kept"
 REJECTED = "rejected"
 # The configuration each filtered configuration is a subset of.
-PARENTS = {"filtered": "default", "filtered_qwen": "default"}
+PARENTS = {"filtered": "default", "filtered_qwen": "default", "filtered_qwen_v2": "filtered_qwen"}
 
 
 def _ranked(ids: Iterable[str], seed: int, stage: str) -> list[str]:
@@ -59,3 +67,20 @@ def draw_sample(
     sample = [by_id[i] for i in order]
     key = [{"id": i, "group": KEPT if i in kept else REJECTED} for i in order]
     return sample, key
+
+
+def labels_from_criteria(order: Sequence[str], criteria: pa.Table) -> list[dict[str, Any]]:
+    """Label rows ``{"id", "valid"}`` in the sample's order from a six-criteria annotation table.
+
+    ``valid`` is true when all six criteria hold (verdict ``kept``). Questions left
+    ``not_annotated`` (unreadable reply, failed call) get no label: ``ragsft agreement`` uses the
+    ids the files share and names the others.
+
+    Raises:
+        ValueError: an id of ``order`` that the annotation table lacks.
+    """
+    verdict = dict(zip(criteria["id"].to_pylist(), criteria["verdict"].to_pylist(), strict=True))
+    missing = [i for i in order if i not in verdict]
+    if missing:
+        raise ValueError(f"{len(missing)} sample ids were not annotated at all (e.g. {missing[0]})")
+    return [{"id": i, "valid": verdict[i] == CRITERIA_KEPT} for i in order if verdict[i] != NOT_ANNOTATED]

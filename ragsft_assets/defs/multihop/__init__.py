@@ -11,6 +11,7 @@ from ragsft_assets.defs.multihop.assets import (
     question_drafts,
 )
 from ragsft_assets.defs.multihop.filters import filter_assets, filter_checks
+from ragsft_assets.defs.multihop.review import review_assets
 
 multihop_assets = [
     question_drafts,
@@ -23,4 +24,5 @@ multihop_assets = [
 ]
 
 # The five invariant checks are check_specs of multihop_questions (see checks.py).
-defs = dg.Definitions(assets=multihop_assets, asset_checks=filter_checks)
+# review_labels (group review) needs a sample path in its run config, so no job selects it.
+defs = dg.Definitions(assets=[*multihop_assets, *review_assets], asset_checks=filter_checks)
