@@ -202,3 +202,29 @@ def test_cli_check(tmp_path) -> None:
     (tmp_path / "one.jsonl").write_text(json.dumps(chat) + "\n")
     ok = CliRunner().invoke(citations, ["check", str(tmp_path / "one.jsonl")])
     assert ok.exit_code == 0 and json.loads(ok.output)["passes"] is True
+
+
+def test_cli_check_strict_switch(tmp_path) -> None:
+    row = {
+        "documents": [{"title": t, "text": d} for t, d in zip(TITLES, DOCS, strict=True)],
+        "response": 'Paris <ref id="1">aris is the capit</ref>, in France <ref id="2">Lyon</ref>.',
+        "gold_titles": ["Paris"],
+    }
+    f = tmp_path / "in.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+
+    def check(*flags: str) -> dict:
+        res = CliRunner().invoke(citations, ["check", str(f), *flags])
+        assert res.exit_code == 0, res.output
+        return json.loads(res.output)
+
+    strict = check()  # strict by default, as the data build
+    assert strict["tags"] == [{"id": 1, "verdict": "partial_word"}, {"id": 2, "verdict": "too_short"}]
+    assert strict["passes"] is False
+    loose = check("--no-strict")  # as data built with strict_quotes: false
+    assert loose["tags"] == [{"id": 1, "verdict": "ok"}, {"id": 2, "verdict": "ok"}]
+    assert sorted(loose) == sorted(strict)  # the output keeps its fields
+    short_ok = check("--min-words", "1")
+    assert short_ok["tags"] == [{"id": 1, "verdict": "partial_word"}, {"id": 2, "verdict": "ok"}]
+    bad = CliRunner().invoke(citations, ["check", str(f), "--min-words", "0"])
+    assert bad.exit_code != 0 and "--min-words" in bad.output

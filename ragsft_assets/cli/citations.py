@@ -9,16 +9,18 @@ from typing import Any, TextIO
 import click
 import orjson
 
-from ragsft_assets.rag_sft.citations import check_response
+from ragsft_assets.rag_sft.citations import MIN_WORDS, check_response
 from ragsft_assets.rag_sft.layout import parse_documents
 
 
-def check_row(row: Any) -> dict[str, object]:
+def check_row(row: Any, *, strict: bool = True, min_words: int = MIN_WORDS) -> dict[str, object]:
     """The report of one JSON row (chat row or documents row); raises ValueError on a bad shape.
 
     Chat row: ``{"messages": [...], "supporting_facts_titles": [...]?}``: the documents are the
     OpenRAG blocks of the system message(s), the response the last assistant message.
     Documents row: ``{"documents": [{"title", "text"}], "response": str, "gold_titles": [...]?}``.
+    ``strict`` and ``min_words`` are the verifier's strict quoting (``partial_word``,
+    ``too_short``), as the data build's ``strict_quotes``/``min_quote_words`` set them.
     """
     if not isinstance(row, dict):
         raise ValueError("a row must be a JSON object")
@@ -49,10 +51,12 @@ def check_row(row: Any) -> dict[str, object]:
         raise ValueError("the response must be a string")
     if gold is not None and (not isinstance(gold, list) or not all(isinstance(g, str) for g in gold)):
         raise ValueError("gold titles must be a list of strings")
-    return check_response(response, texts, titles, gold or None).to_dict()
+    return check_response(response, texts, titles, gold or None, strict=strict, min_words=min_words).to_dict()
 
 
-def check_lines(lines: Iterable[str]) -> Iterator[tuple[bytes, bool]]:
+def check_lines(
+    lines: Iterable[str], *, strict: bool = True, min_words: int = MIN_WORDS
+) -> Iterator[tuple[bytes, bool]]:
     """One output JSON line per non-blank input line, and whether it is an error row."""
     for n, line in enumerate(lines, start=1):
         if not line.strip():
@@ -63,7 +67,7 @@ def check_lines(lines: Iterable[str]) -> Iterator[tuple[bytes, bool]]:
             yield orjson.dumps({"line": n, "error": f"invalid JSON: {exc}"}), True
             continue
         try:
-            yield orjson.dumps({"line": n, **check_row(row)}), False
+            yield orjson.dumps({"line": n, **check_row(row, strict=strict, min_words=min_words)}), False
         except ValueError as exc:
             yield orjson.dumps({"line": n, "error": str(exc)}), True
 
@@ -78,20 +82,35 @@ def citations() -> None:
 @click.option(
     "--out", type=click.Path(dir_okay=False, writable=True), default=None, help="Write here, not stdout."
 )
-def check(file: str, out: str | None) -> None:
+@click.option(
+    "--strict/--no-strict",
+    default=True,
+    show_default=True,
+    help="Strict quoting: a fragment cut inside a word (partial_word) or shorter than --min-words "
+    "(too_short) fails its tag. --no-strict checks as data built with strict_quotes: false.",
+)
+@click.option(
+    "--min-words",
+    type=click.IntRange(min=1),
+    default=MIN_WORDS,
+    show_default=True,
+    help="The fewest words a quoted fragment may hold under --strict.",
+)
+def check(file: str, out: str | None, strict: bool, min_words: int) -> None:
     """Check the citations of each JSON line of FILE; print one JSON report per line.
 
     Each line is a chat row (``messages``, optional ``supporting_facts_titles``) or
     ``{"documents": [{"title", "text"}], "response", "gold_titles"}``. Reports hold ``tags``
-    (id, verdict: ok/unknown_id/not_found/out_of_order/malformed), ``defects``, ``tags_valid``,
-    ``precision``/``recall``/``f1`` (null without golds) and ``passes``. Lines that are not
-    valid JSON get an error row; the exit code is then 1.
+    (id, verdict: ok/unknown_id/not_found/out_of_order/partial_word/too_short/malformed),
+    ``defects``, ``tags_valid``, ``precision``/``recall``/``f1`` (null without golds) and
+    ``passes``; the same fields with or without ``--strict``. Lines that are not valid JSON get
+    an error row; the exit code is then 1.
     """
     errors = 0
     src: TextIO = sys.stdin if file == "-" else open(file, encoding="utf-8")  # noqa: SIM115
     dst: Any = open(out, "wb") if out else sys.stdout.buffer  # noqa: SIM115
     try:
-        for data, is_error in check_lines(src):
+        for data, is_error in check_lines(src, strict=strict, min_words=min_words):
             errors += is_error
             dst.write(data + b"\n")
     finally:
