@@ -1,7 +1,9 @@
 """Outside question sets: `ragsft sources`, the qa_source partitions and the QA chain to a release.
 
 The 70 real HotpotQA training records go in through `ragsft sources add`; the QA chain runs with the
-test doubles of test_rag_sft_assets (scripted by question) as `qa_sft_job`.
+test doubles of test_rag_sft_assets (scripted by question) as `qa_sft_job`, behind a registered backend
+so that every call goes through the real `LLMResource` client and its cache (the manifest's model roles
+and sampling parameters are read from there).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from statistics import median
 
 import dagster as dg
 import pyarrow as pa
@@ -20,13 +24,36 @@ from click.testing import CliRunner
 from ragsft_assets.cli import main
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
+from ragsft_assets.ids import DEFAULT_SEED
+from ragsft_assets.llm import engines
+from ragsft_assets.llm.backends.base import Completion, OnResult, Request
 from ragsft_assets.rag_sft.layout import parse_documents
+from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
-from ragsft_assets_tests.llm_double import ScriptedChatModel
 from ragsft_assets_tests.test_rag_sft_assets import DATA, RECORDS, generator_responder, judge_responder
 
 KEY = "hotpotqa.en"
+BACKEND = "qa-scripted"
+RESPONDERS = {"gen-double": generator_responder, "judge-double": judge_responder}
+
+
+class ResponderBackend:
+    """The scripted responders of test_rag_sft_assets as a backend (one per model name)."""
+
+    def __init__(self, model: str) -> None:
+        self.model, self.responder = model, RESPONDERS[model]
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": BACKEND, "model": self.model, "weights_sha256": "0" * 64}
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        for i, r in enumerate(requests):
+            text = self.responder(r.messages)
+            on_result(i, Completion(text=text, prompt_tokens=1, completion_tokens=len(text.split())))
+
+    def close(self) -> None:
+        pass
 
 
 def _cli(*args: str):
@@ -43,11 +70,13 @@ def qa_run(tmp_path_factory: pytest.TempPathFactory):
     shutil.copy(DATA, copy)
     added = _cli("sources", "add", KEY, "--from", str(copy))
     store = ArtifactStore(home=str(home))
+    engines.register_backend(BACKEND, ResponderBackend)
+    cache = str(home / "llm_cache")
     resources = {
         **default_resources(),
         "store": store,
-        "generator": ScriptedChatModel(generator_responder, "gen-double"),
-        "judge": ScriptedChatModel(judge_responder, "judge-double"),
+        "generator": LLMResource(backend=BACKEND, model="gen-double", cache_dir=cache, role="generator"),
+        "judge": LLMResource(backend=BACKEND, model="judge-double", cache_dir=cache, role="judge"),
     }
     job = build_definitions(resources).get_job_def("qa_sft_job")
     instance = dg.DagsterInstance.ephemeral()
@@ -120,6 +149,75 @@ def test_qa_sft_job_writes_a_hotpotqa_cite_release(qa_run) -> None:
     assert verified.exit_code == 0, verified.output
     assert (folder / "provenance" / "decisions.parquet").is_file()
     assert (folder / "provenance" / "hotpotqa_cite" / "lineage.parquet").is_file()
+
+
+def test_qa_manifest_run_config_and_llm_roles(qa_run) -> None:
+    home, _, _, store = qa_run
+    manifest = json.loads(
+        (home / "releases" / KEY / "provenance" / "hotpotqa_cite" / "manifest.json").read_text()
+    )
+    run_config = manifest["run_config"]
+    assert sorted(run_config) == ["questions", "rag_prompts", "rag_responses", "rag_sft", "rag_verdicts"]
+    # Dagster's config resolution: what the run passed, completed with the defaults
+    assert run_config["questions"] == {"splits": ["train"]}
+    for stage in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft"):
+        cfg = run_config[stage]
+        assert cfg["tokenizer"] == "whitespace" and cfg["seed"] == DEFAULT_SEED, (stage, cfg)
+        assert cfg["twin_share"] == 0.22 and cfg["strict_quotes"] is True
+    roles = manifest["llm_roles"]
+    assert sorted(roles) == ["rag_responses", "rag_verdicts"]
+    assert sorted(roles["rag_responses"]) == ["generator"] and sorted(roles["rag_verdicts"]) == ["judge"]
+    gen, judge = roles["rag_responses"]["generator"], roles["rag_verdicts"]["judge"]
+    assert (gen["backend"], gen["model"], gen["weights_id"]) == (BACKEND, "gen-double", "0" * 64)
+    assert (judge["backend"], judge["model"]) == (BACKEND, "judge-double")
+    n_prompts = store.read(KEY, "rag_prompts").num_rows
+    assert gen["calls"] == n_prompts and gen["cache_hits"] == 0  # one generation per example
+    assert judge["calls"] > 0
+    # sampling parameters of the cached calls: the generator's run config, the judge's temperature 0
+    assert gen["sampling"]["temperature"] == 0.1 and gen["sampling"]["max_tokens"] == 512
+    assert gen["sampling"]["seed"] == DEFAULT_SEED
+    assert judge["sampling"]["temperature"] == 0
+    assert "missing" not in json.dumps(manifest["llm_calls"])
+
+
+def test_qa_card_statistics(qa_run) -> None:
+    home, _, result, store = qa_run
+    card = (home / "releases" / KEY / "README.md").read_text()
+    md = next(
+        e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "qa/release"
+    )
+    stats = md["statistics"].value
+    rows = store.read(KEY, "rag_sft").to_pylist()
+    answers = sorted(len(r["messages"][-1]["content"].split()) for r in rows if r["supporting_facts_titles"])
+    assert stats["answer_words"]["median"] == median(answers) > 0
+    assert stats["documents_per_prompt"]["min"] >= 2 and stats["documents_per_prompt"]["max"] <= 10
+    docs = stats["documents_per_prompt"]
+    ans, ref, tags = stats["answer_words"], stats["refusal_words"], stats["ref_tags_per_answerable"]
+    for line in (
+        f"| documents per prompt (mean, median, min-max) | {docs['mean']}, {docs['median']}, "
+        f"{docs['min']}-{docs['max']} |",
+        f"| answer words (median, p90) | {ans['median']}, {ans['p90']} |",
+        f"| refusal words (median, p90) | {ref['median']}, {ref['p90']} |",
+        f"| `<ref>` tags per answer (mean, median) | {tags['mean']}, {tags['median']} |",
+        f"| rows with an elided excerpt (`A ... B`) | {stats['elided_excerpt_share']} |",
+    ):
+        assert line in card, line
+    # the question mix, generated vs kept, as the rag_sft asset computed it
+    mix = stats["question_mix"]
+    assert "question mix, generated vs kept" in card
+    assert f"| questions |  | 70 | {mix['kept']['questions']} |" in card
+    for facet in ("type", "level"):
+        for value, share in mix["generated"][facet].items():
+            kept = mix["kept"][facet].get(value, 0.0)
+            assert f"| {facet} | {value} | {share} | {kept} |" in card
+    sft_md = next(
+        e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "qa/rag_sft"
+    )
+    assert sft_md["statistics"].value["question_mix"] == mix
 
 
 def test_one_partition_set_per_key(tmp_home: Path) -> None:

@@ -8,7 +8,7 @@ result says which one it used under ``tokenizer``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import mean, median
 from typing import Any
 
@@ -162,3 +162,94 @@ def answer_refusal_words(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "p90": round(_pct(words, 90), 1) if words else None,
         }
     return out
+
+
+def chain_statistics(
+    rows: Sequence[dict[str, Any]],
+    question_meta: Mapping[str, tuple[str, str]],
+    example_questions: Mapping[str, str],
+    token_counter: TokenCounter | None = None,
+    tokenizer_name: str | None = None,
+) -> dict[str, Any]:
+    """Every statistic of a chain's ``rag_sft`` rows: the asset's metadata and the card read this one dict.
+
+    Args:
+        rows: the ``rag_sft`` rows.
+        question_meta: question id -> (type, level), from the chain's input questions.
+        example_questions: example id -> question id, for every prompt built (the generated set).
+        token_counter: see :func:`sft_statistics`.
+        tokenizer_name: its name.
+    """
+    stats = sft_statistics(rows, token_counter, tokenizer_name)
+    stats.update(answer_refusal_words(rows))
+    stats["question_mix"] = question_mix(
+        dict(question_meta),
+        sorted(set(example_questions.values())),
+        sorted({example_questions[r["id"]] for r in rows if r["id"] in example_questions}),
+    )
+    return stats
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
+    """The card's markdown lines for a config's :func:`chain_statistics` (the seed card's tables).
+
+    Documents per prompt; words of answers and of refusals (median, p90); ``<ref>`` tags per
+    answer; the share of rows with an elided excerpt; and the type (bridge/comparison) and level
+    shares of the generated and the kept questions side by side, so that a skew from the filter
+    shows.
+    """
+    from ragsft_assets.table_stats import markdown_table
+
+    docs = stats.get("documents_per_prompt") or {}
+    ans, ref = stats.get("answer_words") or {}, stats.get("refusal_words") or {}
+    tags = stats.get("ref_tags_per_answerable") or {}
+    lines = [f"### `{config}`: citations and answers", ""]
+    lines += [
+        markdown_table(
+            ["measure", "value"],
+            [
+                (
+                    "rows (answerable / unanswerable)",
+                    f"{stats.get('answerable')} / {stats.get('unanswerable')}",
+                ),
+                (
+                    "documents per prompt (mean, median, min-max)",
+                    f"{_cell(docs.get('mean'))}, {_cell(docs.get('median'))}, "
+                    f"{_cell(docs.get('min'))}-{_cell(docs.get('max'))}",
+                ),
+                ("answer words (median, p90)", f"{_cell(ans.get('median'))}, {_cell(ans.get('p90'))}"),
+                ("refusal words (median, p90)", f"{_cell(ref.get('median'))}, {_cell(ref.get('p90'))}"),
+                (
+                    "`<ref>` tags per answer (mean, median)",
+                    f"{_cell(tags.get('mean'))}, {_cell(tags.get('median'))}",
+                ),
+                ("rows with an elided excerpt (`A ... B`)", _cell(stats.get("elided_excerpt_share"))),
+                ("refusals that quote before declining", _cell(stats.get("refusals_that_quote_share"))),
+            ],
+        ),
+        "",
+    ]
+    mix = stats.get("question_mix") or {}
+    gen, kept = mix.get("generated") or {}, mix.get("kept") or {}
+    if gen:
+        rows = [("questions", "", gen.get("questions"), kept.get("questions"))]
+        for facet in ("type", "level"):
+            values = sorted(set(gen.get(facet) or {}) | set(kept.get(facet) or {}))
+            rows += [
+                (facet, v, (gen.get(facet) or {}).get(v, 0.0), (kept.get(facet) or {}).get(v, 0.0))
+                for v in values
+            ]
+        lines += [
+            f"### `{config}`: question mix, generated vs kept",
+            "",
+            "Shares of the questions that got a prompt and of those with a kept row: the filter "
+            "should not skew them.",
+            "",
+            markdown_table(["facet", "value", "generated", "kept"], rows),
+            "",
+        ]
+    return lines

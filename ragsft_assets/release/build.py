@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,15 +112,28 @@ def read_notes(folder: Path) -> list[str]:
 
 
 def write_card(
-    folder: Path, partition: str, limitations: Mapping[str, Any] | None = None, pretty_name: str = ""
+    folder: Path,
+    partition: str,
+    limitations: Mapping[str, Any] | None = None,
+    pretty_name: str = "",
+    sections: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
-    """Render the dataset card from the built release and write it as the README body."""
+    """Render the dataset card from the built release and write it as the README body.
+
+    ``sections`` are markdown lines a family adds under Statistics (see ``card.render_card``).
+    """
     files = layout.release_files(folder)
     decisions = pq.read_table(folder / layout.PROVENANCE / DECISIONS)
     # Plots of an earlier card are removed first so the folder holds only what this card shows.
     shutil.rmtree(folder / layout.PLOTS, ignore_errors=True)
     body, plots = render_card(
-        folder, partition, files, decisions, limitations=limitations, notes=read_notes(folder)
+        folder,
+        partition,
+        files,
+        decisions,
+        limitations=limitations,
+        notes=read_notes(folder),
+        sections=sections,
     )
     layout.write_readme(folder, files, body, pretty_name or f"ragsft {partition}")
     return body, plots

@@ -163,6 +163,7 @@ def render_card(
     limitations: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
     plots: bool = True,
+    sections: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
     """The card's markdown body for a built release, and the plots it wrote.
 
@@ -175,6 +176,8 @@ def render_card(
             ``{"surface_auc_mean": 0.71, "surface_auc_bar": 0.62, "gold_longest_rate": 0.4}``.
         notes: release notes (configs skipped, empty splits).
         plots: write the PNG histograms.
+        sections: markdown lines a family adds under Statistics (the QA release's citation and
+            question-mix tables, ``rag_sft.statistics.card_section``).
     """
     lim = dict(limitations or {})
     parts = [f"# ragsft release `{partition}`", ""]
@@ -236,6 +239,7 @@ def render_card(
             for rel in write_histograms(folder, config, series):
                 written.append(rel)
                 parts += [f"![{rel}]({rel})", ""]
+    parts += list(sections)
     parts += ["Lengths are whitespace-separated words, not model tokens.", ""]
 
     parts += ["## Known limitations", ""]

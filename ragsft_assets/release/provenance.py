@@ -93,6 +93,13 @@ def _sampling(signatures: list[Mapping[str, Any]]) -> dict[str, Any]:
     return {"variants": [distinct[k] for k in sorted(distinct)]}  # several (e.g. per-draft seeds)
 
 
+def _same_model(signature: Mapping[str, Any], identity: Mapping[str, Any]) -> bool:
+    model = signature.get("model")
+    if not isinstance(model, Mapping):
+        return False
+    return (model.get("backend"), model.get("model")) == (identity.get("backend"), identity.get("model"))
+
+
 def llm_roles(
     metadata: Mapping[str, Mapping[str, Any]], llm_calls: Mapping[str, list[Mapping[str, Any]]]
 ) -> dict[str, dict[str, dict[str, Any]]]:
@@ -116,7 +123,9 @@ def llm_roles(
                 "backend": identity.get("backend"),
                 "model": identity.get("model"),
                 "weights_id": identity.get("weights_sha256") or identity.get("weights_id"),
-                "sampling": _sampling(list(llm_calls.get(stage) or [])),
+                # Only this role's model's calls: a stage's ledger also names upstream calls
+                # (rag_verdicts keeps the generation's key beside the judge's).
+                "sampling": _sampling([s for s in llm_calls.get(stage) or [] if _same_model(s, identity)]),
                 "calls": md.get(f"{stats_prefix}/calls"),
                 "cache_hits": md.get(f"{stats_prefix}/cache_hits"),
             }

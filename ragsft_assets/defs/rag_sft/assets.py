@@ -382,15 +382,14 @@ def build_sft_chain(
             counter, name = statistics.whitespace_counter, "whitespace"
         else:
             counter, name = statistics.default_token_counter()
-        stats = statistics.sft_statistics(table.to_pylist(), counter, name)
-        stats.update(statistics.answer_refusal_words(table.to_pylist()))
         # Type/level shares of the generated and the kept questions (the filter must not skew them).
         source = store.read(partition, input_store).select(["id", "type", "level"]).to_pylist()
-        by_example = {p.id: p.question_id for p in prompts}
-        stats["question_mix"] = statistics.question_mix(
+        stats = statistics.chain_statistics(
+            table.to_pylist(),
             {q["id"]: (q["type"], q["level"]) for q in source},
-            sorted({p.question_id for p in prompts}),
-            sorted({by_example[r["id"]] for r in table.select(["id"]).to_pylist()}),
+            {p.id: p.question_id for p in prompts},
+            counter,
+            name,
         )
         return dg.MaterializeResult(
             metadata={

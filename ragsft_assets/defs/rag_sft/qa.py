@@ -11,7 +11,15 @@ import pyarrow.compute as pc
 
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
-from ragsft_assets.defs.rag_sft.assets import QA_GROUP, QA_INPUT_ASSET, QA_PREFIX, qa_rag_sft
+from ragsft_assets.defs.rag_sft.assets import (
+    QA_GROUP,
+    QA_INPUT_ASSET,
+    QA_PREFIX,
+    qa_rag_prompts,
+    qa_rag_responses,
+    qa_rag_sft,
+    qa_rag_verdicts,
+)
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -60,11 +68,37 @@ def questions(
     )
 
 
+# The QA chain's assets whose effective run config and model roles go into the manifests.
+QA_UPSTREAM = [
+    dg.AssetKey([QA_PREFIX, n])
+    for n in (QA_INPUT_ASSET, "rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+]
+
+
+def card_statistics(store: ArtifactStore, partition: str) -> dict:
+    """The QA release card's statistics, from the chain's artifacts (``statistics.chain_statistics``).
+
+    Lengths are whitespace words, as everywhere on the card.
+    """
+    from ragsft_assets.rag_sft import statistics
+
+    rows = store.read(partition, "rag_sft").to_pylist()
+    prompts = store.read(partition, "rag_prompts").select(["id", "question_id"]).to_pylist()
+    source = store.read(partition, QA_INPUT_ASSET).select(["id", "type", "level"]).to_pylist()
+    return statistics.chain_statistics(
+        rows,
+        {q["id"]: (q["type"], q["level"]) for q in source},
+        {p["id"]: p["question_id"] for p in prompts},
+        statistics.whitespace_counter,
+        "whitespace",
+    )
+
+
 @dg.asset(
     partitions_def=qa_source_partitions,
     group_name=QA_GROUP,
     key_prefix=[QA_PREFIX],
-    code_version="qa-release-1",
+    code_version="qa-release-2",
     deps=[qa_rag_sft],
     kinds={"parquet", "huggingface"},
     check_specs=[
@@ -73,6 +107,8 @@ def questions(
 )
 def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
     """``releases/<key>/``: the ``hotpotqa_cite`` config with its card, decisions, lineage, manifests."""
+    from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
+    from ragsft_assets.rag_sft.statistics import card_section
     from ragsft_assets.release import build
     from ragsft_assets.release.verify import verify_release
 
@@ -81,10 +117,22 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
     built = build.build_release(store.root, partition, target)
     for note in built.notes:
         context.log.info(note)
-    # Upstream run config and model roles are not in the QA manifests yet: the release family's
-    # upstream_provenance reads unprefixed snapshot keys (and is being reworked elsewhere).
-    build.write_card(target, partition)
-    manifests = build.write_manifests(target, partition, store.root, store.home_path / "sources")
+    stats = card_statistics(store, partition)
+    build.write_card(target, partition, sections=card_section(stats, "hotpotqa_cite"))
+    # The same provenance as the snapshot release: each QA stage's effective config (Dagster's
+    # config resolution, defaults included) and {stage: {role: {backend, model, ...}}}.
+    chain = [questions, qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft]
+    known = {k: a for a in chain for k in a.keys}
+    run_config, upstream_md, _ = upstream_provenance(context, QA_UPSTREAM, known)
+    manifests = build.write_manifests(
+        target,
+        partition,
+        store.root,
+        store.home_path / "sources",
+        run_config=run_config,
+        upstream_metadata=upstream_md,
+        resources=resource_settings(context),
+    )
     report = verify_release(target)
     rows = {f"{c}/{s}": n for c, splits in built.rows.items() for s, n in splits.items()}
     yield dg.MaterializeResult(
@@ -94,6 +142,10 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
             "configs": dg.MetadataValue.json(sorted(manifests)),
             **funnel_metadata(rows, key="rows_per_split"),
             "decisions": built.decisions,
+            "statistics": dg.MetadataValue.json(stats),
+            "llm_stages": dg.MetadataValue.json(sorted(next(iter(manifests.values()))["llm_roles"]))
+            if manifests
+            else dg.MetadataValue.json([]),
         }
     )
     yield dg.AssetCheckResult(

@@ -1,5 +1,6 @@
 """Release assets: the Hugging Face folder, its dataset card, its manifests (group ``release``)."""
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,26 @@ def _repository(context: Any) -> Any:
         return None
 
 
-def _effective_config(context: dg.AssetExecutionContext, asset: str, passed: Any) -> dict[str, Any] | None:
-    """The op config an asset ran with: what the run passed, completed with the config class's defaults."""
+def _effective_config(
+    context: dg.AssetExecutionContext,
+    asset: str | dg.AssetKey,
+    passed: Any,
+    known: Mapping[dg.AssetKey, dg.AssetsDefinition] | None = None,
+) -> dict[str, Any] | None:
+    """The op config an asset ran with: what the run passed, completed with the config class's defaults.
+
+    The asset's definition comes from the code location, else from ``known`` (the caller's own
+    definitions: ``execute_in_process`` and ``dg.materialize`` set no repository).
+    """
     from dagster._config import process_config  # Dagster's own config resolution (defaults included)
 
+    key = asset if isinstance(asset, dg.AssetKey) else dg.AssetKey(asset)
     repo = _repository(context)
     node = None
-    if repo is not None and dg.AssetKey(asset) in repo.assets_defs_by_key:
-        node = repo.assets_defs_by_key[dg.AssetKey(asset)].node_def
+    if repo is not None and key in repo.assets_defs_by_key:
+        node = repo.assets_defs_by_key[key].node_def
+    elif known and key in known:
+        node = known[key].node_def
     if node is None:  # not in this code location (a test's asset list): as passed
         return dict(passed) if isinstance(passed, dict) else None
     if node.config_schema is None or not node.has_config_field:
@@ -86,22 +99,36 @@ def _written_sha256(context: dg.AssetExecutionContext) -> dict[str, str]:
     return dict(_value(value) or {}) if value is not None else {}
 
 
-def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, dict]:
+def upstream_provenance(
+    context: dg.AssetExecutionContext,
+    upstream: Sequence[str | dg.AssetKey] = UPSTREAM,
+    known: Mapping[dg.AssetKey, dg.AssetsDefinition] | None = None,
+) -> tuple[dict, dict, dict]:
     """Effective run configs, metadata and audit numbers of the latest upstream materializations.
 
-    Returns ``(run_config, metadata, limitations)``, each keyed by upstream asset name:
-    ``run_config`` is each op's effective config (defaults included), ``metadata`` the plain
-    values of its materialization's metadata (``release.provenance.llm_roles`` reads the models
-    from it). Assets never materialized for the partition are absent.
+    Returns ``(run_config, metadata, limitations)``, each keyed by upstream asset name (the last
+    part of a prefixed key: ``qa/rag_responses`` -> ``rag_responses``, the name its ledger stage
+    and store folder carry): ``run_config`` is each op's effective config (defaults included),
+    ``metadata`` the plain values of its materialization's metadata
+    (``release.provenance.llm_roles`` reads the models from it). Assets never materialized for
+    the partition are absent.
+
+    Args:
+        context: the release asset's context (its partition, instance and code location).
+        upstream: the upstream assets, names or keys (default: the snapshot chain's).
+        known: definitions of those assets to resolve their config with when the run has no
+            code location (see ``_effective_config``).
     """
     run_config: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     limits: dict[str, Any] = {}
     instance = context.instance
-    for asset in UPSTREAM:
+    for entry in upstream:
+        key = entry if isinstance(entry, dg.AssetKey) else dg.AssetKey(entry)
+        asset, op_name = key.path[-1], "__".join(key.path)  # Dagster names a prefixed asset's op a__b
         try:
             res = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[context.partition_key]),
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[context.partition_key]),
                 limit=1,
             )
         except Exception:  # an instance without event records: nothing to record
@@ -112,7 +139,7 @@ def upstream_provenance(context: dg.AssetExecutionContext) -> tuple[dict, dict, 
         mat = rec.asset_materialization
         run = instance.get_run_by_id(rec.run_id)
         ops = (run.run_config or {}).get("ops", {}) if run else {}
-        effective = _effective_config(context, asset, (ops.get(asset) or {}).get("config"))
+        effective = _effective_config(context, key, (ops.get(op_name) or {}).get("config"), known)
         if effective is not None:
             run_config[asset] = effective
         md = mat.metadata if mat else {}
