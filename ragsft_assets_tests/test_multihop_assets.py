@@ -16,6 +16,7 @@ from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
 from ragsft_assets.defs.multihop import multihop_assets
 from ragsft_assets.defs.multihop.filters import filter_checks
 from ragsft_assets.ids import derived_id, doc_id
+from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 
@@ -243,9 +244,18 @@ def write_corpus(store: ArtifactStore, partition: str = PARTITION) -> None:
     )
 
 
+# Topic categories of the bridges (the snapshot's topics.tsv); Bridge11 and Bridge12 have none.
+TOPICS = {f"Bridge{i:02d}": ("Industry" if i < 6 else "Trade") for i in range(11)}
+
+
 def materialize(home: Path, run_config: dict | None = None):
     store = ArtifactStore(home=str(home))
     write_corpus(store)
+    topics = home / "snapshots" / PARTITION / "topics.tsv"
+    topics.parent.mkdir(parents=True, exist_ok=True)
+    topics.write_text(
+        "# title\ttopic\n" + "".join(f"{t}\t{c}\n" for t, c in TOPICS.items()), encoding="utf-8"
+    )
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [PARTITION])
     generator, judge = ScriptedChatModel(generator_responder), ScriptedChatModel(judge_responder)
@@ -254,6 +264,7 @@ def materialize(home: Path, run_config: dict | None = None):
         [*multihop_assets, *filter_checks, *upstream],
         resources={
             "store": store,
+            "snapshots": SnapshotSource(home=str(home)),
             "generator": generator,
             "judge": judge,
             "annotator": ScriptedChatModel(annotator_responder),
@@ -426,7 +437,13 @@ def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
     garbage = ScriptedChatModel(lambda m: "<think>hmm")  # unclosed think block: empty answer
     result = dg.materialize(
         [*multihop_assets, *[dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]],
-        resources={"store": store, "generator": garbage, "judge": garbage, "annotator": garbage},
+        resources={
+            "store": store,
+            "snapshots": SnapshotSource(home=str(tmp_path)),
+            "generator": garbage,
+            "judge": garbage,
+            "annotator": garbage,
+        },
         partition_key=PARTITION,
         instance=instance,
         selection=[a.key for a in multihop_assets],
@@ -522,6 +539,15 @@ def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monke
         "| first_hop | leads_to_b | kept | 9 |" in body and "| mechanical_rules | kept | kept | 9 |" in body
     )
     assert "| first_hop | unreadable | dropped | 1 |" in body and "(chance: 2/k" in body
+    # keep rate by topic (the bridge's category, from the snapshot's topics.tsv), counted from the store
+    b_of = {d["id"]: d["b_title"] for d in store.read(PARTITION, "question_drafts").to_pylist()}
+    released = store.read(PARTITION, "multihop_questions")["id"].to_pylist()
+    for topic in ("Industry", "Trade"):
+        ids = [i for i in released if TOPICS.get(b_of[i]) == topic]
+        k = sum(i in kept for i in ids)
+        assert f"| {topic} | {k} | {len(ids)} | {round(k / len(ids), 4)} |" in body, body
+    unknown = sum(b_of[i] not in TOPICS for i in released)
+    assert unknown and f"{unknown} questions have no known topic." in body
     verdicts = pq.read_table(folder / "provenance" / "filtered" / "verdicts.parquet").to_pylist()
     by_filter = Counter((v["filter"], v["kept"]) for v in verdicts)
     assert by_filter == {("first_hop", True): 9, ("first_hop", False): 4, ("mechanical_rules", True): 9}
@@ -555,7 +581,7 @@ def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
     from ragsft_assets.multihop.filter_configs import subset_violations
-    from ragsft_assets.release.build import build_release
+    from ragsft_assets.release.build import build_release, write_card
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -589,6 +615,13 @@ def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
     assert per_criterion[("criteria_annotation/clear_question", "fails")] == 1
     assert per_criterion[("criteria_annotation/clear_question", "holds")] == 11  # 12 annotated
     assert sum(1 for v in verdicts if v["filter"] == "criteria_annotation") == 13
+    body, _ = write_card(folder, PARTITION)
+    section = body.split("### `filtered_qwen`:")[1].split("### `")[0]
+    assert (
+        "| `clear_question` | 1 | 12 | 0.0833 |" in section and "| `bridge_in_a` | 0 | 12 | 0.0 |" in section
+    )
+    assert "1 of 13 questions were never annotated" in section and "same production" in section
+    assert "Keep rate by topic" in section
 
 
 def test_criteria_budget_leaves_the_rest_not_annotated():
@@ -647,7 +680,7 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
     import datasets
 
     from ragsft_assets.multihop.filter_configs import subset_violations
-    from ragsft_assets.release.build import build_release
+    from ragsft_assets.release.build import build_release, write_card
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -674,6 +707,11 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
         ds = datasets.load_dataset(str(folder), config, cache_dir=str(tmp_path / "hf"))
         assert n is None or sum(ds[s].num_rows for s in ds) == n
     assert (folder / "provenance" / "filtered_qwen_v2" / "verdicts.parquet").is_file()
+    body, _ = write_card(folder, PARTITION)
+    section = body.split("### `filtered_qwen_v2`:")[1].split("### `")[0]
+    assert (
+        "publishability score" in section and "| bridge_judge | several_candidates | dropped | 1 |" in section
+    )
 
 
 def test_review_labels_asset_labels_a_sample_for_agreement(run, tmp_path):

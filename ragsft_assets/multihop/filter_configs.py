@@ -19,6 +19,7 @@ VERDICTS_SCHEMA = pa.schema(
         ("verdict", pa.string()),
         ("kept", pa.bool_()),
         ("reason", pa.string()),
+        ("topic", pa.string()),  # the question's topic (its bridge's category), null where unknown
     ]
 )
 
@@ -54,13 +55,20 @@ def subset_violations(child: pa.Table, parent: pa.Table) -> list[tuple[str, str]
     return out
 
 
-def verdicts_table(filters: Mapping[str, Iterable[tuple[str, str, bool, str | None]]]) -> pa.Table:
-    """Provenance rows ``{filter: [(id, verdict, kept, reason)]}`` as one table sorted by (id, filter order)."""
+def verdicts_table(
+    filters: Mapping[str, Iterable[tuple[str, str, bool, str | None]]],
+    topics: Mapping[str, str] | None = None,
+) -> pa.Table:
+    """Provenance rows ``{filter: [(id, verdict, kept, reason)]}`` as one table sorted by (id, filter order).
+
+    ``topics`` (question id -> topic, where known) fills the ``topic`` column, so the card can give
+    the keep rate by topic from the release alone.
+    """
+    topics = topics or {}
     rows = []
     for order, (name, items) in enumerate(filters.items()):
         for qid, verdict, kept, reason in items:
-            rows.append(
-                (qid, order, {"id": qid, "filter": name, "verdict": verdict, "kept": kept, "reason": reason})
-            )
+            row = {"id": qid, "filter": name, "verdict": verdict, "kept": kept, "reason": reason}
+            rows.append((qid, order, {**row, "topic": topics.get(qid)}))
     rows.sort(key=lambda r: (r[0], r[1]))
     return pa.Table.from_pylist([r[2] for r in rows], schema=VERDICTS_SCHEMA)

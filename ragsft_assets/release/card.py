@@ -128,29 +128,107 @@ def write_histograms(folder: Path, config: str, series: Mapping[str, Sequence[fl
     return out
 
 
+# Notes the card gives per filtered config (issue 13): how ours differs from the HotpotQA-fr card's.
+FILTER_NOTES = {
+    "filtered_qwen": (
+        "In the HotpotQA-fr card `filtered_qwen` comes from a larger, later production; here it is a "
+        "subset of `default` from the same production."
+    ),
+    "filtered_qwen_v2": (
+        "The HotpotQA-fr card lists two train-only steps it does not describe (a publishability score "
+        "and a descriptor check); they are left out here."
+    ),
+}
+CRITERIA_FILTER = "criteria_annotation"
+NOT_ANNOTATED = "not_annotated"
+
+
+def _criteria_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The share of failures per criterion among annotated questions, and the never-annotated apart."""
+    per: dict[str, list[int]] = {}
+    for r in rows:
+        if r["filter"].startswith(CRITERIA_FILTER + "/"):
+            fails_total = per.setdefault(r["filter"].split("/", 1)[1], [0, 0])
+            fails_total[0] += r["verdict"] == "fails"
+            fails_total[1] += 1
+    overall = [r for r in rows if r["filter"] == CRITERIA_FILTER]
+    if not overall:
+        return []
+    skipped = sum(r["verdict"] == NOT_ANNOTATED for r in overall)
+    table = [(f"`{c}`", f, n, round(f / n, 4) if n else "-") for c, (f, n) in per.items()]
+    return [
+        "Share of failures per criterion (of the annotated questions; a question can fail several):",
+        "",
+        markdown_table(["criterion", "fails", "annotated", "failure share"], table),
+        "",
+        f"{skipped} of {len(overall)} questions were never annotated (`not_annotated`: interrupted run, "
+        "budget, failed call or unreadable reply): excluded from the config and not counted as rejected.",
+        "",
+    ]
+
+
+def _topic_lines(rows: Sequence[Mapping[str, Any]], kept_ids: set[str]) -> list[str]:
+    """Keep rate by topic (the bridge's category) of the questions the config's filters saw."""
+    topic_of = {r["id"]: r.get("topic") for r in rows}
+    seen: dict[str, list[int]] = {}
+    for qid, topic in topic_of.items():
+        if topic is None:
+            continue
+        kept_total = seen.setdefault(topic, [0, 0])
+        kept_total[0] += qid in kept_ids
+        kept_total[1] += 1
+    if not seen:
+        return ["Keep rate by topic: no topic categories are known for this snapshot.", ""]
+    unknown = sum(t is None for t in topic_of.values())
+    table = [(t, k, n, round(k / n, 4)) for t, (k, n) in sorted(seen.items())]
+    return [
+        "Keep rate by topic (the bridge document's category):",
+        "",
+        markdown_table(["topic", "kept", "questions", "keep rate"], table),
+        "",
+        *([f"{unknown} questions have no known topic.", ""] if unknown else []),
+    ]
+
+
 def filter_sections(folder: Path, files: Mapping[str, Mapping[str, str]]) -> list[str]:
-    """Per filtered config, the verdict table of every filter (``provenance/<config>/verdicts.parquet``)."""
+    """Per filtered config (``provenance/<config>/verdicts.parquet``): the verdict table of every
+    filter, the share of failures per criterion, the keep rate by topic where topics are known, and
+    the notes on how the config differs from the HotpotQA-fr card's."""
     parts: list[str] = []
-    for config in files:
+    for config, splits in files.items():
         path = folder / "provenance" / config / "verdicts.parquet"
         if not path.is_file():
             continue
+        table = pq.read_table(path)
+        rows = table.select(
+            [c for c in ("id", "filter", "verdict", "kept", "topic") if c in table.schema.names]
+        )
+        data = rows.to_pylist()
         counts: dict[tuple[str, str, bool], int] = {}
         order: dict[str, int] = {}
-        for r in pq.read_table(path, columns=["filter", "verdict", "kept"]).to_pylist():
+        for r in data:
             order.setdefault(r["filter"], len(order))
             k = (r["filter"], r["verdict"], r["kept"])
             counts[k] = counts.get(k, 0) + 1
         if not parts:
             parts += ["## Filters", ""]
         parts += [f"### `{config}`: verdicts of each filter, in the order they ran", ""]
-        rows = [
+        if config in FILTER_NOTES:
+            parts += [FILTER_NOTES[config], ""]
+        table_rows = [
             (f, v, "kept" if kept else "dropped", n)
             for (f, v, kept), n in sorted(
                 counts.items(), key=lambda kv: (order[kv[0][0]], not kv[0][2], kv[0][1])
             )
         ]
-        parts += [markdown_table(["filter", "verdict", "outcome", "questions"], rows), ""]
+        parts += [markdown_table(["filter", "verdict", "outcome", "questions"], table_rows), ""]
+        parts += _criteria_lines(data)
+        kept_ids = {
+            i
+            for rel in splits.values()
+            for i in pq.read_table(folder / rel, columns=["id"])["id"].to_pylist()
+        }
+        parts += _topic_lines(data, kept_ids)
     return parts
 
 

@@ -23,7 +23,9 @@ from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import mechanical_rules as mr
 from ragsft_assets.multihop import targeted_judges as tj
+from ragsft_assets.multihop import topics as tp
 from ragsft_assets.prompts import load_prompt, templates_version
+from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, write_parquet
 
@@ -136,6 +138,19 @@ def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) ->
     return dg.MaterializeResult(metadata=md)
 
 
+def _topics(store: ArtifactStore, snapshots: SnapshotSource, partition: str) -> dict[str, str]:
+    """Question id -> topic (its bridge's category) from the snapshot's topic file; {} without one."""
+    path = tp.find_topic_file(snapshots.folder(partition), snapshots.config(partition).get("topics_file", ""))
+    if path is None:
+        return {}
+    drafts = store.read(partition, "question_drafts").select(["id", "b_title"]).to_pylist()
+    return tp.question_topics({d["id"]: d["b_title"] for d in drafts}, tp.read_topics(path))
+
+
+def _topic_metadata(topics: dict[str, str], ids: list[str]) -> dict[str, object]:
+    return {"questions_with_topic": sum(i in topics for i in ids), "topics": len(set(topics.values()))}
+
+
 FILTERED_ASSET = "multihop_filtered"
 # Beside the split files, in a subfolder so that readers of the asset's split files never see it;
 # the release copies it to provenance/<config>/verdicts.parquet.
@@ -153,11 +168,13 @@ def _split_tables(store: ArtifactStore, partition: str, asset: str) -> dict[str,
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     deps=["mechanical_rules", "first_hop", "multihop_questions"],
 )
-def multihop_filtered(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+def multihop_filtered(
+    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
+) -> dg.MaterializeResult:
     """The ``filtered`` configuration: the rows of ``default`` that first_hop and mechanical_rules keep.
 
     Rows are the parent's, unchanged (byte-identical row for row); ``provenance/verdicts.parquet``
@@ -173,13 +190,15 @@ def multihop_filtered(context: dg.AssetExecutionContext, store: ArtifactStore) -
         child = fc.subset_rows(parent, kept)
         paths[split] = store.write(child, partition, FILTERED_ASSET, split)
         rows[split] = child.num_rows
+    topics = _topics(store, snapshots, partition)
     verdicts = fc.verdicts_table(
         {
             "first_hop": [
                 (r["id"], r["verdict"], r["verdict"] == fh.LEADS_TO_B, r["entity"]) for r in fh_rows
             ],
             "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
-        }
+        },
+        topics,
     )
     write_parquet(verdicts, store.root / partition / FILTERED_ASSET / VERDICTS_FILE)
     md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
@@ -187,6 +206,7 @@ def multihop_filtered(context: dg.AssetExecutionContext, store: ArtifactStore) -
         {
             "parent": "multihop_questions",
             "parent_rows": len(fh_rows),
+            **_topic_metadata(topics, [r["id"] for r in fh_rows]),
             "rows": sum(rows.values()),
             **{f"rows/{s}": n for s, n in sorted(rows.items())},
             **funnel_metadata(
@@ -294,11 +314,13 @@ FILTERED_QWEN_ASSET = "multihop_filtered_qwen"
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     deps=["criteria_annotation", "multihop_questions"],
 )
-def multihop_filtered_qwen(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+def multihop_filtered_qwen(
+    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
+) -> dg.MaterializeResult:
     """The ``filtered_qwen`` configuration: the rows of ``default`` whose six criteria all hold.
 
     Same production as ``default`` (the card's comes from a larger, later one). Provenance: the
@@ -317,7 +339,9 @@ def multihop_filtered_qwen(context: dg.AssetExecutionContext, store: ArtifactSto
         provenance[f"criteria_annotation/{c}"] = [
             (r["id"], "holds" if r[c] else "fails", bool(r[c]), None) for r in rows if r[c] is not None
         ]
-    md = _write_config(store, partition, FILTERED_QWEN_ASSET, kept, fc.verdicts_table(provenance))
+    topics = _topics(store, snapshots, partition)
+    md = _write_config(store, partition, FILTERED_QWEN_ASSET, kept, fc.verdicts_table(provenance, topics))
+    md.update(_topic_metadata(topics, [r["id"] for r in rows]))
     counts = Counter(r["verdict"] for r in rows)
     md.update(
         funnel_metadata(
@@ -464,12 +488,12 @@ CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="1",
+    code_version="2",
     kinds={"parquet"},
     deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions"],
 )
 def multihop_filtered_qwen_v2(
-    context: dg.AssetExecutionContext, store: ArtifactStore
+    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
 ) -> dg.MaterializeResult:
     """``filtered_qwen_v2``: the rows of ``filtered_qwen`` that bridge_judge then language_judge keep.
 
@@ -489,7 +513,9 @@ def multihop_filtered_qwen_v2(
         "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
         "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
     }
-    md = _write_config(store, partition, FILTERED_QWEN_V2_ASSET, kept, fc.verdicts_table(provenance))
+    topics = _topics(store, snapshots, partition)
+    md = _write_config(store, partition, FILTERED_QWEN_V2_ASSET, kept, fc.verdicts_table(provenance, topics))
+    md.update(_topic_metadata(topics, [r["id"] for r in crit]))
     md.update(
         funnel_metadata(
             {
