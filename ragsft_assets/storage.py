@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ragsft_assets import leftovers
 from ragsft_assets.home import assets_dir
 
 ALL = "all"  # file stem of an asset that has no splits
@@ -26,10 +27,20 @@ def asset_path(partition: str, asset: str, part: str = ALL, root: Path | None = 
     return (root or assets_dir()) / partition / asset / f"{part}.parquet"
 
 
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A temp file beside ``path``, named after this process; first removes those of dead writers.
+
+    ``.<name>.<host>-<pid>-<start>-XXXX.tmp``: a writer killed mid-write leaves its temp file, and
+    the next write of the same path removes it (``leftovers``).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.remove_stale(path.parent, f".{path.name}.")
+    return tempfile.mkstemp(dir=path.parent, prefix=leftovers.owned(f".{path.name}."), suffix=".tmp")
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write bytes to ``path`` atomically (temp file + rename in the same folder)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -45,8 +56,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
 
 def write_parquet(table: pa.Table, path: Path) -> Path:
     """Write ``table`` to ``path`` atomically, deterministically (no timestamps, fixed options)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _temp_beside(path)
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd", write_statistics=True, use_dictionary=True)

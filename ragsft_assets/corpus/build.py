@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from ragsft_assets import leftovers
 from ragsft_assets.corpus.abstracts import (
     ABSTRACTS_SCHEMA,
     BAD_INPUT_REASONS,
@@ -49,6 +50,7 @@ from ragsft_assets.corpus.structured_wikipedia import (
     iter_xml_dump_records,
 )
 
+CHUNKS_PREFIX = ".abstracts.chunks-"  # the per-build folder of chunk files (see build_abstracts)
 CHUNK_BYTES = 4 << 20  # 4 MiB of JSON lines per task: large enough to amortise, small enough to stream
 GZ_CHUNK_LINES = 500
 
@@ -260,15 +262,20 @@ def build_abstracts(
         cfg: filters, language, seed and split shares.
         workers: processes to use (1 = in this process).
         chunk_bytes: size of a JSON-lines task.
-        tmp_dir: where the per-chunk files go (a temporary folder in it, removed at the end; default:
-            the system's temporary folder).
+        tmp_dir: where the per-chunk files go (a temporary folder in it, removed at the end, and
+            the folders of killed builds removed at the start; default: the system's temporary folder).
 
     Returns:
         The table and its funnel: ``lines_read`` (non-blank lines or Parquet rows), one count per
         reason of :data:`REASONS`, and ``kept``; the link funnel; up to 5 bad-line examples per chunk
         as ``(file name, line number, reason, detail)``; the rejected ``(id, reason, title)``.
     """
-    with tempfile.TemporaryDirectory(prefix="ragsft_abstracts_", dir=tmp_dir) as out_dir:
+    # Named after this process: chunks of a build killed mid-way are removed by the next build
+    # once that process is gone (``leftovers``); TemporaryDirectory cleans up every other ending.
+    parent = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    leftovers.remove_stale(parent, CHUNKS_PREFIX)
+    with tempfile.TemporaryDirectory(prefix=leftovers.owned(CHUNKS_PREFIX), dir=parent) as out_dir:
         return _build_abstracts(files, cfg, workers, chunk_bytes, out_dir)
 
 

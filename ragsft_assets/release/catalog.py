@@ -30,6 +30,7 @@ from pathlib import Path
 
 import duckdb
 
+from ragsft_assets import leftovers
 from ragsft_assets.home import assets_dir, ragsft_home, releases_dir
 from ragsft_assets.release.decisions import final_decisions_sql
 from ragsft_assets.sql import sql_literal
@@ -74,7 +75,10 @@ def build_catalog(home: Path | None = None, db_path: Path | None = None) -> Cata
     home = home or ragsft_home()
     db_path = db_path or catalog_path(home)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=db_path.parent, prefix=f".{db_path.name}.", suffix=".tmp")
+    # Named after this process: a build killed mid-way leaves its file (and DuckDB's .wal beside it),
+    # which the next build removes once that process is gone (``leftovers``).
+    leftovers.remove_stale(db_path.parent, f".{db_path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=db_path.parent, prefix=leftovers.owned(f".{db_path.name}."), suffix=".tmp")
     os.close(fd)
     os.unlink(tmp)  # DuckDB wants to create the file itself
     summary = CatalogSummary(db_path)

@@ -17,6 +17,7 @@ features come from the Parquet schemas, which keep the upstream Arrow types.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -28,7 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
+from ragsft_assets import leftovers
 from ragsft_assets.storage import SPLITS, asset_files, write_parquet
+
+log = logging.getLogger(__name__)
 
 README = "README.md"
 PROVENANCE = "provenance"
@@ -212,16 +216,49 @@ def release_files(folder: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+def _sibling_prefix(target: Path, kind: str) -> str:
+    return f".{target.name}.{kind}-"
+
+
+def recover(target: Path) -> list[str]:
+    """Clean up what killed builds of ``target`` left beside it; returns one line per thing done.
+
+    Only entries whose owner process is gone on this host are touched (``leftovers``): a staging
+    folder (``.<name>.build-<owner>``) is removed; an old release set aside by a swap
+    (``.<name>.old-<owner>``) is renamed back to ``target`` when ``target`` is missing (the build was
+    killed between the two renames: the old release is whole, the new one never got its card and
+    manifests), else removed.
+    """
+    done = []
+    for old in leftovers.stale_entries(target.parent, _sibling_prefix(target, "old")):
+        if not target.exists():
+            os.replace(old, target)
+            done.append(f"restored {target} from {old.name}, set aside by a build that was killed")
+        else:
+            leftovers.remove(old)
+            done.append(f"removed {old}, left by a build that was killed")
+    for built in leftovers.stale_entries(target.parent, _sibling_prefix(target, "build")):
+        leftovers.remove(built)
+        done.append(f"removed {built}, left by a build that was killed")
+    for line in done:
+        log.warning(line)
+    return done
+
+
 def swap_into_place(built: Path, target: Path) -> Path:
     """Replace ``target`` by the fully built folder ``built`` (same parent), never leaving a half folder.
 
     The old release is renamed aside, the new one renamed in, then the old one deleted: a reader
-    sees either the old or the new folder, and a crash in between leaves the old one beside it.
+    sees either the old or the new folder. A process killed in between leaves the old one aside
+    under its pid, and the next build puts it back (:func:`recover`).
     """
     target.parent.mkdir(parents=True, exist_ok=True)
+    recover(target)
     old = None
     if target.exists():
-        old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.old-"))
+        old = Path(
+            tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(_sibling_prefix(target, "old")))
+        )
         os.rmdir(old)
         os.replace(target, old)
     os.replace(built, target)
@@ -231,6 +268,11 @@ def swap_into_place(built: Path, target: Path) -> Path:
 
 
 def staging_dir(target: Path) -> Path:
-    """A fresh temp folder beside ``target`` (same filesystem, so the final rename is atomic)."""
+    """A fresh temp folder beside ``target`` (same filesystem, so the final rename is atomic).
+
+    Named after this process (``.<name>.build-<host>-<pid>-<start>-XXXX``), so that a build killed
+    while writing leaves a folder the next build recognizes as dead and removes (:func:`recover`).
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.build-"))
+    recover(target)
+    return Path(tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(_sibling_prefix(target, "build"))))

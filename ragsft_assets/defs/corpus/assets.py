@@ -173,7 +173,9 @@ def abstracts(
     )
     workers = config.workers or default_workers()
     context.log.info(f"reading {len(files)} dump file(s) of {key} with {workers} worker(s)")
-    build = build_abstracts(files, cfg, workers=workers)
+    # Chunk files beside the partition's assets, not in the system temp folder (often a RAM tmpfs):
+    # same disk as the output, and a killed build's chunks are found and removed by the next one.
+    build = build_abstracts(files, cfg, workers=workers, tmp_dir=str(store.root / key))
     check_bad_share(build, config.max_bad_share, where=str(snapshots.folder(key)))
     for f, n, reason, detail in build.bad_examples[:20]:
         context.log.warning(f"skipped {f}:{n}: {reason} ({detail})")

@@ -1,0 +1,124 @@
+"""Temporary files and folders named after the process that owns them, and the clean-up of dead ones.
+
+A process killed with SIGKILL (an OOM kill, a closed laptop, an evicted pod) runs no ``finally``: its
+staging folders and half-written temporary files stay where they were. Every temporary name the
+project makes beside its outputs therefore carries its owner, ``<prefix><host>-<pid>-<start>-<rand>``
+(``start``: the process's start time in whole seconds, so a pid reused by a later process, as in a
+container where the CLI is always pid 7, is not taken for the owner). The next writer of the same
+output removes the entries of that prefix whose owner is gone **on this host**; an entry made on
+another host (a shared home) is left alone, since its process cannot be seen from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+_HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
+# The owner's part of a name: host (may hold '-'), pid, start; the random part of tempfile holds no '-'.
+_OWNER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<start>\d+)-(?P<rest>[^-]*)")
+
+
+def _host() -> str:
+    return _HOST_CHARS.sub("_", socket.gethostname()) or "host"
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+@functools.cache
+def _own_tag(pid: int) -> str:
+    return f"{_host()}-{pid}-{_start_time(pid) or 0}-"
+
+
+def owner_tag() -> str:
+    """``<host>-<pid>-<start>-``: what this process puts after a prefix in the temporary names it makes."""
+    return _own_tag(os.getpid())
+
+
+def owned(prefix: str) -> str:
+    """``prefix`` followed by this process's owner tag: the prefix to give ``tempfile.mkstemp``/``mkdtemp``."""
+    return prefix + owner_tag()
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The process named in a temporary entry's name."""
+
+    host: str
+    pid: int
+    start: int
+
+    def alive(self) -> bool:
+        """Whether the owner still runs here: same host, the pid alive, not a zombie, same start time."""
+        if self.host != _host():
+            return True  # another host's process: cannot be seen from here, so never taken for dead
+        try:
+            proc = psutil.Process(self.pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return False
+            created = proc.create_time()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            return False
+        except psutil.AccessDenied:
+            return True  # exists, someone else's: assume alive
+        # start 0: the start time could not be read when the name was made; the pid alone decides
+        return self.start == 0 or abs(int(created) - self.start) <= 1
+
+
+def owner_of(name: str, prefix: str) -> Owner | None:
+    """The owner named in ``name`` after ``prefix``, or None when the name is not of that form."""
+    if not name.startswith(prefix):
+        return None
+    m = _OWNER.fullmatch(name[len(prefix) :])
+    if m is None:
+        return None
+    return Owner(m["host"], int(m["pid"]), int(m["start"]))
+
+
+def stale_entries(parent: Path, prefix: str) -> list[Path]:
+    """Entries of ``parent`` named ``prefix<owner>...`` whose owner process is gone on this host, sorted."""
+    try:
+        names = sorted(os.listdir(parent))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        owner = owner_of(name, prefix)
+        if owner is not None and not owner.alive():
+            out.append(parent / name)
+    return out
+
+
+def remove(path: Path) -> None:
+    """Remove a file, a link or a folder tree (already gone is fine)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def remove_stale(parent: Path, prefix: str) -> list[Path]:
+    """Remove what :func:`stale_entries` finds; returns the removed paths (each logged as a warning)."""
+    removed = stale_entries(parent, prefix)
+    for path in removed:
+        remove(path)
+        log.warning("removed %s, left by a killed process", path)
+    return removed
