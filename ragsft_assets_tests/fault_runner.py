@@ -1,11 +1,19 @@
-"""Test-only: the graph up to an LLM stage, run in a subprocess that the fault-injection tests SIGKILL.
+"""Test-only: the graph's stages run in a subprocess that the fault-injection tests SIGKILL.
 
-``python -m ragsft_assets_tests.fault_runner HOME DELAY_S MAX_PAIRS [stage-only]`` materializes
-``question_drafts`` and (without a 4th argument) everything upstream (the corpus build included) for the sample snapshot into HOME, in
-``$DAGSTER_HOME``'s instance, the way the CLI runs (dead-run clean-up, process tags, stoppable). The
-model is the oracle double behind a registered backend, so every call goes through the real
-``LLMResource`` client and its cache (HOME/llm_cache): the parent counts cache entries. DELAY_S slows
-each call so that a kill lands mid-batch.
+``python -m ragsft_assets_tests.fault_runner HOME DELAY_S MAX_PAIRS MODE`` materializes, for the sample
+snapshot into HOME, in ``$DAGSTER_HOME``'s instance, the way the CLI runs (dead-run clean-up, process
+tags, stoppable):
+
+- ``reference``: ``question_drafts`` and everything upstream (the corpus build included), then, in a
+  second run, the release (``release``, ``dataset_card``, ``release_manifest``): the uninterrupted run;
+- ``stage``: ``question_drafts`` alone; DELAY_S slows each model call, so a kill lands mid-batch;
+- ``release``: the release alone; DELAY_S is slept after each data file the release writes into its
+  staging folder, so a kill lands while it writes the folder;
+- ``corpus``: ``abstracts`` alone; DELAY_S is slept once the chunk files are written and before
+  they are merged, so a kill lands while they exist.
+
+The model is the oracle double behind a registered backend, so every call goes through the real
+``LLMResource`` client and its cache (HOME/llm_cache): the parent counts cache entries.
 """
 
 from __future__ import annotations
@@ -47,8 +55,39 @@ class OracleBackend:
         pass
 
 
-def run(home: Path, delay_s: float, max_pairs: int, stage_only: bool = False) -> dg.ExecuteInProcessResult:
-    """Run the stage (and its upstream unless ``stage_only``) into ``home`` the way the CLI does."""
+RELEASE_ASSETS = ("release", "dataset_card", "release_manifest")
+MODES = ("reference", "stage", "release", "corpus")
+
+
+def _slow_down(mode: str, delay_s: float) -> None:
+    """Make the step that ``mode`` kills slow at the point the kill must land (test-only patches)."""
+    if delay_s <= 0:
+        return
+    if mode == "release":
+        from ragsft_assets.release import layout
+
+        write = layout.write_parquet
+
+        def slow_write(table, path):  # noqa: ANN001, ANN202 - same signature as storage.write_parquet
+            out = write(table, path)
+            time.sleep(delay_s)
+            return out
+
+        layout.write_parquet = slow_write  # the data files of write_data_files, in the staging folder
+    elif mode == "corpus":
+        from ragsft_assets.corpus import build
+
+        merge = build.merge_chunks
+
+        def slow_merge(paths):  # noqa: ANN001, ANN202 - same signature as build.merge_chunks
+            time.sleep(delay_s)
+            return merge(paths)
+
+        build.merge_chunks = slow_merge
+
+
+def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> bool:
+    """Run ``mode``'s stages into ``home`` the way the CLI does; True when every run succeeded."""
     from ragsft_assets.cli.runs import clean_before_run
     from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
     from ragsft_assets.definitions import build_definitions
@@ -59,14 +98,17 @@ def run(home: Path, delay_s: float, max_pairs: int, stage_only: bool = False) ->
     from ragsft_assets.resources.snapshots import SnapshotSource
     from ragsft_assets.resources.store import ArtifactStore
 
+    if mode not in MODES:
+        raise SystemExit(f"mode must be one of {MODES}, not {mode!r}")
     # the delay is not in the options: the engine registry keys on them, the cache on identity()
     backends: list[OracleBackend] = []
 
     def factory(model: str) -> OracleBackend:
-        backends.append(OracleBackend(model, delay_s))
+        backends.append(OracleBackend(model, delay_s if mode == "stage" else 0.0))
         return backends[-1]
 
     engines.register_backend(BACKEND, factory)
+    _slow_down(mode, delay_s)
     install_snapshot(KEY, sample_folder(), home)
 
     def llm(role: str) -> LLMResource:
@@ -78,29 +120,45 @@ def run(home: Path, delay_s: float, max_pairs: int, stage_only: bool = False) ->
         "catalog": CatalogResource(home=str(home)),
         **{role: llm(role) for role in LLM_ROLES},
     }
-    job = dg.define_asset_job(
-        "fault_llm_job",
-        selection=dg.AssetSelection.assets(STAGE)
-        if stage_only
-        else dg.AssetSelection.assets(STAGE).upstream(),
-    )
-    defs = dg.Definitions.merge(build_definitions(resources), dg.Definitions(jobs=[job]))
+    selections = {
+        "chain": dg.AssetSelection.assets(STAGE).upstream(),
+        "stage": dg.AssetSelection.assets(STAGE),
+        "release": dg.AssetSelection.assets(*RELEASE_ASSETS),
+        "corpus": dg.AssetSelection.assets("abstracts"),
+    }
+    jobs = [dg.define_asset_job(f"fault_{name}_job", selection=sel) for name, sel in selections.items()]
+    defs = dg.Definitions.merge(build_definitions(resources), dg.Definitions(jobs=jobs))
     instance = dg.DagsterInstance.get()
     if not instance.has_dynamic_partition("snapshot", KEY):
         instance.add_dynamic_partitions("snapshot", [KEY])
-    clean_before_run()
-    result = execute_in_process_stoppable(
-        defs.resolve_job_def("fault_llm_job"),
-        instance,
-        partition_key=KEY,
-        run_config={"ops": {STAGE: {"config": {"max_pairs": max_pairs}}}},
-        tags=process_tags(),
-    )
+    ok = True
+    for name in ("chain", "release") if mode == "reference" else (mode,):
+        clean_before_run()
+        ops: dict[str, dict] = {}
+        if name in ("chain", "stage"):
+            ops[STAGE] = {"config": {"max_pairs": max_pairs}}
+        if name in ("chain", "corpus"):
+            # One worker (the output does not depend on it): no fork server to start, seconds of CI.
+            ops["abstracts"] = {"config": {"workers": 1}}
+        config = {"ops": ops} if ops else {}
+        result = execute_in_process_stoppable(
+            defs.resolve_job_def(f"fault_{name}_job"),
+            instance,
+            partition_key=KEY,
+            run_config=config,
+            tags=process_tags(),
+        )
+        ok = ok and result.success
     # the parent checks that a rerun makes only the missing calls
     print(f"backend calls: {sum(b.calls for b in backends)}", flush=True)
-    return result
+    return ok
 
 
 if __name__ == "__main__":
-    result = run(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), stage_only=len(sys.argv) > 4)
-    sys.exit(0 if result.success else 1)
+    ok = run(
+        Path(sys.argv[1]),
+        float(sys.argv[2]),
+        int(sys.argv[3]),
+        sys.argv[4] if len(sys.argv) > 4 else "reference",
+    )
+    sys.exit(0 if ok else 1)

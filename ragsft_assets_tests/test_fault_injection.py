@@ -1,13 +1,21 @@
 """Fault injection with real subprocesses: SIGKILL (whole process group) in the middle of a stage, rerun.
 
-Case (a), an LLM stage mid-batch with the test double: ``question_drafts`` is killed once the cache
-holds some but not all of its calls (polled from the parent in the cache's SQLite file). The rerun
-must finish with no manual step, make exactly the missing calls, leave no partial or temporary file,
-and write outputs byte-identical to an uninterrupted run (one reference run shared by the cases).
+One uninterrupted reference run (the LLM chain, then the release) is shared by the cases; each case
+copies what the reference built upstream of its stage into a fresh home, kills its stage at a point
+polled from the parent, and reruns it. The rerun must finish with no manual step (the dead run is
+cleaned by the rerun itself), make only the missing model calls, leave no partial or temporary file
+anywhere under the home, and write outputs byte-identical to the reference.
+
+- (a) an LLM stage mid-batch with the test double: ``question_drafts`` killed once the cache holds
+  some but not all of its calls (polled in the cache's SQLite file);
+- (b) the release while it writes its folder: killed once its staging folder holds a data file;
+  ``ragsft verify`` passes on the rerun's release;
+- (c) the corpus build while it writes its chunks: ``abstracts`` killed while its chunk files exist.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,25 +23,90 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from click.testing import CliRunner
 
+from ragsft_assets.cli import main as ragsft
 from ragsft_assets_tests.fault_runner import KEY, STAGE
 
 PAIRS = 6
-TEMP_MARKERS = (".tmp", ".part", "~", ".partial")
+TEMP_MARKERS = (".tmp", ".part", "~", ".partial", ".wal", "-journal")
 POOLS_YAML = "concurrency:\n  pools:\n    default_limit: 1\n    granularity: op\n"
+RELEASE = Path("releases") / KEY
 
 
-def _runner(home: Path, dagster_home: Path, delay_s: float, stage_only: bool) -> list[str]:
-    args = [sys.executable, "-m", "ragsft_assets_tests.fault_runner", str(home), str(delay_s), str(PAIRS)]
-    return args + (["stage-only"] if stage_only else [])
+@dataclass(frozen=True)
+class Reference:
+    """The uninterrupted run: its home and its Dagster instance."""
+
+    home: Path
+    dagster: Path
+
+
+def _runner(home: Path, delay_s: float, mode: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ragsft_assets_tests.fault_runner",
+        str(home),
+        str(delay_s),
+        str(PAIRS),
+        mode,
+    ]
 
 
 def _env(dagster_home: Path, home: Path) -> dict[str, str]:
-    return {**os.environ, "DAGSTER_HOME": str(dagster_home), "RAGSFT_HOME": str(home)}
+    # The commit is pinned: others commit to this checkout while the suite runs, and the manifests
+    # record the commit, so an unpinned one could differ between the reference and a rerun.
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "RAGSFT_HOME": str(home),
+        "RAGSFT_GIT_COMMIT": "test",
+    }
+
+
+def _run(home: Path, dagster_home: Path, mode: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        _runner(home, 0.0, mode),
+        env=_env(dagster_home, home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _kill_when(home: Path, dagster_home: Path, delay_s: float, mode: str, ready, what: str) -> None:  # noqa: ANN001
+    """Start ``mode`` slowed by ``delay_s``, wait until ``ready()``, then SIGKILL its process group."""
+    log = home.parent / f"killed-{mode}.log"  # beside the home, not in it: the home is checked for leftovers
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            _runner(home, delay_s, mode),
+            env=_env(dagster_home, home),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,  # killed as a whole process group, like an OOM kill of the CLI
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while not ready():
+                if proc.poll() is not None:
+                    tail = log.read_text(errors="replace")[-3000:]
+                    pytest.fail(
+                        f"runner exited ({proc.returncode}) before the kill, {what} never seen:\n{tail}"
+                    )
+                assert time.monotonic() < deadline, f"{what} never seen"
+                time.sleep(0.05)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # it had already exited (the failure says why)
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def _cache_count(home: Path) -> int:
@@ -47,10 +120,25 @@ def _cache_count(home: Path) -> int:
         return 0
 
 
-def _files(home: Path) -> dict[str, bytes]:
-    """Every file of the home's assets, by relative path (the inputs and the cache are elsewhere)."""
-    root = home / "assets"
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root``, by relative path."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _leftovers(home: Path) -> list[str]:
+    """Hidden or temporary-looking files and folders anywhere under the home (releases included)."""
+    return [
+        str(p.relative_to(home))
+        for p in sorted(home.rglob("*"))
+        if p.name.startswith(".") or any(m in p.name for m in TEMP_MARKERS)
+    ]
+
+
+def _assert_same(root: Path, ref: Path) -> None:
+    files, expected = _files(root), _files(ref)
+    assert sorted(files) == sorted(expected)  # nothing extra, nothing missing
+    for name, data in expected.items():
+        assert files[name] == data, f"{name} differs from the uninterrupted run"
 
 
 def _calls(stdout: str) -> int:
@@ -59,70 +147,111 @@ def _calls(stdout: str) -> int:
     return int(lines[-1].split(": ")[1])
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One uninterrupted run of the stage and its upstream: the bytes every case must reproduce."""
-    home = tmp_path_factory.mktemp("reference")
-    dh = tmp_path_factory.mktemp("reference_dagster")
-    done = subprocess.run(
-        _runner(home, dh, 0.0, stage_only=False),
-        env=_env(dh, home),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert _calls(done.stdout) == PAIRS == _cache_count(home)
-    return home
+def _statuses(dagster_home: Path) -> list[str]:
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        return [r.status.value for r in instance.get_runs()]  # newest first
 
 
-def test_llm_stage_killed_mid_batch_reruns_only_missing_calls(reference: Path, tmp_path: Path) -> None:
-    home, dh = tmp_path / "home", tmp_path / "dagster"
+def _fresh_instance(tmp_path: Path) -> Path:
+    dh = tmp_path / "dagster"
     dh.mkdir()
-    # the project's single-slot pools: a killed run's `gpu` slot would block the rerun forever
+    # the project's single-slot pools: a killed run's slot would block the rerun forever
     (dh / "dagster.yaml").write_text(POOLS_YAML, encoding="utf-8")
+    return dh
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One uninterrupted run of the LLM chain and then of the release: the bytes every case must reproduce."""
+    ref = Reference(tmp_path_factory.mktemp("reference"), tmp_path_factory.mktemp("reference_dagster"))
+    done = _run(ref.home, ref.dagster, "reference", timeout=300)
+    assert _calls(done.stdout) == PAIRS == _cache_count(ref.home)
+    assert (ref.home / RELEASE / "README.md").is_file()
+    assert _leftovers(ref.home) == []
+    return ref
+
+
+def test_llm_stage_killed_mid_batch_reruns_only_missing_calls(reference: Reference, tmp_path: Path) -> None:
+    home, dh = tmp_path / "home", _fresh_instance(tmp_path)
     # the upstream as the reference built it; the stage itself is what gets killed
-    shutil.copytree(reference, home, ignore=shutil.ignore_patterns("llm_cache", STAGE, f"{STAGE}.parquet"))
+    shutil.copytree(
+        reference.home,
+        home,
+        ignore=shutil.ignore_patterns("llm_cache", STAGE, f"{STAGE}.parquet", "releases", "catalog.duckdb"),
+    )
     assert not (home / "assets" / KEY / STAGE).exists()
 
-    proc = subprocess.Popen(
-        _runner(home, dh, 0.5, stage_only=True),
-        env=_env(dh, home),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # killed as a whole process group, like an OOM kill of the CLI
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while _cache_count(home) < PAIRS // 2:
-            assert proc.poll() is None, "runner exited before the kill"
-            assert time.monotonic() < deadline, "the stage never got halfway"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    _kill_when(home, dh, 0.5, "stage", lambda: _cache_count(home) >= PAIRS // 2, "half of the calls")
     before = _cache_count(home)
     assert 0 < before < PAIRS, before  # killed mid-batch
     assert not (home / "assets" / KEY / STAGE).exists()
 
-    rerun = subprocess.run(
-        _runner(home, dh, 0.0, stage_only=True),
-        env=_env(dh, home),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert rerun.returncode == 0, rerun.stderr[-3000:]  # no manual step: the dead run is cleaned by the rerun
+    rerun = _run(home, dh, "stage")  # no manual step: the dead run is cleaned by the rerun
     assert "marked failed (killed)" in rerun.stdout + rerun.stderr
     assert _calls(rerun.stdout) == PAIRS - before  # only the missing calls
     assert _cache_count(home) == PAIRS
 
-    files = _files(home)
-    assert not [f for f in files if any(m in f for m in TEMP_MARKERS) or Path(f).name.startswith(".")]
-    ref = _files(reference)
-    assert sorted(files) == sorted(ref)  # nothing extra, nothing missing
-    for name, data in ref.items():
-        assert files[name] == data, f"{name} differs from the uninterrupted run"
-    with dg.DagsterInstance.from_config(str(dh)) as instance:
-        statuses = sorted(r.status.value for r in instance.get_runs())
-    assert statuses == ["FAILURE", "SUCCESS"]  # the killed run ended as failed, the rerun succeeded
+    assert _leftovers(home) == []
+    _assert_same(home / "assets", reference.home / "assets")
+    assert sorted(_statuses(dh)) == ["FAILURE", "SUCCESS"]  # the killed run ended as failed
+
+
+def test_release_killed_while_writing_its_folder(reference: Reference, tmp_path: Path) -> None:
+    home, dh = tmp_path / "home", tmp_path / "dagster"
+    # everything upstream of the release, and the instance whose materializations its manifests read
+    shutil.copytree(reference.home, home, ignore=shutil.ignore_patterns("releases", "catalog.duckdb"))
+    shutil.copytree(reference.dagster, dh)
+    (dh / "dagster.yaml").write_text(POOLS_YAML, encoding="utf-8")
+    runs_before = len(_statuses(dh))
+    releases = home / "releases"
+
+    def staging_holds_a_file() -> bool:
+        return any(p.is_file() for d in releases.glob(f".{KEY}.build-*") for p in d.rglob("*"))
+
+    _kill_when(home, dh, 1.0, "release", staging_holds_a_file, "a data file in the staging folder")
+    assert staging_holds_a_file()  # what the kill left: a half-written staging folder, and no release
+    assert not (home / RELEASE).exists()
+
+    rerun = _run(home, dh, "release")  # no manual step
+    out = rerun.stdout + rerun.stderr
+    assert "marked failed (killed)" in out
+    assert _calls(rerun.stdout) == 0 and _cache_count(home) == PAIRS  # no model call is missing
+
+    assert _leftovers(home) == []
+    assert "left by a build that was killed" in out  # the next build removed the dead one's folder
+    _assert_same(home / RELEASE, reference.home / RELEASE)
+    _assert_same(home / "assets", reference.home / "assets")
+    verified = CliRunner().invoke(ragsft, ["verify", str(home / RELEASE)])
+    assert verified.exit_code == 0, verified.output
+    assert _statuses(dh)[:2] == ["SUCCESS", "FAILURE"] and len(_statuses(dh)) == runs_before + 2
+
+
+def test_corpus_build_killed_while_writing_its_chunks(reference: Reference, tmp_path: Path) -> None:
+    home, dh = tmp_path / "home", _fresh_instance(tmp_path)
+    # the snapshot and everything else the reference built, but not the corpus build's outputs
+    shutil.copytree(
+        reference.home,
+        home,
+        ignore=shutil.ignore_patterns("abstracts", "abstracts.parquet", "releases", "catalog.duckdb"),
+    )
+    partition = home / "assets" / KEY
+    assert (
+        not (partition / "abstracts").exists() and not (partition / "_ledger" / "abstracts.parquet").exists()
+    )
+
+    def chunks_written() -> bool:
+        return any(partition.glob(".abstracts.chunks-*/*.arrow"))
+
+    _kill_when(home, dh, 3.0, "corpus", chunks_written, "a chunk file")
+    assert chunks_written()  # what the kill left: the chunk files, and no abstracts
+    assert not (partition / "abstracts").exists()
+
+    rerun = _run(home, dh, "corpus")  # no manual step
+    out = rerun.stdout + rerun.stderr
+    assert "marked failed (killed)" in out
+    assert _calls(rerun.stdout) == 0 and _cache_count(home) == PAIRS
+
+    assert _leftovers(home) == []
+    assert "left by a killed process" in out  # the next build removed the dead one's chunks
+    _assert_same(home / "assets", reference.home / "assets")
+    assert sorted(_statuses(dh)) == ["FAILURE", "SUCCESS"]
