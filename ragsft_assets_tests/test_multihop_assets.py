@@ -467,9 +467,15 @@ def test_cascade_order_and_judge_limit_from_config(tmp_path):
             "multihop_audit",
         )
     }
+    ops["first_hop"] = {"config": {"role": "annotator"}}
     result, store, _, judge = materialize(tmp_path, {"ops": ops})
     funnel = _metadata(result, "multihop_questions")["funnel_json"]
     assert funnel["judged"] == 10 and funnel["dropped: over_judge_limit"] == 13
+    # first_hop ran on the annotator role: the judge got none of its calls, and the annotator's
+    # six-criteria replies are not first-hop answers
+    assert not any("points to an entity" in c[-1]["content"] for c in judge.calls)
+    assert set(store.read(PARTITION, "first_hop")["verdict"].to_pylist()) == {"unreadable"}
+    assert _metadata(result, "first_hop")["first_hop/role"] == "annotator"
     filters = ("points to an entity", '"b_only_candidate"', '"no_meta_wording"')  # not ablation calls
     ablation_calls = [c for c in judge.calls if not any(f in c[-1]["content"] for f in filters)]
     assert funnel["judge calls"] == len(ablation_calls)
@@ -574,6 +580,31 @@ def test_subset_violations_catch_changed_extra_and_duplicate_rows(run):
     other = store.read(PARTITION, "multihop_questions", "validation").slice(0, 1)
     assert subset_violations(other, parent) == [("not_in_parent", other["id"][0].as_py())]
     assert subset_violations(child.drop_columns(["answer"]), parent) == [("schema", "")]
+
+
+def test_v2_check_compares_with_filtered_qwen_not_default(run, tmp_path):
+    import shutil
+
+    import pyarrow.compute as pc
+
+    from ragsft_assets.defs.multihop.filters import (
+        multihop_filtered_qwen_v2_is_subset_of_filtered_qwen as check,
+    )
+
+    _, store, _, _ = run
+    shutil.copytree(store.home_path / "assets", tmp_path / "assets")
+    copy = ArtifactStore(home=str(tmp_path))
+    context = dg.build_op_context(partition_key=PARTITION)  # direct invocation of the check
+    assert check(context, store=copy).passed
+    qwen = pa.array(sorted(set(copy.read(PARTITION, "multihop_filtered_qwen")["id"].to_pylist())))
+    parent = copy.read(PARTITION, "multihop_questions", "train")
+    rejected = parent.filter(pc.invert(pc.is_in(parent["id"], value_set=qwen)))
+    assert rejected.num_rows  # a row of default that filtered_qwen rejected, put into v2
+    v2 = copy.read(PARTITION, "multihop_filtered_qwen_v2", "train")
+    copy.write(pa.concat_tables([v2, rejected.slice(0, 1)]), PARTITION, "multihop_filtered_qwen_v2", "train")
+    result = check(context, store=copy)
+    assert not result.passed and result.metadata["parent"].value == "multihop_filtered_qwen"
+    assert result.metadata["examples"].value == [["not_in_parent", rejected["id"][0].as_py()]]
 
 
 def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
@@ -684,7 +715,7 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["multihop_filtered_qwen_v2_is_subset_of_default"] is True
+    assert checks["multihop_filtered_qwen_v2_is_subset_of_filtered_qwen"] is True
     bridge = Counter(store.read(PARTITION, "bridge_judge")["verdict"].to_pylist())
     lang = Counter(store.read(PARTITION, "language_judge")["verdict"].to_pylist())
     # funnel: 10 of filtered_qwen judged, 1 dropped by each judge

@@ -47,6 +47,10 @@ def _questions(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
     return store.read(partition, "multihop_questions").select(["id", "question", "answer"]).to_pylist()
 
 
+class FirstHopConfig(dg.Config):
+    role: str = "judge"  # the LLM role of the first-hop judge: "judge" (default) or "annotator"
+
+
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
@@ -56,9 +60,17 @@ def _questions(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
     pool="gpu",
 )
 def first_hop(
-    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
+    context: dg.AssetExecutionContext,
+    config: FirstHopConfig,
+    store: ArtifactStore,
+    judge: dg.ResourceParam[ChatModel],
+    annotator: dg.ResourceParam[ChatModel],
 ) -> dg.MaterializeResult:
     """The fifth ablation: the judge reads A alone and names the entity the question points to."""
+    roles = {"judge": judge, "annotator": annotator}
+    if config.role not in roles:
+        raise ValueError(f"first_hop role {config.role!r} is not one of {sorted(roles)}")
+    model = roles[config.role]
     partition = context.partition_key
     lang = snapshot_language(partition)
     docs = generation.docs_by_id(store.read(partition, "abstracts"))
@@ -69,7 +81,7 @@ def first_hop(
         a = docs[d["a_id"]]
         items.append(fh.FirstHopItem(q["id"], q["question"], a.title, a.text, d["b_title"], d["alias"] or ""))
     template = load_prompt(fh.TASK, lang)
-    table = fh.run_first_hop(items, judge, template, log=context.log)
+    table = fh.run_first_hop(items, model, template, log=context.log)
     path = store.write(table, partition, "first_hop")
     verdicts = table.column("verdict").to_pylist()
     _ledger(
@@ -90,7 +102,8 @@ def first_hop(
             "judged": len(items),
             "kept": counts.get(fh.LEADS_TO_B, 0),
             **funnel_metadata({v: counts.get(v, 0) for v in fh.VERDICTS if v != fh.LEADS_TO_B}, "rejections"),
-            **model_metadata(judge, "judge"),
+            **model_metadata(model, config.role),
+            "first_hop/role": config.role,
             "judge/prompt": f"{template.name}@{template.version}",
         }
     )
@@ -375,8 +388,10 @@ def _write_config(
     return md
 
 
-def _subset_check(store: ArtifactStore, key: str, asset: str) -> dg.AssetCheckResult:
-    parents = _split_tables(store, key, "multihop_questions")
+def _subset_check(
+    store: ArtifactStore, key: str, asset: str, parent_asset: str = "multihop_questions"
+) -> dg.AssetCheckResult:
+    parents = _split_tables(store, key, parent_asset)
     failures: list[tuple[str, str]] = []
     checked = 0
     for split, child in _split_tables(store, key, asset).items():
@@ -392,6 +407,7 @@ def _subset_check(store: ArtifactStore, key: str, asset: str) -> dg.AssetCheckRe
             "failures": len(failures),
             "examples": dg.MetadataValue.json([list(f) for f in failures[:5]]),
             "checked": f"{checked} rows",
+            "parent": parent_asset,
         },
     )
 
@@ -490,7 +506,7 @@ CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
     group_name=GROUP,
     code_version="2",
     kinds={"parquet"},
-    deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions"],
+    deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions", FILTERED_QWEN_ASSET],
 )
 def multihop_filtered_qwen_v2(
     context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
@@ -553,11 +569,11 @@ def corpus_filtered_qwen_v2(context: dg.AssetExecutionContext, store: ArtifactSt
 
 
 @dg.asset_check(asset=multihop_filtered_qwen_v2, blocking=True, partitions_def=snapshot_partitions)
-def multihop_filtered_qwen_v2_is_subset_of_default(
+def multihop_filtered_qwen_v2_is_subset_of_filtered_qwen(
     context: dg.AssetCheckExecutionContext, store: ArtifactStore
 ) -> dg.AssetCheckResult:
-    """Every row of ``filtered_qwen_v2`` is a row of ``default`` (hence of ``filtered_qwen``), unchanged."""
-    return _subset_check(store, context.partition_key, FILTERED_QWEN_V2_ASSET)
+    """Every row of ``filtered_qwen_v2`` is a row of ``filtered_qwen`` (the config it filters), unchanged."""
+    return _subset_check(store, context.partition_key, FILTERED_QWEN_V2_ASSET, FILTERED_QWEN_ASSET)
 
 
 filter_assets = [
@@ -567,5 +583,5 @@ filter_assets = [
 filter_checks = [
     multihop_filtered_is_subset_of_default,
     multihop_filtered_qwen_is_subset_of_default,
-    multihop_filtered_qwen_v2_is_subset_of_default,
+    multihop_filtered_qwen_v2_is_subset_of_filtered_qwen,
 ]
