@@ -19,6 +19,7 @@ from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.oracle_double import oracle_model
 
 KEY = "sample.fr"
+FILTERED_PARENTS = {"filtered": "default", "filtered_qwen": "default", "filtered_qwen_v2": "filtered_qwen"}
 
 
 def run_full_job(home: Path, model: object, run_config: dict | None = None) -> dg.ExecuteInProcessResult:
@@ -91,9 +92,17 @@ def test_release_verifies_and_loads(oracle_home: Path) -> None:
 
     folder = oracle_home / "releases" / KEY
     assert verify_release(folder).ok
-    for config in ("default", "corpus", "hotpotqa_cite"):
-        ds = load_dataset(str(folder), config)
+    loaded = {}
+    for config in ("default", "corpus", "hotpotqa_cite", *FILTERED_PARENTS, "corpus_filtered_qwen_v2"):
+        loaded[config] = ds = load_dataset(str(folder), config)
         assert sum(len(split) for split in ds.values()) > 0, config
+    # issue 13: every filtered config is a subset of the config it filters, row for row, with its
+    # filters' verdicts in its provenance folder
+    for config, parent in FILTERED_PARENTS.items():
+        assert (folder / "provenance" / config / "verdicts.parquet").is_file(), config
+        for split, rows in loaded[config].items():
+            by_id = {r["id"]: r for r in loaded[parent][split]}
+            assert all(by_id.get(r["id"]) == r for r in rows), (config, split)
 
 
 def test_rerun_gives_identical_bytes(oracle_home: Path, tmp_path: Path) -> None:
