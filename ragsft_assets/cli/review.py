@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import orjson
 
+from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.multihop import review
 from ragsft_assets.release.layout import CONFIGS_BY_NAME
 from ragsft_assets.resources.store import ArtifactStore
@@ -37,7 +38,9 @@ def _rows(store: ArtifactStore, partition: str, config: str) -> list[dict]:
 @click.option("--config", "config", required=True, type=click.Choice(sorted(review.PARENTS)))
 @click.option("--n", "n", default=120, show_default=True, type=int, help="Questions to draw.")
 @click.option("--design", type=click.Choice(review.DESIGNS), default="balanced", show_default=True)
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--seed", default=DEFAULT_SEED, show_default=True, type=int, help="The project seed by default."
+)
 @click.option(
     "--out",
     type=click.Path(file_okay=False),
