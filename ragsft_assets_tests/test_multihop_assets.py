@@ -743,6 +743,8 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
     assert (
         "publishability score" in section and "| bridge_judge | several_candidates | dropped | 1 |" in section
     )
+    # criterion by criterion here too: the six criteria are the first judge of v2
+    assert "| `clear_question` | 1 | 12 | 0.0833 |" in section and "1 of 13 questions were never" in section
 
 
 def test_review_labels_asset_labels_a_sample_for_agreement(run, tmp_path):

@@ -156,11 +156,14 @@ def _criteria_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         return []
     skipped = sum(r["verdict"] == NOT_ANNOTATED for r in overall)
     table = [(f"`{c}`", f, n, round(f / n, 4) if n else "-") for c, (f, n) in per.items()]
-    return [
+    shares = [
         "Share of failures per criterion (of the annotated questions; a question can fail several):",
         "",
         markdown_table(["criterion", "fails", "annotated", "failure share"], table),
         "",
+    ]
+    return [
+        *(shares if table else []),
         f"{skipped} of {len(overall)} questions were never annotated (`not_annotated`: interrupted run, "
         "budget, failed call or unreadable reply): excluded from the config and not counted as rejected.",
         "",

@@ -342,16 +342,7 @@ def multihop_filtered_qwen(
     partition = context.partition_key
     rows = store.read(partition, "criteria_annotation").to_pylist()
     kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
-    provenance: dict[str, list[tuple[str, str, bool, str | None]]] = {
-        "criteria_annotation": [
-            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
-            for r in rows
-        ]
-    }
-    for c in cr.CRITERIA:
-        provenance[f"criteria_annotation/{c}"] = [
-            (r["id"], "holds" if r[c] else "fails", bool(r[c]), None) for r in rows if r[c] is not None
-        ]
+    provenance = _criteria_provenance(rows)
     topics = _topics(store, snapshots, partition)
     md = _write_config(store, partition, FILTERED_QWEN_ASSET, kept, fc.verdicts_table(provenance, topics))
     md.update(_topic_metadata(topics, [r["id"] for r in rows]))
@@ -369,6 +360,21 @@ def multihop_filtered_qwen(
         )
     )
     return dg.MaterializeResult(metadata=md)
+
+
+def _criteria_provenance(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, str, bool, str | None]]]:
+    """Provenance of criteria_annotation: the overall verdict, then one row per criterion per annotated question."""
+    provenance: dict[str, list[tuple[str, str, bool, str | None]]] = {
+        "criteria_annotation": [
+            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
+            for r in rows
+        ]
+    }
+    for c in cr.CRITERIA:
+        provenance[f"criteria_annotation/{c}"] = [
+            (r["id"], "holds" if r[c] else "fails", bool(r[c]), None) for r in rows if r[c] is not None
+        ]
+    return provenance
 
 
 def _write_config(
@@ -504,7 +510,7 @@ CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="2",
+    code_version="3",
     kinds={"parquet"},
     deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions", FILTERED_QWEN_ASSET],
 )
@@ -522,10 +528,7 @@ def multihop_filtered_qwen_v2(
     lang = store.read(partition, "language_judge").to_pylist()
     kept = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
     provenance = {
-        "criteria_annotation": [
-            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
-            for r in crit
-        ],
+        **_criteria_provenance(crit),
         "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
         "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
     }
