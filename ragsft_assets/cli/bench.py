@@ -9,7 +9,9 @@ import click
 BENCHES: dict[str, str] = {
     "corpus": "corpus",
     "distractors": "distractors",
+    "embeddings": "embeddings",
     "llm": "llm",
+    "release": "release",
 }  # name -> module in ragsft_assets.bench with run(**options) -> dict
 
 
