@@ -178,6 +178,32 @@ def test_abbreviation_fast_path_matches_the_rule() -> None:
         )
 
 
+def test_has_hint_equals_the_hint_regex() -> None:
+    """The literal comma/colon check before the regex changes no answer."""
+    rng = random.Random(7)
+    pieces = ["et", "ET", "ou", "que", "like", "ſuch", "dont", "comme", "x", " ", ",", ":", "Paris", "é"]
+    sentences = ["".join(rng.choices(pieces, k=rng.randint(0, 6))) for _ in range(3000)]
+    got = [E._has_hint(s) for s in sentences]
+    assert got == [E._FAST_HINT.search(s) is not None for s in sentences]
+    assert any(got) and not all(got)
+
+
+def test_run_task_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path) -> None:
+    """A chunk runs with the cyclic collector off (speed), and the caller's setting comes back."""
+    import gc
+
+    lines = [orjson.dumps(r) for r in interlinked_records(5)]
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            res = run_task(("lines", lines), CFG, str(tmp_path / f"c{state}.arrow"))
+            assert gc.isenabled() is state
+            assert res.path is not None
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
 def test_enumeration_prefilter_is_a_superset_of_the_python_hint() -> None:
     """Wherever the Python hint (hence the rule) can be True, the C++ prefilter says "maybe"."""
     rng = random.Random(5)

@@ -85,3 +85,42 @@ def test_abbreviation_lists_are_data_files_per_language() -> None:
     assert {"Il", "Elle", "Le", "La", "Les", "Ce", "Cette", "En", "Un", "Une"} <= S.RULES[
         "fr"
     ].sentence_openers
+
+
+def _two_step_boundaries(block: str) -> list[tuple[int, int, int]]:
+    """The boundaries as first written: every ``_BOUNDARY_ONLY`` match whose end an opener follows."""
+    import re
+
+    from ragsft_assets.corpus import sentences as S
+
+    boundary, opener = re.compile(S._BOUNDARY_ONLY), re.compile(S._OPENER_SRC)
+    return [
+        (m.start(1), m.start(2), m.end()) for m in boundary.finditer(block) if opener.match(block, m.end())
+    ]
+
+
+def test_boundary_lookahead_finds_the_two_step_boundaries() -> None:
+    """The opener as a lookahead of the boundary regex gives the same boundaries (real and fuzzed text)."""
+    import random
+
+    import orjson
+
+    from ragsft_assets.corpus import sentences as S
+
+    sample = Path(__file__).resolve().parents[1] / "ragsft_assets" / "sample_snapshot" / "sample.fr"
+    texts = []
+    for path in sorted(sample.glob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                texts.append(orjson.loads(line)["abstract"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue  # the sample's deliberately broken lines
+    rng = random.Random(11)
+    pieces = list(".!?…\"'»”’)] \u00a0\u202f«“([\nAaÉé0-") + ["av", "J.-C.", "Il", "M", " ", "l'"]
+    texts += ["".join(rng.choices(pieces, k=rng.randint(1, 25))) for _ in range(20_000)]
+    found = 0
+    for text in texts:
+        new = [(m.start(1), m.start(2), m.end()) for m in S._BOUNDARY.finditer(text)]
+        assert new == _two_step_boundaries(text), text
+        found += len(new)
+    assert found > 1000
