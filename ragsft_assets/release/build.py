@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from ragsft_assets.release import layout, provenance
+from ragsft_assets.release import layout, provenance, stream
 from ragsft_assets.release.card import render_card
-from ragsft_assets.release.decisions import all_decisions, final_decisions
-from ragsft_assets.release.lineage import LineageSources, lineage_tables
+from ragsft_assets.release.decisions import ledger_files, write_final_decisions
+from ragsft_assets.release.lineage import LineageSources, write_lineage
 from ragsft_assets.release.manifest import (
     DECISIONS,
     LINEAGE,
     build_manifest,
-    llm_calls_by_stage,
+    ledger_calls_by_stage,
     sha256_file,
     source_info,
     write_manifest,
@@ -65,10 +65,13 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
     """Build the release folder of a partition from its materialized assets, atomically.
 
     Configs whose upstream asset is missing are skipped with a note. Raises ``FileNotFoundError``
-    when no config at all can be built (nothing would load).
+    when no config at all can be built (nothing would load). Memory stays bounded whatever the
+    partition's size: data files, decisions and lineage are DuckDB queries over the upstream
+    Parquet files, streamed to their files (``stream.py``), never whole tables or Python rows.
     """
-    tables, notes = layout.read_config_tables(assets_root, partition)
-    if not tables:
+    plan = stream.plan_configs(assets_root, partition)
+    notes = plan.notes
+    if not plan.configs:
         raise FileNotFoundError(
             f"nothing to release for partition {partition!r} under {assets_root}: "
             + "; ".join(notes)
@@ -76,17 +79,22 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
         )
     staging = layout.staging_dir(target)
     try:
-        files = layout.write_data_files(staging, tables)
-        written = {rel: sha256_file(staging / rel) for splits in files.values() for rel in splits.values()}
-        ledger = all_decisions(assets_root, partition)
-        final = final_decisions(assets_root, partition)
-        write_parquet(final, staging / layout.PROVENANCE / DECISIONS)
-        src = LineageSources(assets_root, partition, ledger)
-        families = {c: layout.CONFIGS_BY_NAME[c].family for c in tables}
-        lineage = lineage_tables(tables, families, src)
-        for config, t in lineage.items():
-            write_parquet(t, staging / lineage_path(config))
-        for config in tables:
+        with stream.connect() as con:
+            files = stream.write_data_files(con, staging, plan.configs)
+            written = {
+                rel: sha256_file(staging / rel) for splits in files.values() for rel in splits.values()
+            }
+            ledger = ledger_files(assets_root, partition)
+            n_decisions = write_final_decisions(con, ledger, staging / layout.PROVENANCE / DECISIONS)
+            src = LineageSources(assets_root, partition, ledger)
+            src.register(con)
+            lineage_rows = {}
+            for config, splits in plan.configs.items():
+                family = layout.CONFIGS_BY_NAME[config].family
+                lineage_rows[config] = write_lineage(
+                    con, config, family, list(splits.values()), staging / lineage_path(config)
+                )
+        for config in plan.configs:
             # A filtered config's asset keeps its filters' verdicts beside its split files.
             verdicts = assets_root / partition / layout.CONFIGS_BY_NAME[config].asset / VERDICTS_SOURCE
             if verdicts.is_file():
@@ -100,10 +108,8 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    rows = {c: {s: t.num_rows for s, t in splits.items()} for c, splits in tables.items()}
-    return ReleaseBuild(
-        target, files, notes, rows, final.num_rows, {c: t.num_rows for c, t in lineage.items()}, written
-    )
+    rows = {c: {s: src_.rows for s, src_ in splits.items()} for c, splits in plan.configs.items()}
+    return ReleaseBuild(target, files, notes, rows, n_decisions, lineage_rows, written)
 
 
 def read_notes(folder: Path) -> list[str]:
@@ -163,7 +169,7 @@ def write_manifests(
     source = source_info(assets_root, snapshots_root, partition)
     if cache_lookup == "default":
         cache_lookup = default_cache_lookup(assets_root.parent)
-    calls = llm_calls_by_stage(all_decisions(assets_root, partition).to_pylist(), cache_lookup)
+    calls = ledger_calls_by_stage(ledger_files(assets_root, partition), cache_lookup)
     if upstream_metadata is not None:
         llm_roles = provenance.llm_roles(upstream_metadata, calls)
     manifests = {}

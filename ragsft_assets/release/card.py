@@ -8,17 +8,20 @@ citation block. No timestamps: the same release gives the same bytes.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragsft_assets.release import decisions as decisions_mod
 from ragsft_assets.release.layout import CONFIGS_BY_NAME, PLOTS, PROVENANCE
-from ragsft_assets.release.lineage import FILENAME_RE
+from ragsft_assets.release.lineage import FILENAME_SQL, whitespace_class
+from ragsft_assets.release.stream import unified_schema
+from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.table_stats import markdown_table
 
 # Metadata keys of multihop_audit that the card renders as sentences (see defs/multihop/assets.py).
@@ -29,17 +32,24 @@ LONGEST_CHANCE_KEY = "gold_longest_chance"
 AUDIT_KEYS = {AUDIT_AUC_KEY, AUDIT_AUC_BAR_KEY, LONGEST_RATE_KEY, LONGEST_CHANCE_KEY}
 
 
-def _words(text: str | None) -> int:
-    return len((text or "").split())
+def _words_sql(text: str) -> str:
+    """``len((text or "").split())`` in DuckDB: runs of characters Python does not call whitespace."""
+    return f"len(regexp_extract_all(coalesce({text}, ''), '[^{whitespace_class()}]+'))"
 
 
-def _summary(values: Sequence[float]) -> tuple[object, object, object, object]:
-    """(median, mean, p90, max) of a list, rounded; dashes when empty."""
-    if not values:
+def _summary(values: Sequence[int]) -> tuple[object, object, object, object]:
+    """(median, mean, p90, max) of integer measures, rounded; dashes when empty.
+
+    The numbers of ``statistics.median``/``statistics.fmean`` over the same integers (a median of
+    an odd count is an int, of an even count the float mean of the middle two), from a NumPy sort.
+    """
+    s = np.sort(np.asarray(values, dtype=np.int64))
+    n = len(s)
+    if n == 0:
         return ("-", "-", "-", "-")
-    s = sorted(values)
-    p90 = s[min(len(s) - 1, int(0.9 * len(s)))]
-    return (round(statistics.median(s), 1), round(statistics.fmean(s), 1), p90, s[-1])
+    median = int(s[n // 2]) if n % 2 else (int(s[n // 2 - 1]) + int(s[n // 2])) / 2
+    mean = int(s.sum()) / n  # fsum of ints / n: the exact sum, one rounding
+    return (round(median, 1), round(mean, 1), int(s[min(n - 1, int(0.9 * n))]), int(s[-1]))
 
 
 def _hf_feature(t: pa.DataType) -> str:
@@ -51,49 +61,77 @@ def _hf_feature(t: pa.DataType) -> str:
         return "-"
 
 
-def load_config(folder: Path, files: Mapping[str, str]) -> pa.Table:
-    """All splits of one config, concatenated (split order of ``files``)."""
-    return pa.concat_tables(
-        [pq.read_table(folder / rel) for rel in files.values()], promote_options="default"
-    )
-
-
 def config_stats(
-    family: str, table: pa.Table
+    family: str, files: Sequence[Path]
 ) -> tuple[list[tuple[str, object, object, object, object]], dict]:
-    """Statistics rows ``(measure, median, mean, p90, max)`` and raw series for the plots."""
-    rows: list[tuple[str, object, object, object, object]] = []
-    series: dict[str, list[float]] = {}
-    data = table.to_pylist()
+    """Statistics rows ``(measure, median, mean, p90, max)`` and raw series for the plots.
+
+    The per-row measures are computed by DuckDB over the config's Parquet files (all splits) and
+    come back as integer columns: the rows themselves never become Python objects.
+    """
+    names = set(unified_schema(files).names)
+
+    def col(name: str, expr: str | None = None, empty: str = "NULL") -> str:
+        return (expr or f'"{name}"') if name in names else empty
+
     if family == "corpus":
-        series["abstract words"] = [_words(r.get("text")) for r in data]
-        rows.append(("words per abstract", *_summary(series["abstract words"])))
-        rows.append(("sentences per abstract", *_summary([len(r.get("sentences") or []) for r in data])))
-        rows.append(("links per abstract", *_summary([len(r.get("links") or []) for r in data])))
+        measures = {
+            "words": _words_sql(col("text")),
+            "sentences": f"coalesce(len({col('sentences')}), 0)",
+            "links": f"coalesce(len({col('links')}), 0)",
+        }
     elif family == "multihop":
-        series["documents per question"] = [len((r.get("context") or {}).get("title") or []) for r in data]
-        series["question words"] = [_words(r.get("question")) for r in data]
-        rows.append(("documents per question", *_summary(series["documents per question"])))
-        rows.append(("question words", *_summary(series["question words"])))
-        rows.append(("answer words", *_summary([_words(r.get("answer")) for r in data])))
+        measures = {
+            "docs": f"coalesce(len({col('context', 'context.title')}), 0)",
+            "question": _words_sql(col("question")),
+            "answer": _words_sql(col("answer")),
+        }
     else:
-        docs, total, resp = [], [], []
-        answerable = 0
-        for r in data:
-            msgs = r.get("messages") or []
-            prompt = " ".join(m.get("content") or "" for m in msgs if m.get("role") != "assistant")
-            answer = " ".join(m.get("content") or "" for m in msgs if m.get("role") == "assistant")
-            n_docs = r.get("chunks_total")
-            docs.append(n_docs if n_docs is not None else len(FILENAME_RE.findall(prompt)))
-            total.append(_words(prompt) + _words(answer))
-            resp.append(_words(answer))
-            answerable += bool(r.get("supporting_facts_titles"))
-        series["documents per prompt"] = docs
-        series["prompt + response words"] = total
-        rows.append(("documents per prompt", *_summary(docs)))
-        rows.append(("prompt + response words", *_summary(total)))
-        rows.append(("response words", *_summary(resp)))
-        share = round(answerable / len(data), 3) if data else "-"
+
+        def joined(keep: str) -> str:
+            msgs = col("messages", empty="[]::STRUCT(role VARCHAR, content VARCHAR)[]")
+            return (
+                f"array_to_string(list_transform(list_filter(coalesce({msgs}, []), lambda m: {keep}), "
+                "lambda m: coalesce(m.content, '')), ' ')"
+            )
+
+        prompt, answer = joined("m.role IS DISTINCT FROM 'assistant'"), joined("m.role = 'assistant'")
+        found = f"len(regexp_extract_all({prompt}, {sql_literal(FILENAME_SQL)}, 1))"
+        measures = {
+            "docs": f"coalesce({col('chunks_total')}, {found})",
+            "total": f"{_words_sql(prompt)} + {_words_sql(answer)}",
+            "resp": _words_sql(answer),
+            "answerable": f"coalesce(len({col('supporting_facts_titles')}), 0) > 0",
+        }
+    select = ", ".join(f"{expr} AS {name}" for name, expr in measures.items())
+    con = duckdb.connect()
+    try:
+        t = con.sql(
+            f"SELECT {select} FROM read_parquet({sql_list(files)}, union_by_name=true)"
+        ).to_arrow_table()
+    finally:
+        con.close()
+    v = {name: t[name].to_numpy() for name in measures}
+    rows: list[tuple[str, object, object, object, object]] = []
+    series: dict[str, Any] = {}
+    if family == "corpus":
+        series["abstract words"] = v["words"]
+        rows.append(("words per abstract", *_summary(v["words"])))
+        rows.append(("sentences per abstract", *_summary(v["sentences"])))
+        rows.append(("links per abstract", *_summary(v["links"])))
+    elif family == "multihop":
+        series["documents per question"] = v["docs"]
+        series["question words"] = v["question"]
+        rows.append(("documents per question", *_summary(v["docs"])))
+        rows.append(("question words", *_summary(v["question"])))
+        rows.append(("answer words", *_summary(v["answer"])))
+    else:
+        series["documents per prompt"] = v["docs"]
+        series["prompt + response words"] = v["total"]
+        rows.append(("documents per prompt", *_summary(v["docs"])))
+        rows.append(("prompt + response words", *_summary(v["total"])))
+        rows.append(("response words", *_summary(v["resp"])))
+        share = round(int(v["answerable"].sum()) / t.num_rows, 3) if t.num_rows else "-"
         rows.append(("answerable share", share, "-", "-", "-"))
     return rows, series
 
@@ -111,11 +149,11 @@ def write_histograms(folder: Path, config: str, series: Mapping[str, Sequence[fl
     out = []
     (folder / PLOTS).mkdir(parents=True, exist_ok=True)
     for name, values in series.items():
-        if not values:
+        if len(values) == 0:
             continue
         rel = f"{PLOTS}/{config}_{name.replace(' ', '_').replace('+', 'plus')}.png"
         fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-        lo, hi = min(values), max(values)
+        lo, hi = int(min(values)), int(max(values))
         bins = min(40, max(1, int(hi - lo) + 1))
         ax.hist(values, bins=bins, color="#4a78b5", edgecolor="white")
         ax.set_xlabel(name)
@@ -273,12 +311,16 @@ def render_card(
         "",
     ]
     overview = []
-    tables: dict[str, pa.Table] = {}
+    # Schemas and row counts from the Parquet footers; the statistics are DuckDB queries (config_stats).
+    schemas: dict[str, pa.Schema] = {}
+    totals: dict[str, int] = {}
     for config, splits in files.items():
-        tables[config] = t = load_config(folder, splits)
-        counts = ", ".join(f"{s}: {pq.ParquetFile(folder / p).metadata.num_rows}" for s, p in splits.items())
+        schemas[config] = unified_schema([folder / p for p in splits.values()])
+        per_split = {s: pq.ParquetFile(folder / p).metadata.num_rows for s, p in splits.items()}
+        totals[config] = sum(per_split.values())
+        counts = ", ".join(f"{s}: {n}" for s, n in per_split.items())
         desc = CONFIGS_BY_NAME[config].description if config in CONFIGS_BY_NAME else ""
-        overview.append((f"`{config}`", desc, counts, t.num_rows))
+        overview.append((f"`{config}`", desc, counts, totals[config]))
     parts += [markdown_table(["config", "what", "rows per split", "rows"], overview), ""]
     parts += ["```python", "from datasets import load_dataset", ""]
     parts += [f'{c} = load_dataset("path/to/this/folder", "{c}")' for c in files]
@@ -299,22 +341,22 @@ def render_card(
     parts += filter_sections(folder, files)
 
     parts += ["## Schema", ""]
-    for config, t in tables.items():
+    for config, schema in schemas.items():
         parts += [f"### `{config}`", ""]
         parts += [
             markdown_table(
                 ["column", "Arrow type", "datasets feature"],
-                [(f"`{f.name}`", f"`{f.type}`", f"`{_hf_feature(f.type)}`") for f in t.schema],
+                [(f"`{f.name}`", f"`{f.type}`", f"`{_hf_feature(f.type)}`") for f in schema],
             ),
             "",
         ]
 
     parts += ["## Statistics", ""]
     written: list[str] = []
-    for config, t in tables.items():
+    for config, splits in files.items():
         family = CONFIGS_BY_NAME[config].family if config in CONFIGS_BY_NAME else "corpus"
-        rows, series = config_stats(family, t)
-        parts += [f"### `{config}` ({t.num_rows} rows)", ""]
+        rows, series = config_stats(family, [folder / p for p in splits.values()])
+        parts += [f"### `{config}` ({totals[config]} rows)", ""]
         parts += [markdown_table(["measure", "median", "mean", "p90", "max"], rows), ""]
         if plots:
             for rel in write_histograms(folder, config, series):

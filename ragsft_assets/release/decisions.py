@@ -118,6 +118,21 @@ def final_decisions(assets_root: Path, partition: str) -> pa.Table:
         con.close()
 
 
+def write_final_decisions(con: duckdb.DuckDBPyConnection, files: list[Path], path: Path) -> int:
+    """Write the final decisions of these ledger files to ``path``, streamed (the table ``final_decisions`` gives).
+
+    Returns the row count; no ledger files give an empty table of ``DECISIONS_SCHEMA``.
+    """
+    from ragsft_assets.release.stream import PROVENANCE_GROUP_ROWS, write_query
+
+    if not files:
+        sql = "SELECT * FROM decisions_empty"
+        con.register("decisions_empty", DECISIONS_SCHEMA.empty_table())
+    else:
+        sql = final_decisions_sql(all_rows_sql(files))
+    return write_query(con, sql, path, DECISIONS_SCHEMA, PROVENANCE_GROUP_ROWS)
+
+
 def funnel(decisions: pa.Table) -> dict[str, list[tuple[str, str, str, int]]]:
     """Per product, the final decisions counted by (stage, verdict, reason), in pipeline order."""
     if decisions.num_rows == 0:

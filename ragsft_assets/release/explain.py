@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from ragsft_assets.home import assets_dir, llm_cache_dir, ragsft_home, releases_dir
 from ragsft_assets.release import layout
-from ragsft_assets.release.decisions import all_decisions, stage_rank_sql
-from ragsft_assets.release.lineage import LineageSources, lineage_tables
+from ragsft_assets.release.decisions import all_decisions, ledger_files, stage_rank_sql
+from ragsft_assets.release.lineage import LineageSources, lineage_sql
+from ragsft_assets.release.stream import connect, plan_configs
 from ragsft_assets.sql import sql_list
 
 CacheLookup = Callable[[str], Any]
@@ -89,17 +90,18 @@ def _lineage_row(home: Path, partition: str, row_id: str) -> dict[str, Any] | No
         rows.sort(key=lambda r: order.get(r["config"], 99))
         if rows:
             return rows[0]
-    # No release (or not in it): compute the lineage of the partition from its assets.
+    # No release (or not in it): compute the lineage of the row from the partition's assets.
     root = assets_dir(home)
-    tables, _ = layout.read_config_tables(root, partition)
-    if not tables:
+    plan = plan_configs(root, partition)
+    if not plan.configs:
         return None
-    src = LineageSources(root, partition, all_decisions(root, partition))
-    families = {c: layout.CONFIGS_BY_NAME[c].family for c in tables}
-    for t in lineage_tables(tables, families, src).values():
-        hit = [r for r in t.to_pylist() if r["id"] == row_id]
-        if hit:
-            return hit[0]
+    with connect() as con:
+        LineageSources(root, partition, ledger_files(root, partition)).register(con)
+        for config, splits in plan.configs.items():
+            sql = lineage_sql(config, layout.CONFIGS_BY_NAME[config].family, list(splits.values()))
+            hit = con.sql(f"SELECT * FROM ({sql}) WHERE id = $id", params={"id": row_id}).to_arrow_table()
+            if hit.num_rows:
+                return hit.to_pylist()[0]
     return None
 
 

@@ -14,17 +14,26 @@ are recovered from the ids, which are derived from inputs (``ids.py``), never fr
   ``ids.doc_id(title)``, joined with ``abstracts`` for the identifier, URL and revision.
 - cache keys: every ledger row whose candidate is the row, its question, its twin pair or its
   bridge pair.
+
+Everything is computed by DuckDB over the Parquet files (``LineageSources.register`` defines the
+lookup views, ``lineage_sql`` the query of one config) and streamed into the lineage file: no table
+of the partition becomes Python rows, so the lineage of 800,000 abstracts fits in bounded memory.
+The SQL reproduces the Python definitions exactly: ids are SHA-256 in DuckDB (``ids.py``'s
+formula), titles are stripped of what ``str.strip`` strips, a repeated id keeps its last row.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from ragsft_assets import ids
+from ragsft_assets.release.stream import PROVENANCE_GROUP_ROWS, SplitSource, quote, scan_sql, write_query
+from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.storage import asset_files
 
 DOC_STRUCT = pa.struct(
@@ -53,192 +62,302 @@ LINEAGE_SCHEMA = pa.schema(
     ]
 )
 FILENAME_RE = re.compile(r"^\* filename: (.*)$", re.MULTILINE)
+FILENAME_SQL = r"(?m)^\* filename: (.*)$"  # FILENAME_RE in RE2 (DuckDB's regexes)
+# What str.strip() and str.split() treat as whitespace, as code points (derived, not listed by hand).
+WHITESPACE = tuple(c for c in range(0x110000) if chr(c).isspace())
 
 
-def _read(assets_root: Path, partition: str, asset: str, columns: list[str] | None = None) -> pa.Table | None:
-    import pyarrow.parquet as pq
+def whitespace_chars_sql() -> str:
+    """A SQL string of every character ``str.strip`` strips (for DuckDB's ``trim(s, chars)``)."""
+    return "(" + " || ".join(f"chr({c})" for c in WHITESPACE) + ")"
 
-    files = asset_files(partition, asset, assets_root)
-    if not files:
-        return None
-    tables = []
+
+def whitespace_class() -> str:
+    """The RE2 character class body of Python's whitespace (``[^...]+`` is one ``str.split`` word)."""
+    return "".join(f"\\x{{{c:x}}}" for c in WHITESPACE)
+
+
+def doc_id_sql(title: str) -> str:
+    """``ids.doc_id`` in SQL: the first 24 hex chars of SHA-256 of the title."""
+    return f"substr(sha256({title}), 1, 24)"
+
+
+def derived_id_sql(*parts: str) -> str:
+    """``ids.derived_id`` in SQL over SQL expressions (``str(None)`` is ``'None'``, as in Python)."""
+    joined = ", ".join(f"coalesce(CAST({p} AS VARCHAR), 'None')" for p in parts)
+    return f"substr(sha256(concat_ws(chr(31), {joined})), 1, 24)"
+
+
+TWIN_SQL = derived_id_sql("'pair'", "id")  # ids.pair_id(question id)
+PAIR_SQL = derived_id_sql("'bridge_pair'", "d.a", "d.b")  # bridge_pairs.pair_key(a, b)
+
+
+def _files(assets_root: Path, partition: str, asset: str) -> list[Path]:
+    return asset_files(partition, asset, assets_root)
+
+
+def _columns(files: Sequence[Path]) -> set[str]:
+    names: set[str] = set()
     for f in files:
-        names = pq.read_schema(f).names
-        cols = [c for c in columns if c in names] if columns else None
-        tables.append(pq.read_table(f, columns=cols))
-    return pa.concat_tables(tables, promote_options="default")
+        names |= set(pq.read_schema(f).names)
+    return names
+
+
+def _col(names: set[str], name: str, sql_type: str, expr: str | None = None) -> str:
+    """``expr`` (default the column) when the files have ``name``, else a typed NULL."""
+    return (
+        f"{expr or quote(name)} AS {quote(name)}" if name in names else f"NULL::{sql_type} AS {quote(name)}"
+    )
+
+
+def _last_row_per(key: str) -> str:
+    # A repeated key keeps its last row in file order, as a dict filled row by row does.
+    return f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _fidx DESC, _rn DESC) = 1"
 
 
 class LineageSources:
-    """The upstream tables of one partition, indexed for lookups (read once, used for every config)."""
+    """The upstream Parquet files of one partition, as DuckDB lookup views (read by every config).
+
+    Args:
+        assets_root: the assets folder (``$RAGSFT_HOME/assets``).
+        partition: the snapshot key.
+        ledger: the ledger files (``decisions.ledger_files``); None: no cache keys.
+        max_drafts: draft indexes tried when a question is resolved from the bridge pairs.
+    """
 
     def __init__(
         self,
         assets_root: Path,
         partition: str,
-        ledger: pa.Table | None = None,
+        ledger: Sequence[Path] | None = None,
         max_drafts: int = 10,
     ) -> None:
-        self.articles: dict[str, dict] = {}
-        abstracts = _read(
-            assets_root, partition, "abstracts", ["id", "title", "identifier", "url", "revision"]
+        self.assets_root = Path(assets_root)
+        self.partition = partition
+        self.ledger = list(ledger or [])
+        self.max_drafts = max_drafts
+
+    def register(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Define the views ``lin_articles``, ``lin_questions``, ``lin_twins``, ``lin_examples``,
+        ``lin_pairs`` (question -> bridge pair) and ``lin_keys`` (candidate -> cache key) on ``con``."""
+        files = lambda asset: _files(self.assets_root, self.partition, asset)  # noqa: E731
+
+        def view(name: str, fs: list[Path], select: str, empty: str) -> None:
+            body = select.format(scan=scan_sql(fs)) if fs else f"SELECT {empty} WHERE false"
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {body}")
+
+        fs = files("abstracts")
+        names = _columns(fs)
+        view(
+            "lin_articles",
+            fs,
+            f"SELECT {_col(names, 'id', 'VARCHAR')}, {_col(names, 'identifier', 'BIGINT')}, "
+            f"{_col(names, 'url', 'VARCHAR')}, {_col(names, 'revision', 'BIGINT')} FROM {{scan}} "
+            + _last_row_per("id"),
+            "NULL::VARCHAR AS id, NULL::BIGINT AS identifier, NULL::VARCHAR AS url, NULL::BIGINT AS revision",
         )
-        if abstracts is not None:
-            for row in abstracts.to_pylist():
-                self.articles[row["id"]] = row
-        self.questions: dict[str, dict] = {}
-        mq = _read(assets_root, partition, "multihop_questions", ["id", "supporting_facts", "context"])
-        if mq is not None:
-            for row in mq.to_pylist():
-                self.questions[row["id"]] = row
-        self.question_by_twin = {ids.pair_id(q): q for q in self.questions}
-        # rag_prompts (rag_sft family) carries each example's question id.
-        self.question_of_example: dict[str, str] = {}
-        prompts = _read(assets_root, partition, "rag_prompts", ["id", "question_id"])
-        if prompts is not None and "question_id" in prompts.column_names:
-            self.question_of_example = dict(
-                zip(prompts["id"].to_pylist(), prompts["question_id"].to_pylist(), strict=True)
+        fs = files("multihop_questions")
+        names = _columns(fs)
+        view(
+            "lin_questions",
+            fs,
+            f"SELECT id, {_col(names, 'supporting_facts', 'VARCHAR[]', 'supporting_facts.title')} , "
+            f"{_col(names, 'context', 'VARCHAR[]', 'context.title')} FROM {{scan}} " + _last_row_per("id"),
+            "NULL::VARCHAR AS id, NULL::VARCHAR[] AS supporting_facts, NULL::VARCHAR[] AS context",
+        )
+        con.execute(
+            "CREATE OR REPLACE TEMP VIEW lin_twins AS "
+            f"SELECT {TWIN_SQL} AS twin, id AS qid FROM lin_questions"
+        )
+        fs = files("rag_prompts")
+        has_qid = "question_id" in _columns(fs)
+        view(
+            "lin_examples",
+            fs if has_qid else [],
+            "SELECT id, question_id FROM {scan} " + _last_row_per("id"),
+            "NULL::VARCHAR AS id, NULL::VARCHAR AS question_id",
+        )
+        fs = files("bridge_pairs")
+        view(
+            "lin_pair_ids",
+            fs,
+            "SELECT a_id, b_id, id AS pid, _fidx, _rn FROM {scan} " + _last_row_per("a_id, b_id"),
+            "NULL::VARCHAR AS a_id, NULL::VARCHAR AS b_id, NULL::VARCHAR AS pid, 0 AS _fidx, 0 AS _rn",
+        )
+        fs = files("question_drafts")
+        names = _columns(fs)
+        qcol = "question_id" if "question_id" in names else "id"
+        pid = f"coalesce(nullif(p.pid, ''), {PAIR_SQL})"
+        view(
+            "lin_drafts",
+            fs if {"a_id", "b_id"} <= names else [],
+            f"SELECT d.q AS qid, {pid} AS pid, d.a, d.b, 'question_drafts' AS how FROM "
+            f"(SELECT {quote(qcol)} AS q, a_id AS a, b_id AS b FROM {{scan}} {_last_row_per(quote(qcol))}) d "
+            "LEFT JOIN lin_pair_ids p ON p.a_id IS NOT DISTINCT FROM d.a AND p.b_id IS NOT DISTINCT FROM d.b",
+            "NULL::VARCHAR AS qid, NULL::VARCHAR AS pid, NULL::VARCHAR AS a, NULL::VARCHAR AS b, "
+            "NULL::VARCHAR AS how",
+        )
+        wanted = (
+            "SELECT id FROM lin_questions q WHERE NOT EXISTS (SELECT 1 FROM lin_drafts d WHERE d.qid = q.id)"
+        )
+        pairs = "SELECT qid, pid, a, b, how FROM lin_drafts"
+        # Questions no draft names: the pair whose question_id(a, b, k) is theirs, for k < max_drafts.
+        if (
+            con.execute(f"SELECT count(*) FROM ({wanted})").fetchall()[0][0]
+            and con.execute("SELECT count(*) FROM lin_pair_ids").fetchall()[0][0]
+        ):
+            qid = derived_id_sql("'question'", "a_id", "b_id", "k")
+            pairs += (
+                " UNION ALL SELECT q AS qid, pid, a_id AS a, b_id AS b, 'bridge_pairs' AS how FROM ("
+                f"SELECT {qid} AS q, pid, a_id, b_id, _fidx, _rn FROM lin_pair_ids, range({int(self.max_drafts)}) r(k)"
+                f") WHERE q IN ({wanted}) "
+                "QUALIFY row_number() OVER (PARTITION BY q ORDER BY _fidx DESC, _rn DESC) = 1"
             )
-        self.pair_of_question: dict[str, tuple[str, str, str, str]] = {}  # q -> (pair id, a, b, how)
-        self._resolve_pairs(assets_root, partition, max_drafts)
-        self.cache_keys: dict[str, set[str]] = {}
-        if ledger is not None and ledger.num_rows:
-            for cid, keys in zip(
-                ledger["candidate_id"].to_pylist(), ledger["cache_keys"].to_pylist(), strict=True
-            ):
-                if keys:
-                    self.cache_keys.setdefault(cid, set()).update(keys)
-
-    def _resolve_pairs(self, assets_root: Path, partition: str, max_drafts: int) -> None:
-        pairs = _read(assets_root, partition, "bridge_pairs", ["id", "a_id", "b_id"])
-        pair_id_of = {}
-        if pairs is not None:
-            for row in pairs.to_pylist():
-                pair_id_of[(row["a_id"], row["b_id"])] = row["id"]
-        drafts = _read(assets_root, partition, "question_drafts")
-        if drafts is not None and {"a_id", "b_id"} <= set(drafts.column_names):
-            qcol = "question_id" if "question_id" in drafts.column_names else "id"
-            for row in drafts.select([qcol, "a_id", "b_id"]).to_pylist():
-                a, b = row["a_id"], row["b_id"]
-                pid = pair_id_of.get((a, b)) or ids.derived_id("bridge_pair", a, b)
-                self.pair_of_question[row[qcol]] = (pid, a, b, "question_drafts")
-        wanted = set(self.questions) - set(self.pair_of_question)
-        if wanted and pair_id_of:
-            for (a, b), pid in pair_id_of.items():
-                for k in range(max_drafts):
-                    q = ids.question_id(a, b, k)
-                    if q in wanted:
-                        self.pair_of_question[q] = (pid, a, b, "bridge_pairs")
-
-    def document(self, title: str, role: str) -> dict:
-        did = ids.doc_id(title)
-        art = self.articles.get(did, {})
-        return {
-            "doc_id": did,
-            "title": title,
-            "role": role,
-            "identifier": art.get("identifier"),
-            "url": art.get("url"),
-            "revision": art.get("revision"),
-        }
-
-    def keys_for(self, candidates: Iterable[str | None]) -> list[str]:
-        out: set[str] = set()
-        for c in candidates:
-            if c:
-                out |= self.cache_keys.get(c, set())
-        return sorted(out)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW lin_pairs AS {pairs}")
+        if self.ledger:
+            keys = (
+                "SELECT DISTINCT candidate_id AS cid, k AS key FROM ("
+                f"SELECT candidate_id, unnest(cache_keys) AS k FROM read_parquet({sql_list(self.ledger)}, "
+                "union_by_name=true)) WHERE k IS NOT NULL AND coalesce(candidate_id, '') <> ''"
+            )
+        else:
+            keys = "SELECT NULL::VARCHAR AS cid, NULL::VARCHAR AS key WHERE false"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW lin_keys AS {keys}")
 
 
-def _question_documents(src: LineageSources, q: dict, a_id: str | None, b_id: str | None) -> list[dict]:
-    gold = set((q.get("supporting_facts") or {}).get("title") or [])
-    docs = []
-    for title in (q.get("context") or {}).get("title") or []:
-        did = ids.doc_id(title)
-        role = (
-            "gold_a" if did == a_id else "gold_b" if did == b_id else "gold" if title in gold else "context"
-        )
-        docs.append(src.document(title, role))
-    return docs
+def _product_sql(sources: Sequence[SplitSource], exprs: dict[str, tuple[str, str, str | None]]) -> str:
+    """The rows of a config's splits (in split order) with the columns the lineage reads.
+
+    ``exprs``: ``{alias: (column, sql type, expression or None)}``; a column absent from a split is NULL.
+    """
+    parts = []
+    for i, src in enumerate(sources):
+        names = set(src.schema.names)
+        cols = [
+            _col(names, col, typ, expr).rsplit(" AS ", 1)[0] + f" AS {alias}"
+            for alias, (col, typ, expr) in exprs.items()
+        ]
+        parts.append(src.select_sql([], [*cols, f"{i} AS _sidx", "_fidx", "_rn"]))
+    return " UNION ALL ".join(parts)
 
 
-def _row(config: str, rid: str, **kw: object) -> dict:
-    base = {name: None for name in LINEAGE_SCHEMA.names}
-    base.update(config=config, id=rid, doc_ids=[], documents=[], cache_keys=[], resolution="none")
-    base.update(kw)
-    base["doc_ids"] = [d["doc_id"] for d in base["documents"]]  # type: ignore[union-attr]
-    return base
+def _documents_sql(rows: str, role: str) -> str:
+    """Per row key, its documents in title order: ``rows`` has ``_sidx, _fidx, _rn, titles`` + the role's columns."""
+    return f"""
+        SELECT _sidx, _fidx, _rn,
+               list({{'doc_id': did, 'title': title, 'role': {role}, 'identifier': a.identifier,
+                      'url': a.url, 'revision': a.revision}} ORDER BY pos) AS documents
+        FROM (SELECT *, {doc_id_sql("title")} AS did
+              FROM (SELECT *, unnest(titles) AS title, generate_subscripts(titles, 1) AS pos FROM ({rows})))
+        LEFT JOIN lin_articles a ON a.id = did
+        GROUP BY _sidx, _fidx, _rn"""
 
 
-def _question_fields(src: LineageSources, qid: str | None) -> dict:
-    if not qid:
-        return {}
-    pid, a, b, how = src.pair_of_question.get(qid, (None, None, None, "none"))
-    return {"question_id": qid, "bridge_pair_id": pid, "a_id": a, "b_id": b, "resolution": how}
+def _keys_sql(rows: str, candidates: str) -> str:
+    return f"""
+        SELECT _sidx, _fidx, _rn, list(DISTINCT k.key ORDER BY k.key) AS cache_keys
+        FROM (SELECT _sidx, _fidx, _rn, unnest({candidates}) AS cid FROM ({rows})) c
+        JOIN lin_keys k ON k.cid = c.cid
+        GROUP BY _sidx, _fidx, _rn"""
 
 
-def lineage_table(config: str, family: str, table: pa.Table, src: LineageSources) -> pa.Table:
-    """The lineage rows of one config's product table (one row per id, sorted by id).
+ROLE_SQL = (
+    "CASE WHEN did = a THEN 'gold_a' WHEN did = b THEN 'gold_b' "
+    "WHEN list_contains(gold, title) THEN 'gold' ELSE 'context' END"
+)
+
+
+def lineage_sql(config: str, family: str, sources: Sequence[SplitSource]) -> str:
+    """The lineage rows of one config (``LINEAGE_SCHEMA``, sorted by id), over the views of ``register``.
 
     Args:
         config: the release config name.
         family: ``corpus``, ``multihop`` or ``rag_sft``: how the product's rows are made.
-        table: the product rows (all splits), with an ``id`` column.
-        src: the partition's upstream tables.
+        sources: the config's split sources (``stream.plan_configs``), in split order.
     """
-    rows = []
-    cols = set(table.column_names)
-    for r in table.to_pylist():
-        rid = r["id"]
-        if family == "corpus":
-            doc = src.document(r.get("title") or "", "self")
-            rows.append(_row(config, rid, documents=[doc], resolution="document"))
-        elif family == "multihop":
-            qf = _question_fields(src, rid)
-            q = src.questions.get(rid) or r
-            docs = _question_documents(src, q, qf.get("a_id"), qf.get("b_id"))
-            keys = src.keys_for([rid, qf.get("bridge_pair_id")])
-            rows.append(_row(config, rid, documents=docs, cache_keys=keys, **qf))
-        else:
-            twin = r.get("pair_id")
-            qid = r.get("question_id") if "question_id" in cols else None
-            qid = (
-                qid
-                or src.question_of_example.get(rid)
-                or src.question_by_twin.get(twin or "")
-                or (rid if rid in src.questions else None)
-            )
-            qf = _question_fields(src, qid)
-            gold = set(r.get("supporting_facts_titles") or [])
-            prompt = "\n".join(
-                m.get("content") or "" for m in (r.get("messages") or []) if m.get("role") != "assistant"
-            )
-            docs = []
-            for title in FILENAME_RE.findall(prompt):
-                title = title.strip()
-                did = ids.doc_id(title)
-                role = (
-                    "gold_a"
-                    if did == qf.get("a_id")
-                    else "gold_b"
-                    if did == qf.get("b_id")
-                    else "gold"
-                    if title in gold
-                    else "context"
-                )
-                docs.append(src.document(title, role))
-            keys = src.keys_for([rid, twin, qid, qf.get("bridge_pair_id")])
-            rows.append(_row(config, rid, twin_pair_id=twin, documents=docs, cache_keys=keys, **qf))
-    rows.sort(key=lambda x: x["id"])
-    return pa.Table.from_pylist(rows, schema=LINEAGE_SCHEMA)
+    cfg = sql_literal(config)
+    order = "ORDER BY f.id NULLS LAST, f._sidx, f._fidx, f._rn"
+    if family == "corpus":
+        product = _product_sql(sources, {"id": ("id", "VARCHAR", None), "title": ("title", "VARCHAR", None)})
+        return f"""
+            SELECT {cfg} AS config, f.id, NULL::VARCHAR AS question_id, NULL::VARCHAR AS twin_pair_id,
+                   NULL::VARCHAR AS bridge_pair_id, NULL::VARCHAR AS a_id, NULL::VARCHAR AS b_id,
+                   [f.did] AS doc_ids,
+                   [{{'doc_id': f.did, 'title': f.title, 'role': 'self', 'identifier': a.identifier,
+                      'url': a.url, 'revision': a.revision}}] AS documents,
+                   []::VARCHAR[] AS cache_keys, 'document' AS resolution
+            FROM (SELECT id, coalesce(title, '') AS title, {doc_id_sql("coalesce(title, '')")} AS did,
+                         _sidx, _fidx, _rn FROM ({product})) f
+            LEFT JOIN lin_articles a ON a.id = f.did
+            {order}"""
+    if family == "multihop":
+        product = _product_sql(
+            sources,
+            {
+                "id": ("id", "VARCHAR", None),
+                "own_gold": ("supporting_facts", "VARCHAR[]", "supporting_facts.title"),
+                "own_titles": ("context", "VARCHAR[]", "context.title"),
+            },
+        )
+        # The question's own row when multihop_questions has it, else the product row's.
+        resolved = f"""
+            SELECT p.id, p._sidx, p._fidx, p._rn,
+                   CASE WHEN q.id IS NOT NULL THEN q.supporting_facts ELSE p.own_gold END AS gold,
+                   CASE WHEN q.id IS NOT NULL THEN q.context ELSE p.own_titles END AS titles,
+                   nullif(p.id, '') AS qid, NULL::VARCHAR AS twin
+            FROM ({product}) p LEFT JOIN lin_questions q ON q.id = p.id"""
+        candidates = "[id, pid]"
+    else:
+        keep = "lambda m: m.role IS DISTINCT FROM 'assistant'"
+        prompt = (
+            f"array_to_string(list_transform(list_filter(coalesce(messages, []), {keep}), "
+            "lambda m: coalesce(m.content, '')), chr(10))"
+        )
+        titles = (
+            f"list_transform(regexp_extract_all({prompt}, {sql_literal(FILENAME_SQL)}, 1), "
+            f"lambda t: trim(t, {whitespace_chars_sql()}))"
+        )
+        product = _product_sql(
+            sources,
+            {
+                "id": ("id", "VARCHAR", None),
+                "twin": ("pair_id", "VARCHAR", None),
+                "own_qid": ("question_id", "VARCHAR", None),
+                "gold": ("supporting_facts_titles", "VARCHAR[]", None),
+                "titles": ("messages", "VARCHAR[]", titles),
+            },
+        )
+        # qid: the row's question_id, else rag_prompts', else the question of its twin pair, else itself.
+        resolved = f"""
+            SELECT p.id, p._sidx, p._fidx, p._rn, p.gold, p.titles, p.twin,
+                   coalesce(nullif(p.own_qid, ''), nullif(e.question_id, ''), nullif(t.qid, ''),
+                            CASE WHEN q.id IS NOT NULL THEN nullif(p.id, '') END) AS qid
+            FROM ({product}) p
+            LEFT JOIN lin_examples e ON e.id = p.id
+            LEFT JOIN lin_twins t ON t.twin = coalesce(p.twin, '')
+            LEFT JOIN lin_questions q ON q.id = p.id"""
+        candidates = "[id, twin, qid, pid]"
+    rows = f"""
+        SELECT r.*, lp.pid, lp.a, lp.b,
+               CASE WHEN r.qid IS NULL THEN 'none' ELSE coalesce(lp.how, 'none') END AS how
+        FROM ({resolved}) r LEFT JOIN lin_pairs lp ON lp.qid = r.qid"""
+    return f"""
+        WITH f AS ({rows}), d AS ({_documents_sql("SELECT * FROM f", ROLE_SQL)}),
+             k AS ({_keys_sql("SELECT * FROM f", candidates)})
+        SELECT {cfg} AS config, f.id, f.qid AS question_id, f.twin AS twin_pair_id,
+               f.pid AS bridge_pair_id, f.a AS a_id, f.b AS b_id,
+               coalesce(list_transform(d.documents, lambda x: x.doc_id), []) AS doc_ids,
+               coalesce(d.documents, []) AS documents, coalesce(k.cache_keys, []) AS cache_keys,
+               f.how AS resolution
+        FROM f LEFT JOIN d USING (_sidx, _fidx, _rn) LEFT JOIN k USING (_sidx, _fidx, _rn)
+        {order}"""
 
 
-def lineage_tables(
-    tables: Mapping[str, Mapping[str, pa.Table]], families: Mapping[str, str], src: LineageSources
-) -> dict[str, pa.Table]:
-    """Lineage per config from ``{config: {split: table}}`` and ``{config: family}``."""
-    out = {}
-    for config, splits in tables.items():
-        whole = pa.concat_tables(list(splits.values()), promote_options="default")
-        out[config] = lineage_table(config, families[config], whole, src)
-    return out
+def write_lineage(
+    con: duckdb.DuckDBPyConnection, config: str, family: str, sources: Sequence[SplitSource], path: Path
+) -> int:
+    """Write ``provenance/<config>/lineage.parquet`` from ``lineage_sql``; returns its row count.
+
+    ``LineageSources.register`` must have defined the views on ``con``.
+    """
+    return write_query(con, lineage_sql(config, family, sources), path, LINEAGE_SCHEMA, PROVENANCE_GROUP_ROWS)

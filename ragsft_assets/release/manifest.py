@@ -90,20 +90,66 @@ def source_info(assets_root: Path, snapshots_root: Path | None, partition: str) 
     abstracts = assets_root / partition / "abstracts"
     files = sorted(abstracts.glob("*.parquet")) if abstracts.is_dir() else []
     if files:
-        pairs: list[tuple[str, int | None]] = []
-        for f in files:
-            t = pq.read_table(f, columns=["id", "revision"])
-            pairs += zip(t["id"].to_pylist(), t["revision"].to_pylist(), strict=True)
-        pairs.sort(key=lambda p: p[0])
-        revs = [r for _, r in pairs if r is not None]
-        digest = hashlib.sha256("".join(f"{i}\t{'' if r is None else r}\n" for i, r in pairs).encode())
-        info["revisions"] = {
-            "articles": len(pairs),
-            "with_revision": len(revs),
-            "max_revision": max(revs) if revs else None,
-            "digest_sha256": digest.hexdigest(),
-        }
+        info["revisions"] = _revisions(files)
     return info
+
+
+def _revisions(files: list[Path]) -> dict[str, Any]:
+    """Count, highest and digest of the ``id\\trevision`` lines sorted by id, computed by DuckDB.
+
+    The lines stream out in batches into the hash (the ids of a full snapshot never become one
+    Python list); ties on id keep file order, as a stable sort of the files' rows does.
+    """
+    import duckdb
+
+    from ragsft_assets.sql import sql_list
+
+    lst = sql_list(files)
+    scan = (
+        f"(SELECT id, revision, list_position({lst}, filename) AS _fidx, file_row_number AS _rn "
+        f"FROM read_parquet({lst}, union_by_name=true, filename=true, file_row_number=true))"
+    )
+    con = duckdb.connect()
+    try:
+        n, with_rev, max_rev = con.execute(
+            f"SELECT count(*), count(revision), max(revision) FROM {scan}"
+        ).fetchall()[0]
+        digest = hashlib.sha256()
+        lines = con.sql(
+            "SELECT coalesce(CAST(id AS VARCHAR), 'None') || chr(9) || coalesce(CAST(revision AS VARCHAR), '')"
+            f" || chr(10) AS line FROM {scan} ORDER BY id NULLS LAST, _fidx, _rn"
+        ).to_arrow_reader(65_536)
+        for batch in lines:
+            digest.update("".join(batch.column(0).to_pylist()).encode())
+    finally:
+        con.close()
+    return {
+        "articles": int(n),
+        "with_revision": int(with_rev),
+        "max_revision": int(max_rev) if max_rev is not None else None,
+        "digest_sha256": digest.hexdigest(),
+    }
+
+
+def _signature(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    req = (entry or {}).get("request") or {}
+    if not entry:
+        return {"missing": True}
+    return {
+        "model": req.get("model"),
+        "params": req.get("params"),
+        "template_version": req.get("template_version"),
+    }
+
+
+def _calls_by_stage(counts: Any, lookup: Any) -> dict[str, list[dict[str, Any]]]:
+    """``(stage, cache key, occurrences)`` triples -> per stage, its distinct call signatures and counts."""
+    out: dict[str, dict[bytes, dict[str, Any]]] = {}
+    for stage, key, n in counts:
+        sig = _signature(lookup(key) if lookup is not None else None)
+        slot = out.setdefault(stage, {}).setdefault(json_bytes(sig), {**sig, "calls": 0})
+        slot["calls"] += int(n)
+    return {stage: [v for _, v in sorted(sigs.items())] for stage, sigs in sorted(out.items())}
 
 
 def llm_calls_by_stage(ledger_rows: list[dict[str, Any]], lookup: Any) -> dict[str, list[dict[str, Any]]]:
@@ -114,19 +160,37 @@ def llm_calls_by_stage(ledger_rows: list[dict[str, Any]], lookup: Any) -> dict[s
     parameters really produced the data, with the number of calls each. Keys not in the cache
     are counted under ``missing``.
     """
-    out: dict[str, dict[bytes, dict[str, Any]]] = {}
-    for row in ledger_rows:
-        for key in row.get("cache_keys") or []:
-            entry = lookup(key) if lookup is not None else None
-            req = (entry or {}).get("request") or {}
-            sig = {
-                "model": req.get("model"),
-                "params": req.get("params"),
-                "template_version": req.get("template_version"),
-            } if entry else {"missing": True}  # fmt: skip
-            slot = out.setdefault(row["stage"], {}).setdefault(json_bytes(sig), {**sig, "calls": 0})
-            slot["calls"] += 1
-    return {stage: [v for _, v in sorted(sigs.items())] for stage, sigs in sorted(out.items())}
+    return _calls_by_stage(
+        ((row["stage"], key, 1) for row in ledger_rows for key in row.get("cache_keys") or []), lookup
+    )
+
+
+def ledger_calls_by_stage(files: list[Path], lookup: Any) -> dict[str, list[dict[str, Any]]]:
+    """``llm_calls_by_stage`` over the ledger files, counted by DuckDB (one lookup per stage and key).
+
+    The ledger of a full snapshot never becomes Python rows: DuckDB counts each (stage, key) and
+    the counts stream out in batches.
+    """
+    if not files:
+        return {}
+    import duckdb
+
+    from ragsft_assets.sql import sql_list
+
+    con = duckdb.connect()
+    try:
+        reader = con.sql(
+            "SELECT stage, key, count(*) AS n FROM (SELECT stage, unnest(cache_keys) AS key "
+            f"FROM read_parquet({sql_list(files)}, union_by_name=true)) GROUP BY 1, 2 ORDER BY 1, 2"
+        ).to_arrow_reader(65_536)
+
+        def triples() -> Any:
+            for batch in reader:
+                yield from zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True)
+
+        return _calls_by_stage(triples(), lookup)
+    finally:
+        con.close()
 
 
 def build_manifest(

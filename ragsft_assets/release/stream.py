@@ -1,0 +1,295 @@
+"""Release files written from DuckDB queries in bounded memory (Dagster-free).
+
+A release at full Wikipedia scale (800,000 abstracts, 100,000 questions) does not fit in memory as
+Arrow tables, let alone as Python rows: every data file, the decisions and the lineage are written
+here from a DuckDB query over the upstream Parquet files, streamed batch by batch into a Parquet
+writer. DuckDB sorts under a memory limit and spills to a temp folder of its own.
+
+Bytes stay deterministic and match ``storage.write_parquet`` (the same writer options): a file
+of at most ``rows_per_group`` rows is one row group with one chunk per column, exactly what
+``pq.write_table`` writes for the same table; a longer file is cut into row groups of
+``rows_per_group`` rows, a count fixed from the inputs, never from DuckDB's batch boundaries.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ragsft_assets.sql import sql_list, sql_literal
+from ragsft_assets.storage import SPLITS, asset_files
+
+# DuckDB's share of the release's memory: its sorts and hash tables spill beyond this.
+DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "1GB")
+# A row group holds about this many uncompressed bytes (estimated from the upstream files).
+ROW_GROUP_BYTES = 64 << 20
+MAX_GROUP_ROWS = 1024 * 1024  # pq.write_table's own default: small tables stay one row group
+MIN_GROUP_ROWS = 1024
+PROVENANCE_GROUP_ROWS = 65_536  # lineage and decision rows are small (ids, a few documents)
+
+
+@contextmanager
+def connect(memory_limit: str = DUCKDB_MEMORY_LIMIT) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB connection with a memory limit and a private spill folder (removed after)."""
+    spill = tempfile.mkdtemp(prefix="ragsft-release-duckdb-")
+    con = duckdb.connect()
+    try:
+        con.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
+        con.execute(f"SET temp_directory = {sql_literal(spill)}")
+        # Every query whose order matters says ORDER BY; the rest need not keep scan order in memory.
+        con.execute("SET preserve_insertion_order = false")
+        yield con
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+
+
+def _group_batches(reader: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """Re-cut a stream of batches into batches of exactly ``rows`` rows (the last may be shorter)."""
+    pending: list[pa.RecordBatch] = []
+    have = 0
+    for batch in reader:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        have += batch.num_rows
+        while have >= rows:
+            take, out = rows, []
+            while take:
+                head = pending[0]
+                if head.num_rows <= take:
+                    out.append(head)
+                    take -= head.num_rows
+                    pending.pop(0)
+                else:
+                    out.append(head.slice(0, take))
+                    pending[0] = head.slice(take)
+                    take = 0
+            have -= rows
+            yield out[0] if len(out) == 1 else pa.Table.from_batches(out).combine_chunks().to_batches()[0]
+    if pending:
+        yield (
+            pending[0]
+            if len(pending) == 1
+            else pa.Table.from_batches(pending).combine_chunks().to_batches()[0]
+        )
+
+
+def _write_batches(
+    batches: Iterator[pa.RecordBatch], path: Path, schema: pa.Schema, rows_per_group: int
+) -> int:
+    """Write ``batches`` to ``path`` atomically in row groups of ``rows_per_group`` rows, cast to ``schema``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    n = 0
+    try:
+        with pq.ParquetWriter(
+            tmp, schema, compression="zstd", write_statistics=True, use_dictionary=True
+        ) as writer:
+            for batch in _group_batches(batches, rows_per_group):
+                writer.write_table(pa.Table.from_batches([batch.cast(schema)]))
+                n += batch.num_rows
+            if n == 0:
+                writer.write_table(schema.empty_table())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return n
+
+
+def write_query(
+    con: duckdb.DuckDBPyConnection, sql: str, path: Path, schema: pa.Schema, rows_per_group: int
+) -> int:
+    """Write the rows of ``sql`` to ``path`` (atomically), cast to ``schema``; returns the row count.
+
+    The writer options are those of ``storage.write_parquet`` (zstd, statistics, dictionary).
+    """
+    return _write_batches(iter(con.sql(sql).to_arrow_reader(rows_per_group)), path, schema, rows_per_group)
+
+
+def unified_schema(files: Sequence[Path]) -> pa.Schema:
+    """The schema ``pa.concat_tables(..., promote_options="default")`` would give these files."""
+    schemas = [pq.read_schema(f) for f in files]
+    if len(schemas) == 1:
+        return schemas[0]
+    return pa.unify_schemas(schemas, promote_options="default")
+
+
+def group_rows(files: Sequence[Path]) -> int:
+    """Rows per row group for a table read from ``files``: about ``ROW_GROUP_BYTES`` uncompressed."""
+    rows = size = 0
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        rows += meta.num_rows
+        size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    per_row = max(1, size // max(1, rows))
+    return max(MIN_GROUP_ROWS, min(MAX_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+
+
+def scan_sql(files: Sequence[Path]) -> str:
+    """``read_parquet`` over ``files`` with each row's file position (``_fidx``) and row number (``_rn``)."""
+    lst = sql_list(files)
+    return (
+        f"(SELECT *, list_position({lst}, filename) AS _fidx, file_row_number AS _rn "
+        f"FROM read_parquet({lst}, union_by_name=true, filename=true, file_row_number=true))"
+    )
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(slots=True)
+class SplitSource:
+    """One split of a release config: the upstream files and, for an ``all`` file, the split value."""
+
+    files: list[Path]
+    split: str | None  # rows where the `split` column equals this; None: every row
+    schema: pa.Schema  # the shipped schema: no `split` column, no metadata
+    rows: int = 0
+
+    def select_sql(self, columns: Sequence[str] | None = None, extra: Sequence[str] = ()) -> str:
+        """The split's rows (``columns``, default all shipped ones, plus ``extra`` SQL expressions), unordered."""
+        names = [quote(c) for c in (self.schema.names if columns is None else columns)]
+        where = f"WHERE split = {sql_literal(self.split)}" if self.split is not None else ""
+        return f"SELECT {', '.join([*names, *extra])} FROM {scan_sql(self.files)} {where}"
+
+    def in_release_order(self) -> bool:
+        """Whether the rows already come in release order (ids non-decreasing, none null), as upstream
+        assets write them: then they stream straight through, with no sort."""
+        if "id" not in self.schema.names:
+            return True
+        cols = ["id", "split"] if self.split is not None else ["id"]
+        t = pa.concat_tables([pq.read_table(f, columns=cols) for f in self.files], promote_options="default")
+        if self.split is not None:
+            t = t.filter(pc.equal(t["split"], self.split))
+        col = t["id"].combine_chunks()
+        if col.null_count:
+            return False
+        return len(col) < 2 or bool(
+            pc.all(pc.greater_equal(col.slice(1), col.slice(0, len(col) - 1))).as_py()
+        )
+
+    def batches(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """The split's rows in file order as Arrow batches (shipped columns), without DuckDB."""
+        cols = [*self.schema.names, "split"] if self.split is not None else list(self.schema.names)
+        for f in self.files:
+            names = set(pq.read_schema(f).names)
+            for batch in pq.ParquetFile(f).iter_batches(
+                batch_size=rows, columns=[c for c in cols if c in names]
+            ):
+                if self.split is not None:
+                    batch = batch.filter(pc.equal(batch["split"], self.split))
+                t = pa.Table.from_batches([batch])
+                for name in self.schema.names:  # a column another file of the union has
+                    if name not in t.column_names:
+                        t = t.append_column(name, pa.nulls(t.num_rows, self.schema.field(name).type))
+                yield from t.select(self.schema.names).cast(self.schema).to_batches()
+
+    @property
+    def order_sql(self) -> str:
+        """Release order: by id, stable (Arrow's ``sort_by("id")``: nulls last, ties in file order)."""
+        return "id NULLS LAST, _fidx, _rn" if "id" in self.schema.names else "_fidx, _rn"
+
+
+@dataclass(slots=True)
+class ConfigPlan:
+    """What the release will ship: ``{config: {split: SplitSource}}`` and the notes of what it skips."""
+
+    configs: dict[str, dict[str, SplitSource]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = None) -> ConfigPlan:
+    """The split sources of every release config, without reading the tables (``layout.read_config_tables``'s rules).
+
+    A config whose asset is not materialized is left out with a note. An asset with split files
+    gives those splits; one with a single ``all`` file is split by its ``split`` column when it has
+    one, else shipped as ``train``. Empty splits are left out with a note.
+    """
+    from ragsft_assets.release.layout import RELEASE_CONFIGS
+
+    plan = ConfigPlan()
+    con = duckdb.connect()
+    try:
+        for cfg in configs or RELEASE_CONFIGS:
+            files = asset_files(partition, cfg.asset, assets_root)
+            if not files:
+                plan.notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} is not materialized")
+                continue
+            by_split: dict[str, SplitSource] = {}
+            split_files = [f for f in files if f.stem in SPLITS]
+            if split_files:
+                for f in split_files:
+                    schema = _shipped(unified_schema([f]))
+                    by_split[f.stem] = SplitSource([f], None, schema, pq.ParquetFile(f).metadata.num_rows)
+            else:
+                whole = unified_schema(files)
+                schema = _shipped(whole)
+                if "split" in whole.names:
+                    counts = dict(
+                        con.execute(
+                            f"SELECT split, count(*) FROM read_parquet({sql_list(files)}, union_by_name=true)"
+                            " GROUP BY 1"
+                        ).fetchall()
+                    )
+                    for split in SPLITS:
+                        by_split[split] = SplitSource(list(files), split, schema, int(counts.get(split, 0)))
+                else:
+                    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+                    by_split["train"] = SplitSource(list(files), None, schema, rows)
+            kept = {}
+            for split in SPLITS:
+                if split not in by_split:
+                    continue
+                if by_split[split].rows == 0:
+                    plan.notes.append(f"config {cfg.name!r}: split {split!r} is empty and left out")
+                    continue
+                kept[split] = by_split[split]
+            if not kept:
+                plan.notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} has no rows")
+                continue
+            plan.configs[cfg.name] = kept
+    finally:
+        con.close()
+    return plan
+
+
+def _shipped(schema: pa.Schema) -> pa.Schema:
+    if "split" in schema.names:
+        schema = schema.remove(schema.get_field_index("split"))
+    return schema.remove_metadata()
+
+
+def write_data_files(
+    con: duckdb.DuckDBPyConnection, folder: Path, plan: Mapping[str, Mapping[str, SplitSource]]
+) -> dict[str, dict[str, str]]:
+    """Write every config's split files under ``folder``, sorted by id; returns ``{config: {split: rel}}``."""
+    from ragsft_assets.release.layout import data_file
+
+    files: dict[str, dict[str, str]] = {}
+    for config, splits in plan.items():
+        files[config] = {}
+        for split, src in splits.items():
+            rel = data_file(config, split)
+            rows = group_rows(src.files)
+            if src.in_release_order():  # the usual case: upstream assets write sorted by id
+                _write_batches(src.batches(rows), folder / rel, src.schema, rows)
+            else:  # DuckDB sorts under its memory limit, spilling to its temp folder
+                sql = f"{src.select_sql()} ORDER BY {src.order_sql}"
+                write_query(con, sql, folder / rel, src.schema, rows)
+            files[config][split] = rel
+    return files
