@@ -226,3 +226,12 @@ def test_failed_blocking_check_stops_downstream(ring_home: Path, tmp_path: Path,
     assert checks["abstracts_one_split_per_document"] is False
     materialized = {ev.asset_key.to_user_string() for ev in result.get_asset_materialization_events()}
     assert materialized == {"abstracts"}  # link_graph and bridge_pairs never ran
+
+
+def test_install_snapshot_brings_the_topic_files(tmp_path: Path) -> None:
+    folder = write_jsonl(tmp_path / "src" / "dump.jsonl", interlinked_records(3)).parent
+    (folder / "topics.tsv").write_text("Alpha\tScience\n", encoding="utf-8")
+    (folder / "notes.txt").write_text("not part of the snapshot\n", encoding="utf-8")
+    target = install_snapshot("topics.fr", folder, tmp_path / "home")
+    assert sorted(p.name for p in target.iterdir()) == ["dump.jsonl", "topics.tsv"]
+    assert (target / "topics.tsv").read_text(encoding="utf-8") == "Alpha\tScience\n"

@@ -49,7 +49,7 @@ def _instance(home: Path | None = None):  # -> dg.DagsterInstance (dagster impor
 
 
 def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: bool = False) -> Path:
-    """Copy (or symlink) the dump files and snapshot.json of ``source`` into the snapshot folder of ``key``.
+    """Copy (or symlink) the dump files, snapshot.json and topic files of ``source`` into the folder of ``key``.
 
     ``source`` may be a folder or one dump file. Raises ValueError when it holds no dump file.
     """
@@ -62,7 +62,12 @@ def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: 
         raise ValueError(f"no dump file (*.jsonl, *.jsonl.gz, *.parquet, *.xml.bz2) in {source}")
     target = snapshots_dir(home) / key
     target.mkdir(parents=True, exist_ok=True)
-    extra = [source / SNAPSHOT_CONFIG] if source.is_dir() and (source / SNAPSHOT_CONFIG).is_file() else []
+    from ragsft_assets.multihop.topics import TOPIC_FILES
+
+    # snapshot.json and the topic categories (the card's keep rate by topic) travel with the dumps.
+    extra = [
+        source / n for n in (SNAPSHOT_CONFIG, *TOPIC_FILES) if source.is_dir() and (source / n).is_file()
+    ]
     for f in [*files, *extra]:
         dest = target / f.name
         if dest.exists() or dest.is_symlink():
