@@ -1,0 +1,459 @@
+"""``ragsft bench release``: the release path at full scale, in bounded memory.
+
+Generates the upstream assets of one partition in the layout the release reads (``abstracts``
+per split, ``bridge_pairs``, ``question_drafts``, ``multihop_questions`` per split, the ledger of
+``question_checks`` and ``ablation_verdicts`` and the LLM cache behind its keys), by default
+800,000 abstracts and 100,000 questions, then runs the real release steps (``build_release``,
+``write_card``, ``write_manifests``: data files, decisions, lineage, card statistics and plots,
+manifests) in a child process that does nothing else, and reports that process's peak RSS
+(``getrusage`` max RSS) and times. Bar: peak RSS under 2 GiB. ``ragsft verify`` must pass.
+
+The generated shapes follow the asset schemas and real sizes: abstract texts are 3-8 real
+sentences of the sample snapshot and frwiki records (about 100 characters each), 2-14 links each,
+questions with 10 context paragraphs (2 gold, 8 distractors of the same split) holding those
+documents' sentences. Everything is generated column-wise with NumPy and Arrow (ids by DuckDB's
+SHA-256), never row by row in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ragsft_assets.bench import machine_values
+
+PARTITION = "bench.fr"
+ABSTRACTS = 800_000
+QUESTIONS_PER_ABSTRACT = 1 / 8  # 100,000 questions over 800,000 abstracts
+RSS_BAR_MB = 2048
+SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
+CONTEXT = 10  # paragraphs per question: 2 gold + 8 distractors
+CHUNK = 100_000  # abstracts generated and written per row group
+SEED = 20260731
+MODEL = {"backend": "vllm", "model": "bench/model", "weights_sha256": "0" * 64}
+
+
+def _write(table: pa.Table, path: Path) -> None:
+    from ragsft_assets.storage import write_parquet
+
+    write_parquet(table, path)
+
+
+def _sql_ids(con: duckdb.DuckDBPyConnection, expr: str, **columns: pa.Array) -> pa.Array:
+    """One id per row of ``columns`` (an SQL expression over them, e.g. ``lineage.derived_id_sql``)."""
+    con.register("bench_cols", pa.table(columns))
+    try:
+        return con.sql(f"SELECT {expr} AS v FROM bench_cols").to_arrow_table()["v"].combine_chunks()
+    finally:
+        con.unregister("bench_cols")
+
+
+def _lists(offsets: np.ndarray, values: pa.Array) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lengths)])
+
+
+def _pool() -> tuple[pa.Array, pa.Array]:
+    """Real sentences (sample snapshot + frwiki records) and the words they are made of."""
+    from ragsft_assets.bench.corpus import load_material
+
+    sentences = sorted({s for s, _ in load_material().sentences})
+    words = sorted({w.strip(",.;:()«»") for s in sentences for w in s.split() if len(w) > 3} - {""})
+    return pa.array(sentences), pa.array(words)
+
+
+def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -> dict[str, int]:
+    """Write the partition's upstream assets and the LLM cache under ``root`` (a RAGSFT_HOME)."""
+    from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
+    from ragsft_assets.corpus.bridge_pairs import BRIDGE_PAIRS_SCHEMA
+    from ragsft_assets.ledger import LEDGER_SCHEMA
+    from ragsft_assets.multihop.generation import DRAFTS_SCHEMA
+    from ragsft_assets.multihop.hotpot_format import MULTIHOP_SCHEMA
+    from ragsft_assets.release.lineage import derived_id_sql, doc_id_sql
+    from ragsft_assets.storage import asset_path
+
+    rng = np.random.default_rng(seed)
+    assets = root / "assets"
+    sentences, words = _pool()
+    con = duckdb.connect()
+    # Titles "<word> <word> <n>" (unique), their ids as the corpus derives them (SHA-256 of the title).
+    w = words.take(pa.array(rng.integers(0, len(words), 2 * n_abstracts)))
+    titles = pc.binary_join_element_wise(
+        w.slice(0, n_abstracts), w.slice(n_abstracts), pa.array(np.arange(n_abstracts)).cast(pa.string()), " "
+    )
+    doc_ids = _sql_ids(con, doc_id_sql("t"), t=titles)
+    bounds = np.round(np.cumsum([0] + [share for _, share in SPLITS]) * n_abstracts).astype(int)
+    q_bounds = np.round(np.cumsum([0] + [share for _, share in SPLITS]) * n_questions).astype(int)
+    pairs_parts, drafts_parts, checks, judges = [], [], [], []
+    for s, (split, _) in enumerate(SPLITS):
+        lo, hi = int(bounds[s]), int(bounds[s + 1])
+        # Rows in id order (the assets write sorted by id): local row j is global document idx[j].
+        idx = lo + np.argsort(
+            np.asarray(doc_ids.slice(lo, hi - lo).to_numpy(zero_copy_only=False)), kind="stable"
+        )
+        m = len(idx)
+        n_sent = rng.integers(3, 9, m)
+        sent_off = _offsets(n_sent)
+        sent_pick = rng.integers(0, len(sentences), int(sent_off[-1]))
+        path = asset_path(PARTITION, "abstracts", split, assets)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with pq.ParquetWriter(
+            path, ABSTRACTS_SCHEMA, compression="zstd", write_statistics=True, use_dictionary=True
+        ) as writer:
+            for c0 in range(0, m, CHUNK):
+                c1 = min(m, c0 + CHUNK)
+                g = pa.array(idx[c0:c1])
+                sl = _lists(
+                    sent_off[c0 : c1 + 1] - sent_off[c0],
+                    sentences.take(pa.array(sent_pick[sent_off[c0] : sent_off[c1]])),
+                )
+                n_links = rng.integers(2, 15, c1 - c0)
+                targets = pa.array(rng.integers(0, n_abstracts, int(n_links.sum())))
+                link_sent = rng.integers(0, 1 << 30, int(n_links.sum())) % np.repeat(n_sent[c0:c1], n_links)
+                target_titles = titles.take(targets)
+                links = pa.StructArray.from_arrays(
+                    [
+                        target_titles,
+                        doc_ids.take(targets),
+                        target_titles,
+                        pa.array(link_sent.astype(np.int32)),
+                    ],
+                    fields=list(ABSTRACTS_SCHEMA.field("links").type.value_type),
+                )
+                t = titles.take(g)
+                chunk = pa.table(
+                    {
+                        "id": doc_ids.take(g),
+                        "title": t,
+                        "identifier": pa.array(idx[c0:c1] + 1000),
+                        "url": pc.binary_join_element_wise(
+                            "https://fr.wikipedia.org/wiki/", pc.replace_substring(t, " ", "_"), ""
+                        ),
+                        "revision": pa.array(rng.integers(100_000_000, 1_200_000_000, c1 - c0)),
+                        "qid": pc.binary_join_element_wise(
+                            "Q", pa.array(idx[c0:c1] + 7).cast(pa.string()), ""
+                        ),
+                        "text": pc.binary_join(sl, " "),
+                        "sentences": sl,
+                        "links": _lists(_offsets(n_links), links),
+                        "split": pa.array([split] * (c1 - c0)),
+                    },
+                    schema=ABSTRACTS_SCHEMA,
+                )
+                writer.write_table(chunk)
+        # Questions of this split: a, b and 8 distractors drawn from the split's documents.
+        q = int(q_bounds[s + 1] - q_bounds[s])
+        a = rng.integers(0, m, q)
+        b = (a + 1 + rng.integers(0, m - 1, q)) % m
+        ids_s, titles_s = doc_ids.take(pa.array(idx)), titles.take(pa.array(idx))
+        a_id, b_id, a_t, b_t = (
+            ids_s.take(pa.array(a)),
+            ids_s.take(pa.array(b)),
+            titles_s.take(pa.array(a)),
+            titles_s.take(pa.array(b)),
+        )
+        qid = _sql_ids(con, derived_id_sql("'question'", "a", "b", "0"), a=a_id, b=b_id)
+        order = np.argsort(np.asarray(qid.to_numpy(zero_copy_only=False)), kind="stable")
+        a, b = a[order], b[order]
+        a_id, b_id, a_t, b_t, qid = (x.take(pa.array(order)) for x in (a_id, b_id, a_t, b_t, qid))
+        # Distractors: other documents of the split, never a or b (values past min, max(a, b) shift up).
+        lo_ab, hi_ab = np.minimum(a, b)[:, None], np.maximum(a, b)[:, None]
+        d = rng.integers(0, m - 2, (q, CONTEXT - 2))
+        d = d + (d >= lo_ab)
+        d = d + (d >= hi_ab)
+        docs = np.concatenate([a[:, None], b[:, None], d], axis=1)
+        docs = np.take_along_axis(docs, np.argsort(rng.random((q, CONTEXT)), axis=1), axis=1).ravel()
+        lengths = n_sent[docs]
+        starts = sent_off[docs]
+        flat = np.repeat(starts - _offsets(lengths)[:-1], lengths) + np.arange(int(lengths.sum()))
+        ctx_sent = _lists(_offsets(lengths), sentences.take(pa.array(sent_pick[flat])))
+        ctx_off = np.arange(0, q * CONTEXT + 1, CONTEXT)
+        a_sent = rng.integers(0, 1 << 30, q) % n_sent[a]
+        two = np.arange(0, 2 * q + 1, 2)
+        gold_titles = pa.concat_arrays([a_t, b_t]).take(
+            pa.array(np.stack([np.arange(q), q + np.arange(q)], 1).ravel())
+        )
+        question = pc.binary_join_element_wise(
+            "Quel sujet, lié à ",
+            a_t,
+            ", ",
+            pc.utf8_slice_codeunits(sentences.take(pa.array(rng.integers(0, len(sentences), q))), 0, 50),
+            " ?",
+            "",
+        )
+        _write(
+            pa.table(
+                {
+                    "id": qid,
+                    "question": question,
+                    "answer": b_t,
+                    "type": pa.array(["bridge"] * q),
+                    "level": pa.array(["hard"] * q),
+                    "supporting_facts": pa.StructArray.from_arrays(
+                        [
+                            _lists(two, gold_titles),
+                            _lists(
+                                two,
+                                pa.array(np.stack([a_sent, np.zeros(q, int)], 1).ravel().astype(np.int32)),
+                            ),
+                        ],
+                        fields=list(MULTIHOP_SCHEMA.field("supporting_facts").type),
+                    ),
+                    "context": pa.StructArray.from_arrays(
+                        [_lists(ctx_off, titles_s.take(pa.array(docs))), _lists(ctx_off, ctx_sent)],
+                        fields=list(MULTIHOP_SCHEMA.field("context").type),
+                    ),
+                    "split": pa.array([split] * q),
+                },
+                schema=MULTIHOP_SCHEMA,
+            ),
+            asset_path(PARTITION, "multihop_questions", split, assets),
+        )
+        pid = _sql_ids(con, derived_id_sql("'bridge_pair'", "a", "b"), a=a_id, b=b_id)
+        pairs_parts.append(
+            pa.table(
+                {
+                    "id": pid, "a_id": a_id, "a_title": a_t, "b_id": b_id, "b_title": b_t, "alias": b_t,
+                    "a_sentence": pa.array(a_sent.astype(np.int32)), "split": pa.array([split] * q),
+                },
+                schema=BRIDGE_PAIRS_SCHEMA,
+            )
+        )  # fmt: skip
+        for k in (0, 1):  # two drafts per pair: the first kept by the checks, the second dropped
+            did = (
+                qid if k == 0 else _sql_ids(con, derived_id_sql("'question'", "a", "b", "1"), a=a_id, b=b_id)
+            )
+            key = _sql_ids(con, "sha256(concat_ws(chr(31), 'gen', q))", q=did)
+            raw = pc.binary_join_element_wise(
+                '{"questions": [{"question": "', question, '", "answer": "', b_t, '"}]}', ""
+            )
+            drafts_parts.append(
+                pa.table(
+                    {
+                        "id": did, "pair_id": pid, "draft_index": pa.array([k] * q, pa.int32()),
+                        "split": pa.array([split] * q), "a_id": a_id, "a_title": a_t, "b_id": b_id,
+                        "b_title": b_t, "alias": b_t, "question": question, "answer": b_t,
+                        "support_a": _lists(np.arange(q + 1), pa.array(a_sent.astype(np.int32))),
+                        "support_b": _lists(np.arange(q + 1), pa.array(np.zeros(q, np.int32))),
+                        "status": pa.array(["ok"] * q), "error": pa.nulls(q, pa.string()), "raw": raw,
+                        "cache_key": key, "template_version": pa.array(["tmplgen1"] * q),
+                    },
+                    schema=DRAFTS_SCHEMA,
+                )
+            )  # fmt: skip
+            checks.append(
+                pa.table(
+                    {
+                        "candidate_id": did,
+                        "verdict": pa.array(["kept" if k == 0 else "dropped"] * q),
+                        "reason": pa.array(["" if k == 0 else "answer_not_in_b"] * q),
+                        "cache_keys": _lists(np.arange(q + 1), key),
+                    }
+                )
+            )
+        judge_keys = _sql_ids(
+            con, "sha256(concat_ws(chr(31), 'judge', q, CAST(j AS VARCHAR)))",
+            q=pa.array(np.repeat(qid.to_numpy(zero_copy_only=False), 4)), j=pa.array(np.tile(np.arange(4), q)),
+        )  # fmt: skip
+        judges.append(
+            pa.table(
+                {
+                    "candidate_id": qid,
+                    "verdict": pa.array(["kept"] * q),
+                    "reason": pa.array([""] * q),
+                    "cache_keys": _lists(np.arange(0, 4 * q + 1, 4), judge_keys),
+                }
+            )
+        )
+    _write(pa.concat_tables(pairs_parts).sort_by("id"), asset_path(PARTITION, "bridge_pairs", "all", assets))
+    _write(
+        pa.concat_tables(drafts_parts).sort_by("id"), asset_path(PARTITION, "question_drafts", "all", assets)
+    )
+    n_keys = 0
+    for stage, parts, detail in (
+        ("question_checks", checks, None),
+        ("ablation_verdicts", judges, '{"ablations":4}'),
+    ):
+        t = pa.concat_tables(parts).sort_by("candidate_id")
+        n = t.num_rows
+        ledger = pa.table(
+            {
+                "partition": pa.array([PARTITION] * n),
+                "product": pa.array(["multihop"] * n),
+                "candidate_id": t["candidate_id"],
+                "stage": pa.array([stage] * n),
+                "verdict": t["verdict"],
+                "reason": t["reason"],
+                "detail": pa.array([detail] * n, pa.string()),
+                "cache_keys": t["cache_keys"],
+            },
+            schema=LEDGER_SCHEMA,
+        )
+        _write(ledger, assets / PARTITION / "_ledger" / f"{stage}.parquet")
+        n_keys += _fill_cache(root, con, ledger, temperature=0.7 if stage == "question_checks" else 0.0)
+    con.close()
+    return {"abstracts": n_abstracts, "questions": n_questions, "cache_entries": n_keys}
+
+
+def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, temperature: float) -> int:
+    """The cached calls behind the ledger's keys, in the LLM cache's own database (bulk insert)."""
+    from ragsft_assets.home import llm_cache_dir
+    from ragsft_assets.llm.cache import KEY_FORMAT, LLMCache, canonical_json
+    from ragsft_assets.llm.types import SamplingParams
+
+    cache = LLMCache(llm_cache_dir(root))  # creates the schema
+    cache.close()
+    head = canonical_json(
+        {
+            "format": KEY_FORMAT,
+            "json_schema": None,
+            "model": MODEL,
+            "params": SamplingParams(temperature=temperature).to_dict(),
+        }
+    ).decode()[:-1]
+    con.register("bench_ledger", ledger)
+    rows = con.sql(
+        "SELECT k, " + "'" + head.replace("'", "''") + '\' || \',"messages":[{"content":"\' || k || '
+        '\'","role":"user"}],"template_version":"tmpl0001"}\' AS req '
+        "FROM (SELECT DISTINCT unnest(cache_keys) AS k FROM bench_ledger) ORDER BY k"
+    ).fetchall()
+    con.unregister("bench_ledger")
+    db = sqlite3.connect(llm_cache_dir(root) / "calls.sqlite")
+    try:
+        with db:
+            db.executemany(
+                "INSERT OR IGNORE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (
+                    (k, MODEL["backend"], MODEL["model"], MODEL["weights_sha256"], "tmpl0001", req.encode(),
+                     b'{"text":"IMPOSSIBLE"}', 300, 20, 0.0)
+                    for k, req in rows
+                ),
+            )  # fmt: skip
+    finally:
+        db.close()
+    return len(rows)
+
+
+def build_child(home: str) -> dict[str, Any]:
+    """The release steps alone (run in the child process): times and this process's peak RSS."""
+    from ragsft_assets.release import build
+
+    root = Path(home)
+    folder = root / "releases" / PARTITION
+    times = {}
+    t0 = time.perf_counter()
+    built = build.build_release(root / "assets", PARTITION, folder)
+    times["build_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    build.write_card(folder, PARTITION, {})
+    times["card_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    build.write_manifests(folder, PARTITION, root / "assets", root / "snapshots", run_config={"seed": SEED})
+    times["manifests_s"] = time.perf_counter() - t2
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {
+        **times,
+        "rows": built.rows,
+        "lineage_rows": built.lineage_rows,
+        "decisions": built.decisions,
+        "peak_rss_mb": peak_kb / 1024,
+    }
+
+
+def verdict(values: dict[str, Any], rss_bar_mb: float = RSS_BAR_MB) -> bool:
+    """Passed: peak RSS under the bar, the release verifies, every product row has its lineage row."""
+    return (
+        values["peak_rss_mb"] < rss_bar_mb
+        and bool(values["verify"])
+        and values["lineage_complete"]
+        and values["rows_default"] == values["questions"]
+        and values["rows_corpus"] == values["abstracts"]
+    )
+
+
+def run(
+    size: int | None = None, workdir: str | None = None, rss_bar_mb: float = RSS_BAR_MB
+) -> dict[str, object]:
+    """Generate, build the release in a child process, verify; returns the ordered key=value results.
+
+    Args:
+        size: abstracts (default 800,000); questions are an eighth of it.
+        workdir: the scratch home (default: a temp folder, removed after).
+        rss_bar_mb: the peak-RSS bar of the child that builds the release.
+    """
+    from ragsft_assets.release.verify import verify_release
+
+    n_abstracts = size or ABSTRACTS
+    n_questions = max(3, round(n_abstracts * QUESTIONS_PER_ABSTRACT))
+    home = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-release-"))
+    try:
+        t0 = time.perf_counter()
+        generated = generate(home, n_abstracts, n_questions)
+        gen_s = time.perf_counter() - t0
+        print(f"generated {n_abstracts} abstracts, {n_questions} questions in {gen_s:.1f}s", flush=True)
+        env = {**os.environ, "RAGSFT_HOME": str(home)}
+        code = f"import json; from ragsft_assets.bench.release import build_child; print(json.dumps(build_child({str(home)!r})))"
+        t1 = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
+        )
+        wall = time.perf_counter() - t1
+        if out.returncode != 0:
+            raise RuntimeError(f"release build failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+        child = json.loads(out.stdout.strip().splitlines()[-1])
+        folder = home / "releases" / PARTITION
+        report = verify_release(folder)
+        size_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
+        print(
+            f"release built in {wall:.1f}s (build {child['build_s']:.1f}s, card {child['card_s']:.1f}s, "
+            f"manifests {child['manifests_s']:.1f}s), peak RSS {child['peak_rss_mb']:.0f} MiB, {size_mb:.0f} MiB on disk",
+            flush=True,
+        )
+        rows = {c: sum(s.values()) for c, s in child["rows"].items()}
+        values: dict[str, Any] = {
+            "abstracts": n_abstracts,
+            "questions": n_questions,
+            "peak_rss_mb": round(child["peak_rss_mb"]),
+            "rss_bar_mb": rss_bar_mb,
+            "release_s": round(wall, 1),
+            "build_s": round(child["build_s"], 1),
+            "card_s": round(child["card_s"], 1),
+            "manifests_s": round(child["manifests_s"], 1),
+            "generate_s": round(gen_s, 1),
+            "release_mb": round(size_mb),
+            "rows_default": rows.get("default", 0),
+            "rows_corpus": rows.get("corpus", 0),
+            "decisions": child["decisions"],
+            "cache_entries": generated["cache_entries"],
+            "lineage_complete": child["lineage_rows"] == rows,
+            "verify": report.ok,
+        }
+        values["passed"] = verdict(values, rss_bar_mb)
+        return {**values, **machine_values("matplotlib")}
+    finally:
+        if not workdir:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python -m ragsft_assets.bench.release [size]
+    from ragsft_assets.cli.bench import format_line
+
+    print(format_line("release", run(int(sys.argv[1]) if len(sys.argv) > 1 else None)))

@@ -1,0 +1,183 @@
+"""``ragsft bench release`` at a small size, and the SQL that replaced the release's Python rows.
+
+The release path computes card statistics, lineage and manifest digests in DuckDB; these tests
+hold each SQL definition to the Python one it replaced (``str.split``/``str.strip`` whitespace,
+``ids`` hashing, ``statistics`` medians) on inputs where they could differ.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ragsft_assets import ids
+from ragsft_assets.bench import release as bench_release
+from ragsft_assets.cli.bench import format_line
+from ragsft_assets.release import card, lineage
+
+TRICKY = [
+    "",
+    "un",
+    "  deux  mots ",
+    "a\xa0b",  # no-break space (French typography: before ':' and '?')
+    "a\u202fb\u2009c",  # narrow no-break and thin spaces
+    "x\x1cy\x1dz\x1ew\x1fv",  # separators Python's split() splits on
+    "tab\tnew\nline\r\nfeed\x0bvt\x0cff",
+    "\u3000ideographic\u3000space\x85next",
+    "zero\u200bwidth",  # not whitespace for Python: one word
+    "\u00e9t\u00e9 \u2014 \u00ab citation \u00bb",
+]
+
+
+def test_words_sql_counts_what_str_split_counts() -> None:
+    con = duckdb.connect()
+    try:
+        for text in [*TRICKY, None]:
+            got = con.execute(f"SELECT {card._words_sql('$t')}", {"t": text}).fetchall()[0][0]
+            assert got == len((text or "").split()), repr(text)
+    finally:
+        con.close()
+
+
+def test_filename_titles_are_stripped_as_str_strip_does() -> None:
+    con = duckdb.connect()
+    try:
+        for pad in ["", " ", "\xa0", "\u202f\t", "\x1f", " \u3000 "]:
+            title = "Le Titre\xa0d'un article"
+            prompt = f"intro\n* filename: {pad}{title}{pad}\n\ntext\n* filename: Autre{pad}"
+            expected = [t.strip() for t in lineage.FILENAME_RE.findall(prompt)]
+            sql = (
+                f"SELECT list_transform(regexp_extract_all($p, '{lineage.FILENAME_SQL}', 1), "
+                f"lambda t: trim(t, {lineage.whitespace_chars_sql()}))"
+            )
+            assert con.execute(sql, {"p": prompt}).fetchall()[0][0] == expected, repr(pad)
+    finally:
+        con.close()
+
+
+def test_id_sql_is_the_python_id() -> None:
+    con = duckdb.connect()
+    try:
+        row = con.execute(
+            f"SELECT {lineage.doc_id_sql('$t')}, {lineage.derived_id_sql(chr(39) + 'question' + chr(39), '$a', '$b', '3')}, "
+            f"{lineage.derived_id_sql(chr(39) + 'bridge_pair' + chr(39), '$a', 'NULL')}",
+            {"t": "Île-de-France", "a": "ab" * 12, "b": "cd" * 12},
+        ).fetchall()[0]
+    finally:
+        con.close()
+    assert row[0] == ids.doc_id("Île-de-France")
+    assert row[1] == ids.question_id("ab" * 12, "cd" * 12, 3)
+    assert row[2] == ids.derived_id("bridge_pair", "ab" * 12, None)  # str(None), as Python joins it
+
+
+@pytest.mark.parametrize("values", [[3], [1, 2], [5, 1, 4, 4], list(range(11)), [7] * 9 + [100]])
+def test_summary_matches_statistics(values: list[int]) -> None:
+    s = sorted(values)
+    expected = (
+        round(statistics.median(s), 1),
+        round(statistics.fmean(s), 1),
+        s[min(len(s) - 1, int(0.9 * len(s)))],
+        s[-1],
+    )
+    got = card._summary(values)
+    assert got == expected and [type(x) for x in got] == [type(x) for x in expected]
+    assert [str(x) for x in got] == [str(x) for x in expected]  # "5" stays "5", "5.0" stays "5.0"
+
+
+def test_config_stats_counts_words_of_real_typography(tmp_path: Path) -> None:
+    path = tmp_path / "train.parquet"
+    texts = [t for t in TRICKY if t] * 3
+    pq.write_table(
+        pa.table(
+            {
+                "id": [str(i) for i in range(len(texts))],
+                "text": texts,
+                "sentences": [[t] * (i % 4) for i, t in enumerate(texts)],
+            }
+        ),
+        path,
+    )
+    rows, series = card.config_stats("corpus", [path])
+    words = [len(t.split()) for t in texts]
+    assert list(series["abstract words"]) == words
+    assert rows[0] == ("words per abstract", *card._summary(words))
+    assert rows[2] == ("links per abstract", 0, 0.0, 0, 0)  # no links column: none
+
+
+def test_bench_release_small(tmp_path: Path) -> None:
+    """The whole bench at 3,000 abstracts: release verifies, lineage complete, RSS measured, line parses."""
+    values = bench_release.run(size=3000, workdir=str(tmp_path / "home"))
+    assert values["passed"] is True, values
+    assert values["rows_corpus"] == 3000 and values["rows_default"] == values["questions"] == 375
+    assert values["decisions"] == 2 * 375 and values["cache_entries"] == 6 * 375
+    assert 50 < values["peak_rss_mb"] < bench_release.RSS_BAR_MB
+    line = format_line("release", values)
+    assert line.startswith("bench=release abstracts=3000 ") and " passed=true " in line
+    assert line.split()[-1].startswith("versions=") and "cores=" in line
+    # The bar can fail: a tighter one, a release that does not verify, a missing lineage row.
+    assert not bench_release.verdict(values, rss_bar_mb=values["peak_rss_mb"] - 1)
+    assert not bench_release.verdict({**values, "verify": False})
+    assert not bench_release.verdict({**values, "lineage_complete": False})
+    folder = tmp_path / "home" / "releases" / bench_release.PARTITION
+    lin = pq.read_table(folder / "provenance" / "default" / "lineage.parquet").to_pylist()
+    assert {r["resolution"] for r in lin} == {"question_drafts"}
+    for r in lin[:50]:
+        roles = [d["role"] for d in r["documents"]]
+        assert sorted(roles).count("gold_a") == 1 and roles.count("gold_b") == 1 and len(roles) == 10
+        assert all(d["url"] and d["revision"] for d in r["documents"])  # every document joined
+        assert len(r["cache_keys"]) == 5  # the kept draft's generation + the 4 ablation calls
+    card_text = (folder / "README.md").read_text()
+    assert "### `corpus` (3000 rows)" in card_text and "| words per abstract |" in card_text
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_streamed_data_files_equal_the_in_memory_release_table(tmp_path: Path, shuffled: bool) -> None:
+    """Sorted upstream rows stream through; unsorted ones (duplicate ids too) are sorted by DuckDB.
+
+    Either way the file has the bytes ``write_parquet`` gives the table ``read_config_tables``
+    builds in memory (split column dropped, stable sort by id), in one row group or in several.
+    """
+    from ragsft_assets.release import layout, stream
+    from ragsft_assets.storage import write_parquet
+
+    n = 3000
+    order = list(range(n))
+    if shuffled:
+        order = sorted(order, key=lambda i: ids.doc_id(str(i)))
+    rows_ids = [f"{i % 1500:05d}" for i in order]  # ids repeat within a split: ties keep file order
+    table = pa.table(
+        {
+            "id": rows_ids,
+            "messages": [[{"role": "user", "content": f"q{i}\xa0?"}] for i in order],
+            "chunks_total": pa.array([i % 7 for i in order], pa.int32()),
+            "split": [("train", "validation", "test")[i % 3] for i in order],
+        }
+    )
+    if not shuffled:
+        table = table.sort_by([("id", "ascending"), ("split", "ascending")])
+    write_parquet(table, tmp_path / "x.fr" / "rag_sft" / "all.parquet")
+    expected, _ = layout.read_config_tables(tmp_path, "x.fr")
+    plan = stream.plan_configs(tmp_path, "x.fr")
+    assert list(plan.configs) == ["hotpotqa_cite"]
+    assert plan.configs["hotpotqa_cite"]["train"].in_release_order() is not shuffled
+    with stream.connect() as con:
+        files = stream.write_data_files(con, tmp_path / "out", plan.configs)
+    for split, rel in files["hotpotqa_cite"].items():
+        want = expected["hotpotqa_cite"][split]
+        write_parquet(want, tmp_path / "want.parquet")
+        got = pq.read_table(tmp_path / "out" / rel)
+        assert got.equals(want), split
+        assert (tmp_path / "out" / rel).read_bytes() == (tmp_path / "want.parquet").read_bytes(), split
+    # Several row groups when the groups are small (here 256 rows): same rows, same order.
+    src = plan.configs["hotpotqa_cite"]["train"]
+    with stream.connect() as con:
+        stream.write_query(
+            con, f"{src.select_sql()} ORDER BY {src.order_sql}", tmp_path / "g.parquet", src.schema, 256
+        )
+    assert pq.ParquetFile(tmp_path / "g.parquet").metadata.num_row_groups == 4
+    assert pq.read_table(tmp_path / "g.parquet").equals(expected["hotpotqa_cite"]["train"])
