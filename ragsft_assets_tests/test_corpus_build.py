@@ -231,3 +231,27 @@ def test_bench_closing_line_names_cores_and_versions() -> None:
     assert f"rank-bm25-{metadata.version('rank-bm25')}" in versions
     assert "no-such-dist-absent" in versions and versions[0].startswith("python-")
     assert line.split(" ")[-1].startswith("versions=")
+
+
+def test_page_kind_equals_the_combined_title_search() -> None:
+    """page_kind's match-then-"(" path gives what one search of the combined title rules gives."""
+    assert A._TITLE_KINDS[0][0] == A.DISAMBIGUATION
+    assert all(p.pattern.startswith("^") for _, p in A._TITLE_KINDS[1:])  # what the shortcut relies on
+    rng = random.Random(13)
+    pieces = ["Liste des ", "Index de la ", "1999", " av. J.-C.", "14 juillet", "Glossaire ", "Paris"]
+    pieces += [
+        " (homonymie)",
+        "(disambiguation) ",
+        "(",
+        ")",
+        " ",
+        "XVe siècle",
+        "Mai 68",
+        "x",
+        "Chronologie ",
+    ]
+    titles = ["".join(rng.choices(pieces, k=rng.randint(1, 4))) for _ in range(4000)]
+    got = [A.page_kind(t) for t in titles]
+    want = [m.lastgroup if (m := A._TITLE_KIND.search(t)) else None for t in titles]
+    assert got == want
+    assert A.DISAMBIGUATION in got and None in got and len(set(got)) >= 5

@@ -124,3 +124,22 @@ def test_boundary_lookahead_finds_the_two_step_boundaries() -> None:
         assert new == _two_step_boundaries(text), text
         found += len(new)
     assert found > 1000
+
+
+def test_single_spaced_text_skips_the_normalisation_with_the_same_sentences() -> None:
+    """Text with only single spaces returns its pieces as they are: the same as normalising them."""
+    import random
+
+    from ragsft_assets.corpus import sentences as S
+
+    rng = random.Random(17)
+    pieces = ["Il", "part", ".", "!", "?", "…", " ", " ", "»", "«", '"', "M.", "J.-C.", "etc.", "art.", "5"]
+    pieces += ["\u00a0", "\u202f", "\n", "\t", "  ", "é", "Le", "(", ")", "'"]
+    fast = 0
+    for _ in range(20_000):
+        text = "".join(rng.choices(pieces, k=rng.randint(1, 20)))
+        got = split_sentences(text, "fr")
+        assert got == [" ".join(s.split()) for s in got if not s.isspace()], text
+        assert " ".join(got) == " ".join(text.split()), text
+        fast += S._ODD_SPACE.search(text) is None
+    assert fast > 1000

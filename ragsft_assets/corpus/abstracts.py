@@ -274,10 +274,19 @@ _TITLE_KIND = re.compile(
 )
 
 
+_DISAMBIGUATION_TITLE = _TITLE_KINDS[0][1]  # the one rule not anchored at the start (test_corpus_build)
+
+
 def page_kind(title: str) -> str | None:
     """The rejection reason a title alone implies (list, year, disambiguation page...), or None."""
-    m = _TITLE_KIND.search(title)
-    return m.lastgroup if m else None
+    # What _TITLE_KIND.search(title) gives, cheaper: every rule but the disambiguation one is anchored
+    # at the start, so past position 0 only "(homonymie)" can match, and only where there is a "(".
+    m = _TITLE_KIND.match(title)
+    if m is not None:
+        return m.lastgroup
+    if "(" in title and _DISAMBIGUATION_TITLE.search(title) is not None:
+        return DISAMBIGUATION
+    return None
 
 
 def is_disambiguation_text(text: str) -> bool:

@@ -75,6 +75,9 @@ ABBREVIATIONS: dict[str, frozenset[str]] = {lang: r.all for lang, r in RULES.ite
 _BOUNDARY_ONLY = r"([.!?…]+)(?:[\"'»”’)\]]|[ \u00a0\u202f]»)*(\s+)"
 _OPENER_SRC = r"[\"«“(\[]?\s*[A-ZÀ-ÖØ-ÞŒ0-9]"
 _BOUNDARY = re.compile(_BOUNDARY_ONLY + "(?=" + _OPENER_SRC + ")")
+# Whitespace that the final normalisation would change: any but a space (line breaks, tabs, non-breaking
+# spaces, which ``str.split`` also splits at), or two spaces in a row.
+_ODD_SPACE = re.compile(r"[^\S ]| {2}")
 # The next word, up to an apostrophe ("L'église" -> "L"), for the sentence-opener check.
 _NEXT_WORD = re.compile(r"[\"«“(\[]?\s*([^\W\d_]+)")
 
@@ -152,5 +155,10 @@ def split_sentences(text: str, lang: str = "fr") -> list[str]:
         tail = block[start:]
         if tail.strip():
             out.append(tail)
+    if _ODD_SPACE.search(text) is None:
+        # Only single ASCII spaces in the text: every piece starts and ends next to a non-space (a
+        # boundary's punctuation or closer, the opener after its whitespace, the stripped block's ends),
+        # so each is already normalised. One C scan instead of a split and a join per sentence.
+        return out
     # str.split/join (C speed) normalises inner whitespace runs to one space.
     return [" ".join(s.split()) for s in out if not s.isspace()]
