@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -39,17 +38,27 @@ def test_embedded_embedder_is_minilm_mean_pooling_cached_and_lives_beside_the_ch
         folder = embedded_embedder_folder()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    passages = list(dict.fromkeys(json.loads(line)["passage"] for line in NARRATIVEQA.open()))[:2]
-    texts = [*passages, "A short sentence about a ship at sea."]  # two longer than 256 tokens, one short
+    from ragsft_assets.long_context.neighbours import nearest_neighbours
+    from ragsft_assets.long_context.raft import (
+        ChatTokenCounter,
+        RaftConfig,
+        narrativeqa_examples,
+        passage_rows,
+        raft_examples,
+    )
+
+    examples = narrativeqa_examples(NARRATIVEQA)[:3]  # three summaries of 322-495 tokens
+    rows = passage_rows(examples)
+    texts = [*rows.texts, "A short sentence about a ship at sea."]  # and one short text (no padding)
     params = SamplingParams(temperature=0.0, max_tokens=4)
     before = embedded_model.chat([[{"role": "user", "content": "Name a colour (embedder test)."}]], params)  # type: ignore[attr-defined]
     assert before.results[0].ok  # the chat engine is live in this process before the pooling one starts
 
     res = EmbeddingResource(backend="embedded", cache_dir=str(tmp_path / "cache"))
     out = res.embed(texts)
-    assert out.vectors.shape == (3, 384)
-    assert (out.stats.embedded, out.stats.cache_hits, out.stats.calls) == (3, 0, 1)
-    assert out.stats.tokens == 256 + 256 + len(texts[2].split()) + 3  # truncated, [CLS] ... [SEP]
+    assert out.vectors.shape == (4, 384)
+    assert (out.stats.embedded, out.stats.cache_hits, out.stats.calls) == (4, 0, 1)
+    assert out.stats.tokens == 3 * 256 + 11  # truncated to 256; the short one is its 11 tokens
     identity = res.model_identity()
     assert identity["model"] == "sentence-transformers/all-MiniLM-L6-v2" and identity["max_tokens"] == "256"
     np.testing.assert_allclose(out.vectors, _reference_vectors(folder, texts, 256), atol=2e-5)
@@ -58,9 +67,20 @@ def test_embedded_embedder_is_minilm_mean_pooling_cached_and_lives_beside_the_ch
     assert after.results[0].ok  # and the chat engine still answers with the pooling engine beside it
     res.close()
 
+    # RAFT over the real vectors: each example gets the other two summaries, all within the budget
+    nb = nearest_neighbours(out.vectors[:3], 2, keys=rows.ids, groups=rows.groups)
+    raft = raft_examples(
+        examples, rows, nb, ChatTokenCounter(), RaftConfig(budget_tokens=4096), embedding_keys=out.keys
+    )
+    assert len(raft.rows) == 3 and not raft.rejections
+    for row, lin in zip(raft.rows, raft.lineage, strict=True):
+        assert len(row["distractor_ids"]) == 2 and row["num_tokens"] <= 4096
+        assert set(lin["embedding_keys"]) <= set(out.keys[:3]) and len(lin["embedding_keys"]) == 3
+        assert all(0 < s < 1 for s in row["distractor_scores"])  # cosine of two different summaries
+
     again = EmbeddingResource(backend="embedded", cache_dir=str(tmp_path / "cache"))
     rerun = again.embed(texts)
-    assert (rerun.stats.embedded, rerun.stats.cache_hits, rerun.stats.calls) == (0, 3, 0)
+    assert (rerun.stats.embedded, rerun.stats.cache_hits, rerun.stats.calls) == (0, 4, 0)
     assert again.backend_object()._llm is None  # type: ignore[attr-defined]  # no engine started
     np.testing.assert_array_equal(rerun.vectors, out.vectors)
     again.close()
