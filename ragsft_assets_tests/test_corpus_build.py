@@ -255,3 +255,17 @@ def test_page_kind_equals_the_combined_title_search() -> None:
     want = [m.lastgroup if (m := A._TITLE_KIND.search(t)) else None for t in titles]
     assert got == want
     assert A.DISAMBIGUATION in got and None in got and len(set(got)) >= 5
+
+
+def test_crlf_lines_read_like_lf_lines(tmp_path: Path) -> None:
+    """A CRLF dump gives the same lines as its LF copy (the per-line CR strip runs only when a CR is there)."""
+    from ragsft_assets.corpus.build import _lines_of_range
+
+    lines = [orjson.dumps(r) for r in interlinked_records(6)]
+    lf, crlf, mixed = tmp_path / "lf.jsonl", tmp_path / "crlf.jsonl", tmp_path / "mixed.jsonl"
+    lf.write_bytes(b"".join(ln + b"\n" for ln in lines))
+    crlf.write_bytes(b"".join(ln + b"\r\n" for ln in lines))
+    mixed.write_bytes(b"".join(ln + (b"\r\n" if i % 2 else b"\n") for i, ln in enumerate(lines)))
+    for path in (lf, crlf, mixed):
+        assert _lines_of_range(str(path), 0, path.stat().st_size) == lines
+    assert build_abstracts([crlf], CFG).table.equals(build_abstracts([lf], CFG).table)

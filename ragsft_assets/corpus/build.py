@@ -120,6 +120,8 @@ def _lines_of_range(path: str, start: int, end: int) -> list[bytes]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()  # the range ends with a newline
+    if b"\r" not in data:  # no CRLF line: one C scan instead of a test per line
+        return lines
     return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
 
 
