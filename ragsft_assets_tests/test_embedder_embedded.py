@@ -84,3 +84,38 @@ def test_embedded_embedder_is_minilm_mean_pooling_cached_and_lives_beside_the_ch
     assert again.backend_object()._llm is None  # type: ignore[attr-defined]  # no engine started
     np.testing.assert_array_equal(rerun.vectors, out.vectors)
     again.close()
+
+
+def test_vllm_backend_identity_from_a_local_folder_without_an_engine(tmp_path: Path) -> None:
+    from ragsft_assets.resources.embedder import EmbeddingResource, embedded_embedder_folder
+
+    try:
+        folder = embedded_embedder_folder()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    vllm_res = EmbeddingResource(backend="vllm", model=str(folder), cache_dir=str(tmp_path))
+    embedded = EmbeddingResource(backend="embedded", cache_dir=str(tmp_path))
+    a, b = vllm_res.model_identity(), embedded.model_identity()
+    assert a["weights_sha256"] == b["weights_sha256"] and len(a["weights_sha256"]) == 64
+    assert a["max_tokens"] == b["max_tokens"] == "256" and a["backend"] == b["backend"] == "vllm"
+    assert vllm_res.backend_object()._llm is None  # type: ignore[attr-defined]  # identity needs no engine
+    vllm_res.close()
+    embedded.close()
+
+
+@pytest.mark.gpu
+def test_vllm_backend_on_the_gpu_gives_the_cpu_vectors(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from ragsft_assets.resources.embedder import EmbeddingResource, embedded_embedder_folder
+
+    texts = ["A ship sails at dawn.", "The captain keeps a log of every storm."]
+    res = EmbeddingResource(
+        backend="vllm", model=str(embedded_embedder_folder()), dtype="float32", cache_dir=str(tmp_path)
+    )
+    out = res.embed(texts)
+    assert out.vectors.shape == (2, 384) and out.stats.embedded == 2
+    ref = _reference_vectors(embedded_embedder_folder(), texts, 256)
+    np.testing.assert_allclose(out.vectors, ref, atol=1e-3)
+    res.close()
