@@ -76,6 +76,8 @@ def test_rerun_embeds_nothing_duplicates_once_and_hits_are_counted(tmp_path: Pat
         2,
     )
     assert first.stats.tokens == 2 + 1 + 3
+    meta = first.stats.as_metadata()
+    assert meta["embedder/cache_hits"] == 0 and meta["embedder/embedded"] == 3 and "embedder/wall_s" in meta
     assert first.vectors.shape == (4, 8) and first.vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(first.vectors, axis=1), 1.0, rtol=1e-6)
     np.testing.assert_array_equal(first.vectors[0], first.vectors[2])

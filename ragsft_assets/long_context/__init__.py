@@ -1,4 +1,6 @@
 """Long-context SFT (the Synth-Long-SFT32K recipe): Dagster-free logic.
 
 ``syntactic``: exact questions about a passage's words and phrases.
+``neighbours``: exact inner-product top-k of passage embeddings (faiss), the RAFT distractors.
+``raft``: RAFT augmentation within a token budget counted under the trained model's chat template.
 """
