@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -30,6 +31,25 @@ def source_key_taken(key: str, home: Path | None = None) -> bool:
     return dagster_home(home).exists() and _instance(home).has_dynamic_partition(PARTITIONS, key)
 
 
+def _check_key(key: str, home: Path | None) -> None:
+    """A valid source key that is not a snapshot key (a key belongs to one partition set only)."""
+    from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, validate_source_key
+
+    validate_source_key(key)
+    if (snapshots_dir(home) / key).exists() or (
+        dagster_home(home).exists() and _instance(home).has_dynamic_partition(SNAPSHOT_PARTITIONS_NAME, key)
+    ):
+        raise ValueError(f"{key!r} is already a snapshot key: a key belongs to one partition set only")
+
+
+def _write_config(target: Path, key: str, preset: str | None, mapping: dict, rows_per_file: dict) -> None:
+    from ragsft_assets.sources.read import SOURCE_CONFIG
+    from ragsft_assets.storage import atomic_write_bytes
+
+    cfg = {"key": key, "preset": preset, "mapping": None if preset else mapping, "files": rows_per_file}
+    atomic_write_bytes(target / SOURCE_CONFIG, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
+
+
 def install_source(
     key: str, source: Path, *, preset: str | None, mapping_file: Path | None, home: Path | None = None
 ) -> tuple[Path, int]:
@@ -38,14 +58,9 @@ def install_source(
     Every record is read through the preset or mapping first, so a bad file fails here (naming the
     file, the record and the field) rather than in a run. Returns ``(folder, rows)``.
     """
-    from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, validate_source_key
-    from ragsft_assets.sources.read import SOURCE_CONFIG, load_mapping, read_source, source_files
+    from ragsft_assets.sources.read import load_mapping, read_source, source_files
 
-    validate_source_key(key)
-    if (snapshots_dir(home) / key).exists() or (
-        dagster_home(home).exists() and _instance(home).has_dynamic_partition(SNAPSHOT_PARTITIONS_NAME, key)
-    ):
-        raise ValueError(f"{key!r} is already a snapshot key: a key belongs to one partition set only")
+    _check_key(key, home)
     mapping = load_mapping(preset, mapping_file)
     source = source.expanduser().resolve()
     read = read_source(source, mapping)
@@ -55,8 +70,53 @@ def install_source(
     target.mkdir(parents=True)
     for f in source_files(source):
         shutil.copy2(f, target / f.name)
-    cfg = {"key": key, "preset": preset, "mapping": None if preset else mapping, "files": read.rows_per_file}
-    (target / SOURCE_CONFIG).write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    _write_config(target, key, preset, mapping, read.rows_per_file)
+    return target, read.table.num_rows
+
+
+def install_hub_source(
+    key: str,
+    dataset: str,
+    *,
+    preset: str | None,
+    mapping_file: Path | None,
+    config: str | None = None,
+    splits: tuple[str, ...] = (),
+    revision: str | None = None,
+    lines_per_file: int | None = None,
+    home: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, int]:
+    """Stream hub ``dataset`` into the source folder of ``key`` (resuming an interrupted export), then
+    validate every record through the preset or mapping as ``install_source`` does.
+
+    ``config`` defaults to the preset's hub config (``distractor`` for hotpotqa). A folder that holds
+    a local install (no ``hub.json``) is refused: remove the source first. Returns ``(folder, rows)``.
+    """
+    from ragsft_assets.corpus.hub_snapshot import DEFAULT_LINES_PER_FILE, HUB_MANIFEST
+    from ragsft_assets.sources.hub import PRESET_CONFIGS, export_hub_source
+    from ragsft_assets.sources.read import SourceError, load_mapping, read_source
+
+    _check_key(key, home)
+    mapping = load_mapping(preset, mapping_file)  # a bad preset or mapping fails before any download
+    target = sources_dir(home) / key
+    if target.exists() and not (target / HUB_MANIFEST).is_file():
+        raise ValueError(f"{target} holds a local install of {key}: `ragsft sources remove {key}` first")
+    export_hub_source(
+        key,
+        target,
+        dataset=dataset,
+        config=config or PRESET_CONFIGS.get(preset or ""),
+        splits=splits,
+        revision=revision,
+        lines_per_file=lines_per_file or DEFAULT_LINES_PER_FILE,
+        progress=progress,
+    )
+    try:
+        read = read_source(target, mapping)
+    except SourceError as exc:  # the shards stay: a fixed mapping can be tried without streaming again
+        raise SourceError(f"{exc} (streamed from {dataset}; the shards are kept in {target})") from exc
+    _write_config(target, key, preset, mapping, read.rows_per_file)
     return target, read.table.num_rows
 
 
@@ -67,21 +127,70 @@ def sources() -> None:
 
 @sources.command("add")
 @click.argument("key")
-@click.option("--from", "source", required=True, type=click.Path(path_type=Path), help="File or folder.")
+@click.option("--from", "source", type=click.Path(path_type=Path), help="File or folder.")
+@click.option(
+    "--hub", "hub", metavar="ID", help="Stream a hub dataset (or a local folder laid out like one)."
+)
+@click.option(
+    "--config", "hub_config", help="With --hub: the hub config (default: the preset's, e.g. distractor)."
+)
+@click.option(
+    "--split", "splits", multiple=True, help="With --hub: a split to stream (repeatable; default all)."
+)
+@click.option("--revision", help="With --hub: the revision to pin (default: the branch's current commit).")
+@click.option("--lines-per-file", type=click.IntRange(min=1), help="With --hub: records per shard.")
 @click.option("--preset", help="Column mapping of a known source (hotpotqa).")
 @click.option("--mapping", "mapping_file", type=click.Path(path_type=Path), help="JSON/YAML mapping file.")
-def add(key: str, source: Path, preset: str | None, mapping_file: Path | None) -> None:
-    """Install source KEY (<source>.<lang>, e.g. hotpotqa.en) and register it as a partition."""
+def add(
+    key: str,
+    source: Path | None,
+    hub: str | None,
+    hub_config: str | None,
+    splits: tuple[str, ...],
+    revision: str | None,
+    lines_per_file: int | None,
+    preset: str | None,
+    mapping_file: Path | None,
+) -> None:
+    """Install source KEY (<source>.<lang>, e.g. hotpotqa.en) and register it as a partition.
+
+    With --hub the export resumes: rerun the same command after an interruption and the finished
+    shards are kept.
+    """
     from ragsft_assets.sources.read import SourceError
 
+    if (source is None) == (hub is None):
+        raise click.UsageError("give exactly one of --from PATH, --hub ID")
+    if hub is None and (hub_config or splits or revision or lines_per_file):
+        raise click.UsageError("--config, --split, --revision and --lines-per-file go with --hub")
     if preset is None and mapping_file is None:
         preset = key.split(".", 1)[0]  # hotpotqa.en -> the hotpotqa preset
     elif preset is not None and mapping_file is not None:
         raise click.UsageError("give at most one of --preset NAME, --mapping FILE")
     try:
-        folder, rows = install_source(key, source, preset=preset, mapping_file=mapping_file)
+        if hub is not None:
+            folder, rows = install_hub_source(
+                key,
+                hub,
+                preset=preset,
+                mapping_file=mapping_file,
+                config=hub_config,
+                splits=splits,
+                revision=revision,
+                lines_per_file=lines_per_file,
+                progress=click.echo,
+            )
+        else:
+            assert source is not None
+            folder, rows = install_source(key, source, preset=preset, mapping_file=mapping_file)
     except (SourceError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except Exception as exc:  # datasets/hub errors (no such dataset, config or split; network)
+        if hub is None:
+            raise
+        raise click.ClickException(
+            f"streaming {hub} failed: {type(exc).__name__}: {exc} (finished shards are kept: rerun to resume)"
+        ) from exc
     instance = _instance()
     added = not instance.has_dynamic_partition(PARTITIONS, key)
     if added:

@@ -117,6 +117,73 @@ def shard_name(lang: str, index: int) -> str:
     return f"{lang}wiki_namespace_0_{index:05d}.jsonl.gz"
 
 
+def stream_shards(
+    ds: Any,
+    folder: Path,
+    shards: list[dict[str, Any]],
+    *,
+    shard_file: Callable[[int], str],
+    lines_per_file: int,
+    checkpoint: Callable[[Any], None],
+    say: Callable[[str], None],
+    label: str,
+) -> None:
+    """Write the records of a streaming dataset as gzipped JSON-lines shards, one finished shard at a time.
+
+    Each shard goes to ``<name>.part`` and is renamed when it holds ``lines_per_file`` records (or
+    the stream ends); it is then appended to ``shards`` (``{name, records, bytes}``) and
+    ``checkpoint(ds.state_dict())`` persists the stream position after it, so that a rerun that
+    loads that state continues after the finished shards. An interruption drops the unfinished
+    shard whole. The snapshot export and ``ragsft sources add --hub`` share it.
+
+    Args:
+        ds: a ``datasets.IterableDataset`` (positioned by the caller when resuming).
+        folder: where the shards go.
+        shards: the finished shards so far (appended to).
+        shard_file: the file name of shard number ``len(shards)``.
+        lines_per_file: records per shard.
+        checkpoint: called with the stream state after each finished shard.
+        say: one progress line per finished shard.
+        label: what the progress lines name (the key).
+    """
+    part: Path | None = None
+    out = None
+    count = 0
+
+    def finish() -> None:
+        # Rename the complete shard, then record it with the stream position after its last record.
+        nonlocal out, part
+        out.close()
+        final = part.with_name(part.name.removesuffix(".part"))
+        part.replace(final)
+        shards.append({"name": final.name, "records": count, "bytes": final.stat().st_size})
+        checkpoint(ds.state_dict())
+        total = sum(s["records"] for s in shards)
+        say(f"{label}: shard {final.name} written ({count:,} records, {total:,} in all)")
+        out, part = None, None
+
+    try:
+        for rec in ds:
+            if out is None:
+                part = folder / (shard_file(len(shards)) + ".part")
+                # Level 6, not gzip's default 9: several times faster for a few percent of size.
+                out = gzip.open(part, "wb", compresslevel=6)  # noqa: SIM115 - closed in finish()
+                count = 0
+            out.write(orjson.dumps(rec) + b"\n")
+            count += 1
+            if count == lines_per_file:
+                finish()
+        if out is not None:
+            finish()
+    except BaseException:
+        # An interrupted shard is dropped whole: the finished ones and the manifest stay for the rerun.
+        if out is not None and not out.closed:
+            out.close()
+        if part is not None:
+            part.unlink(missing_ok=True)
+        raise
+
+
 def export_hub_snapshot(
     key: str,
     folder: Path,
@@ -187,43 +254,21 @@ def export_hub_snapshot(
         ds.load_state_dict(state["resume_state"])
         done = sum(s["records"] for s in shards)
         say(f"{key}: resuming after {len(shards)} finished shard(s) ({done:,} records)")
-    part: Path | None = None
-    out = None
-    count = 0
 
-    def finish() -> None:
-        # Rename the complete shard, then record it with the stream position after its last record.
-        nonlocal out, part
-        out.close()
-        final = part.with_name(part.name.removesuffix(".part"))
-        part.replace(final)
-        shards.append({"name": final.name, "records": count, "bytes": final.stat().st_size})
-        state["resume_state"] = ds.state_dict()
+    def checkpoint(resume_state: Any) -> None:
+        state["resume_state"] = resume_state
         _write_manifest(folder, state)
-        total = sum(s["records"] for s in shards)
-        say(f"{key}: shard {final.name} written ({count:,} records, {total:,} in all)")
-        out, part = None, None
 
-    try:
-        for rec in ds:
-            if out is None:
-                part = folder / (shard_name(lang, len(shards)) + ".part")
-                # Level 6, not gzip's default 9: several times faster for a few percent of size.
-                out = gzip.open(part, "wb", compresslevel=6)  # noqa: SIM115 - closed in finish()
-                count = 0
-            out.write(orjson.dumps(rec) + b"\n")
-            count += 1
-            if count == lines_per_file:
-                finish()
-        if out is not None:
-            finish()
-    except BaseException:
-        # An interrupted shard is dropped whole: the finished ones and hub.json stay for the rerun.
-        if out is not None and not out.closed:
-            out.close()
-        if part is not None:
-            part.unlink(missing_ok=True)
-        raise
+    stream_shards(
+        ds,
+        folder,
+        shards,
+        shard_file=lambda i: shard_name(lang, i),
+        lines_per_file=lines_per_file,
+        checkpoint=checkpoint,
+        say=say,
+        label=key,
+    )
     state["complete"] = True
     state.pop("resume_state", None)
     _write_manifest(folder, state)

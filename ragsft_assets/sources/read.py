@@ -27,9 +27,10 @@ from ragsft_assets.ids import derived_id
 from ragsft_assets.multihop.hotpot_format import records_table
 
 SOURCE_CONFIG = "source.json"  # written by `ragsft sources add` beside the data files
+HUB_STATE = "hub.json"  # written by `ragsft sources add --hub` (sources/hub.py): not data
 FIELDS = ("id", "question", "answer", "context", "supporting_facts", "type", "level", "split")
 REQUIRED = ("question", "answer", "context", "supporting_facts")
-SUFFIXES = (".json", ".jsonl", ".parquet")
+SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".parquet")  # .jsonl.gz: the shards of a hub export
 
 PRESETS: dict[str, dict[str, str | None]] = {
     # The original HotpotQA distractor JSON / JSON lines (`_id`) and the hub's `hotpot_qa`
@@ -88,16 +89,23 @@ def load_mapping(preset: str | None = None, mapping_file: Path | None = None) ->
     return {f: (str(raw[f]) if raw.get(f) else None) for f in FIELDS}
 
 
+def file_format(path: Path) -> str:
+    """The format suffix of a data file (``.jsonl.gz`` counts as one), or its last suffix."""
+    return ".jsonl.gz" if path.name.endswith(".jsonl.gz") else path.suffix
+
+
 def source_files(path: Path) -> list[Path]:
-    """The data files of a file or folder (``*.json``, ``*.jsonl``, ``*.parquet``), sorted."""
+    """The data files of a file or folder (``*.json``, ``*.jsonl``, ``*.jsonl.gz``, ``*.parquet``), sorted."""
     if path.is_file():
-        if path.suffix not in SUFFIXES:
+        if file_format(path) not in SUFFIXES:
             raise SourceError(f"{path}: unknown format {path.suffix!r}; expected one of {SUFFIXES}")
         return [path]
     if not path.is_dir():
         raise SourceError(f"{path} does not exist")
     files = sorted(
-        p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES and p.name != SOURCE_CONFIG
+        p
+        for p in path.iterdir()
+        if p.is_file() and file_format(p) in SUFFIXES and p.name not in (SOURCE_CONFIG, HUB_STATE)
     )
     if not files:
         raise SourceError(f"no data file ({', '.join('*' + s for s in SUFFIXES)}) in {path}")
@@ -112,7 +120,12 @@ def _records(path: Path) -> Iterator[tuple[str, Any]]:
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"row {i}", row
         return
-    text = path.read_text(encoding="utf-8")
+    if file_format(path) == ".jsonl.gz":
+        import gzip
+
+        text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
     head = text.lstrip()[:1]
     if path.suffix == ".json" and head == "[":
         try:
