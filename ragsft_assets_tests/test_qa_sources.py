@@ -310,3 +310,44 @@ def test_sft_citation_check_honours_strict_quotes() -> None:
 
     assert not passed()  # too_short under the strict verifier
     assert passed(strict_quotes=False)  # what the verdicts accepted with strict_quotes: false
+
+
+def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
+    from ragsft_assets.cli.sources import install_source
+    from ragsft_assets.defs.rag_sft.assets import qa_rag_prompts
+    from ragsft_assets.defs.rag_sft.qa import questions
+    from ragsft_assets.rag_sft import examples
+    from ragsft_assets.rag_sft.layout import join_sentences
+
+    assert examples.document_token_budget(-1, "hotpotqa_fr_abstracts_v2") == 8192  # the fr card's
+    assert (
+        examples.document_token_budget(-1, "hotpotqa_cite") == 0
+        and examples.document_token_budget(500, "x") == 500
+    )
+    install_source(KEY, DATA, preset="hotpotqa", mapping_file=None, home=tmp_path)
+    words = {r["_id"]: sum(len(join_sentences(s).split()) for _, s in r["context"]) for r in RECORDS}
+    budget = sorted(words.values())[50]  # 20 of the 70 questions are over it
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [KEY])
+    store = ArtifactStore(home=str(tmp_path))
+    result = dg.materialize(
+        [questions, qa_rag_prompts],
+        resources={"store": store},
+        partition_key=KEY,
+        instance=instance,
+        run_config={
+            "ops": {"qa__rag_prompts": {"config": {"tokenizer": "whitespace", "max_document_tokens": budget}}}
+        },
+    )
+    assert result.success
+    over = {q for q, n in words.items() if n > budget}
+    assert len(over) == 19  # ties at the budget stay
+    prompts = store.read(KEY, "rag_prompts").to_pylist()
+    prompted = {p["question_id"] for p in prompts}
+    assert prompted & over == set() and len(prompted) >= 70 - len(over) - 2  # no twin of a dropped one
+    from ragsft_assets.release.decisions import all_decisions
+
+    rows = [r for r in all_decisions(store.root, KEY).to_pylist() if r["reason"] == "over_token_budget"]
+    assert {r["candidate_id"] for r in rows} == over and all(r["verdict"] == "dropped" for r in rows)
+    md = result.asset_materializations_for_node("qa__rag_prompts")[0].metadata
+    assert md["document_token_budget"].value == budget

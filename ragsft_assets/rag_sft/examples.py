@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 import pyarrow as pa
@@ -371,3 +371,38 @@ def _build_one(
             detail["replacements"] = [e.title for e in repl]
     out.prompts.extend(made)
     return Decision(qid, KEPT, "prompted", detail)
+
+
+# hotpotqa_fr_abstracts_v2's card: questions whose documents exceed 8,192 tokens are dropped.
+PRODUCT_TOKEN_BUDGETS = {"hotpotqa_fr_abstracts_v2": 8192}
+OVER_TOKEN_BUDGET = "over_token_budget"
+
+
+def document_token_budget(configured: int, product: str) -> int:
+    """The token budget of a question's documents: ``configured`` when >= 0 (0 = none), else the
+    product's (8,192 for ``hotpotqa_fr_abstracts_v2``, none for ``hotpotqa_cite``)."""
+    return configured if configured >= 0 else PRODUCT_TOKEN_BUDGETS.get(product, 0)
+
+
+def within_token_budget(
+    records: Sequence[HotpotRecord], count_tokens: Callable[[Sequence[str]], list[int]], budget: int
+) -> tuple[list[HotpotRecord], list[Decision]]:
+    """The records whose documents fit ``budget`` tokens, and a dropped decision for each other one.
+
+    A question's documents are every paragraph of its context (golds and distractors, before any
+    is dropped), each joined as the layout shows it; the count is the sum over them. ``budget``
+    <= 0 keeps every record. A dropped question gets no twin, so twins go together.
+    """
+    if budget <= 0 or not records:
+        return list(records), []
+    texts = [join_sentences(s) for r in records for _, s in r.context]
+    counts = iter(count_tokens(texts))
+    kept: list[HotpotRecord] = []
+    dropped: list[Decision] = []
+    for r in records:
+        n = sum(next(counts) for _ in r.context)
+        if n > budget:
+            dropped.append(Decision(r.id, DROPPED, OVER_TOKEN_BUDGET, {"tokens": n, "budget": budget}))
+        else:
+            kept.append(r)
+    return kept, dropped

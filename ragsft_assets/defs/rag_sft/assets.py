@@ -50,11 +50,21 @@ class RagSftConfig(dg.Config):
     # data built without it.
     strict_quotes: bool = True
     min_quote_words: int = 3
+    # Questions whose documents exceed this many tokens are dropped (rag_prompts); 0 = no budget,
+    # -1 = the product's (8,192 for hotpotqa_fr_abstracts_v2, as its card; none for hotpotqa_cite).
+    max_document_tokens: int = -1
     tokenizer: str = "embedded"  # "embedded" (the embedded model's, whitespace if absent) | "whitespace"
 
 
 def _language(config: RagSftConfig, partition: str) -> str:
     return config.language or snapshot_language(partition)
+
+
+def _token_counter(config: RagSftConfig) -> tuple[statistics.TokenCounter, str]:
+    """The config's tokenizer: whitespace words, or the embedded model's (whitespace if absent)."""
+    if config.tokenizer == "whitespace":
+        return statistics.whitespace_counter, "whitespace"
+    return statistics.default_token_counter()
 
 
 def product_name(lang: str) -> str:
@@ -174,7 +184,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[input_key],
-        code_version=f"1-{templates_version(PROMPT_TASKS)}",
+        code_version=f"2-{templates_version(PROMPT_TASKS)}",
         kinds={"parquet"},
     )
     def rag_prompts(
@@ -186,6 +196,12 @@ def build_sft_chain(
         records, bad = records_from_table(store.read(partition, input_store))
         records.sort(key=lambda r: r.id)
         selected = records[: config.max_questions] if config.max_questions > 0 else records
+        budget = examples.document_token_budget(config.max_document_tokens, product_name(lang))
+        over: list[Decision] = []
+        if budget > 0:
+            counter, tokenizer = _token_counter(config)
+            selected, over = examples.within_token_budget(selected, counter, budget)
+            context.log.info(f"{partition}: {len(over)} question(s) over {budget} {tokenizer} tokens dropped")
         shares = examples.PromptShares(
             config.twin_share,
             config.twin_both_share,
@@ -196,10 +212,13 @@ def build_sft_chain(
         build = examples.build_prompts(
             selected, seed=config.seed, lang=lang, shares=shares, pool_records=records
         )
-        decisions = build.decisions + [
-            Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad
-        ]
+        decisions = (
+            build.decisions
+            + over
+            + [Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad]
+        )
         build.funnel["bad_record"] = len(bad)
+        build.funnel[f"dropped:{examples.OVER_TOKEN_BUDGET}"] = len(over)
         build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
         table = examples.prompts_table(build.prompts)
         paths = store.write_splits(table, partition, "rag_prompts")
@@ -226,6 +245,7 @@ def build_sft_chain(
                 **funnel_metadata(dict(sorted(build.funnel.items()))),
                 "seed": config.seed,
                 "language": lang,
+                "document_token_budget": budget,
                 "shares": dg.MetadataValue.json(
                     {
                         "twin": shares.twin,
@@ -378,10 +398,7 @@ def build_sft_chain(
             ledger_table(partition, product_name(lang), "rag_sft", fmt.decisions), partition, "rag_sft"
         )
         files = [paths[s] for s in sorted(paths)]
-        if config.tokenizer == "whitespace":
-            counter, name = statistics.whitespace_counter, "whitespace"
-        else:
-            counter, name = statistics.default_token_counter()
+        counter, name = _token_counter(config)
         # Type/level shares of the generated and the kept questions (the filter must not skew them).
         source = store.read(partition, input_store).select(["id", "type", "level"]).to_pylist()
         stats = statistics.chain_statistics(
