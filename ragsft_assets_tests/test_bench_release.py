@@ -181,3 +181,35 @@ def test_streamed_data_files_equal_the_in_memory_release_table(tmp_path: Path, s
         )
     assert pq.ParquetFile(tmp_path / "g.parquet").metadata.num_row_groups == 4
     assert pq.read_table(tmp_path / "g.parquet").equals(expected["hotpotqa_cite"]["train"])
+
+
+def test_lineage_by_id_ranges_is_the_lineage_in_one_query(tmp_path: Path) -> None:
+    """Ranges of 3 rows (every family of the fixture: corpus, multihop, rag_sft) give the same bytes."""
+    from ragsft_assets.release import stream
+    from ragsft_assets.release.decisions import ledger_files
+    from ragsft_assets.resources.store import ArtifactStore
+    from ragsft_assets_tests.release_fixtures import PARTITION, write_world
+
+    store = ArtifactStore(home=str(tmp_path))
+    write_world(store)
+    plan = stream.plan_configs(store.root, PARTITION)
+    src = lineage.LineageSources(store.root, PARTITION, ledger_files(store.root, PARTITION))
+    for config, splits in plan.configs.items():
+        family = layout_family(config)
+        with stream.connect() as con:
+            src.register(con)
+            assert len(lineage.id_ranges(con, list(splits.values()), 3)) > 3
+            n_whole = lineage.write_lineage(
+                con, config, family, list(splits.values()), tmp_path / "whole.parquet"
+            )
+            n_parts = lineage.write_lineage(
+                con, config, family, list(splits.values()), tmp_path / "parts.parquet", range_rows=3
+            )
+        assert n_whole == n_parts == sum(s.rows for s in splits.values())
+        assert (tmp_path / "whole.parquet").read_bytes() == (tmp_path / "parts.parquet").read_bytes(), config
+
+
+def layout_family(config: str) -> str:
+    from ragsft_assets.release.layout import CONFIGS_BY_NAME
+
+    return CONFIGS_BY_NAME[config].family

@@ -130,7 +130,10 @@ def write_card(
     ``sections`` are markdown lines a family adds under Statistics (see ``card.render_card``).
     """
     files = layout.release_files(folder)
-    decisions = pq.read_table(folder / layout.PROVENANCE / DECISIONS)
+    # The funnel's columns only: details and cache keys of every candidate stay on disk.
+    decisions = pq.read_table(
+        folder / layout.PROVENANCE / DECISIONS, columns=["product", "stage", "verdict", "reason"]
+    )
     # Plots of an earlier card are removed first so the folder holds only what this card shows.
     shutil.rmtree(folder / layout.PLOTS, ignore_errors=True)
     body, plots = render_card(

@@ -25,14 +25,14 @@ formula), titles are stripped of what ``str.strip`` strips, a repeated id keeps 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ragsft_assets.release.stream import PROVENANCE_GROUP_ROWS, SplitSource, quote, scan_sql, write_query
+from ragsft_assets.release.stream import PROVENANCE_GROUP_ROWS, SplitSource, quote, scan_sql, write_batches
 from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.storage import asset_files
 
@@ -88,6 +88,8 @@ def derived_id_sql(*parts: str) -> str:
     return f"substr(sha256(concat_ws(chr(31), {joined})), 1, 24)"
 
 
+# Product rows per lineage query: DuckDB joins, aggregates and sorts one id range at a time.
+LINEAGE_RANGE_ROWS = 50_000
 TWIN_SQL = derived_id_sql("'pair'", "id")  # ids.pair_id(question id)
 PAIR_SQL = derived_id_sql("'bridge_pair'", "d.a", "d.b")  # bridge_pairs.pair_key(a, b)
 
@@ -144,7 +146,7 @@ class LineageSources:
 
         def view(name: str, fs: list[Path], select: str, empty: str) -> None:
             body = select.format(scan=scan_sql(fs)) if fs else f"SELECT {empty} WHERE false"
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {body}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {body}")
 
         fs = files("abstracts")
         names = _columns(fs)
@@ -166,7 +168,7 @@ class LineageSources:
             "NULL::VARCHAR AS id, NULL::VARCHAR[] AS supporting_facts, NULL::VARCHAR[] AS context",
         )
         con.execute(
-            "CREATE OR REPLACE TEMP VIEW lin_twins AS "
+            "CREATE OR REPLACE TEMP TABLE lin_twins AS "
             f"SELECT {TWIN_SQL} AS twin, id AS qid FROM lin_questions"
         )
         fs = files("rag_prompts")
@@ -213,7 +215,7 @@ class LineageSources:
                 f") WHERE q IN ({wanted}) "
                 "QUALIFY row_number() OVER (PARTITION BY q ORDER BY _fidx DESC, _rn DESC) = 1"
             )
-        con.execute(f"CREATE OR REPLACE TEMP VIEW lin_pairs AS {pairs}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE lin_pairs AS {pairs}")
         if self.ledger:
             keys = (
                 "SELECT DISTINCT candidate_id AS cid, k AS key FROM ("
@@ -222,10 +224,12 @@ class LineageSources:
             )
         else:
             keys = "SELECT NULL::VARCHAR AS cid, NULL::VARCHAR AS key WHERE false"
-        con.execute(f"CREATE OR REPLACE TEMP VIEW lin_keys AS {keys}")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE lin_keys AS {keys}")
 
 
-def _product_sql(sources: Sequence[SplitSource], exprs: dict[str, tuple[str, str, str | None]]) -> str:
+def _product_sql(
+    sources: Sequence[SplitSource], exprs: dict[str, tuple[str, str, str | None]], condition: str = ""
+) -> str:
     """The rows of a config's splits (in split order) with the columns the lineage reads.
 
     ``exprs``: ``{alias: (column, sql type, expression or None)}``; a column absent from a split is NULL.
@@ -237,7 +241,7 @@ def _product_sql(sources: Sequence[SplitSource], exprs: dict[str, tuple[str, str
             _col(names, col, typ, expr).rsplit(" AS ", 1)[0] + f" AS {alias}"
             for alias, (col, typ, expr) in exprs.items()
         ]
-        parts.append(src.select_sql([], [*cols, f"{i} AS _sidx", "_fidx", "_rn"]))
+        parts.append(src.select_sql([], [*cols, f"{i} AS _sidx", "_fidx", "_rn"], condition))
     return " UNION ALL ".join(parts)
 
 
@@ -267,18 +271,21 @@ ROLE_SQL = (
 )
 
 
-def lineage_sql(config: str, family: str, sources: Sequence[SplitSource]) -> str:
+def lineage_sql(config: str, family: str, sources: Sequence[SplitSource], condition: str = "") -> str:
     """The lineage rows of one config (``LINEAGE_SCHEMA``, sorted by id), over the views of ``register``.
 
     Args:
         config: the release config name.
         family: ``corpus``, ``multihop`` or ``rag_sft``: how the product's rows are made.
         sources: the config's split sources (``stream.plan_configs``), in split order.
+        condition: an SQL condition on the product rows (e.g. an id range), default every row.
     """
     cfg = sql_literal(config)
     order = "ORDER BY f.id NULLS LAST, f._sidx, f._fidx, f._rn"
     if family == "corpus":
-        product = _product_sql(sources, {"id": ("id", "VARCHAR", None), "title": ("title", "VARCHAR", None)})
+        product = _product_sql(
+            sources, {"id": ("id", "VARCHAR", None), "title": ("title", "VARCHAR", None)}, condition
+        )
         return f"""
             SELECT {cfg} AS config, f.id, NULL::VARCHAR AS question_id, NULL::VARCHAR AS twin_pair_id,
                    NULL::VARCHAR AS bridge_pair_id, NULL::VARCHAR AS a_id, NULL::VARCHAR AS b_id,
@@ -298,6 +305,7 @@ def lineage_sql(config: str, family: str, sources: Sequence[SplitSource]) -> str
                 "own_gold": ("supporting_facts", "VARCHAR[]", "supporting_facts.title"),
                 "own_titles": ("context", "VARCHAR[]", "context.title"),
             },
+            condition,
         )
         # The question's own row when multihop_questions has it, else the product row's.
         resolved = f"""
@@ -326,6 +334,7 @@ def lineage_sql(config: str, family: str, sources: Sequence[SplitSource]) -> str
                 "gold": ("supporting_facts_titles", "VARCHAR[]", None),
                 "titles": ("messages", "VARCHAR[]", titles),
             },
+            condition,
         )
         # qid: the row's question_id, else rag_prompts', else the question of its twin pair, else itself.
         resolved = f"""
@@ -353,11 +362,46 @@ def lineage_sql(config: str, family: str, sources: Sequence[SplitSource]) -> str
         {order}"""
 
 
-def write_lineage(
-    con: duckdb.DuckDBPyConnection, config: str, family: str, sources: Sequence[SplitSource], path: Path
-) -> int:
-    """Write ``provenance/<config>/lineage.parquet`` from ``lineage_sql``; returns its row count.
+def id_ranges(con: duckdb.DuckDBPyConnection, sources: Sequence[SplitSource], rows: int) -> list[str]:
+    """SQL conditions cutting the product into id ranges of about ``rows`` rows, in id order.
 
-    ``LineageSources.register`` must have defined the views on ``con``.
+    The lineage of each range is sorted on its own and the ranges follow each other, so their
+    concatenation is the lineage sorted by id, while DuckDB only ever holds one range's rows.
+    Equal ids fall in one range; null ids in the last.
     """
-    return write_query(con, lineage_sql(config, family, sources), path, LINEAGE_SCHEMA, PROVENANCE_GROUP_ROWS)
+    union = " UNION ALL ".join(src.select_sql(["id"]) for src in sources)
+    n = con.execute(f"SELECT count(*) FROM ({union})").fetchall()[0][0]
+    parts = -(-n // rows) if rows > 0 else 1
+    if parts <= 1:
+        return [""]
+    qs = ", ".join(str(i / parts) for i in range(1, parts))
+    cuts = con.execute(f"SELECT quantile_disc(id, [{qs}]) FROM ({union})").fetchall()[0][0] or []
+    cuts = sorted({c for c in cuts if c is not None})
+    conds = [f"id <= {sql_literal(cuts[0])}"] if cuts else []
+    conds += [
+        f"id > {sql_literal(lo)} AND id <= {sql_literal(hi)}" for lo, hi in zip(cuts, cuts[1:], strict=False)
+    ]
+    conds.append(f"id > {sql_literal(cuts[-1])} OR id IS NULL" if cuts else "")
+    return conds
+
+
+def write_lineage(
+    con: duckdb.DuckDBPyConnection,
+    config: str,
+    family: str,
+    sources: Sequence[SplitSource],
+    path: Path,
+    range_rows: int = LINEAGE_RANGE_ROWS,
+) -> int:
+    """Write ``provenance/<config>/lineage.parquet`` from ``lineage_sql``, id range by id range.
+
+    ``LineageSources.register`` must have defined its tables on ``con``. Returns the row count.
+    """
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for cond in id_ranges(con, sources, range_rows):
+            yield from con.sql(lineage_sql(config, family, sources, cond)).to_arrow_reader(
+                PROVENANCE_GROUP_ROWS
+            )
+
+    return write_batches(batches(), path, LINEAGE_SCHEMA, PROVENANCE_GROUP_ROWS)

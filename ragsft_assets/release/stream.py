@@ -1,9 +1,11 @@
 """Release files written from DuckDB queries in bounded memory (Dagster-free).
 
 A release at full Wikipedia scale (800,000 abstracts, 100,000 questions) does not fit in memory as
-Arrow tables, let alone as Python rows: every data file, the decisions and the lineage are written
-here from a DuckDB query over the upstream Parquet files, streamed batch by batch into a Parquet
-writer. DuckDB sorts under a memory limit and spills to a temp folder of its own.
+Arrow tables, let alone as Python rows: every data file, the decisions and the lineage are streamed
+batch by batch into a Parquet writer. A data file whose upstream rows already come sorted by id
+(what the assets write) streams straight from the upstream files as Arrow batches; otherwise, and
+for the decisions and the lineage, the rows come from a DuckDB query over the Parquet files, which
+sorts under a memory limit and spills to a temp folder of its own.
 
 Bytes stay deterministic and match ``storage.write_parquet`` (the same writer options): a file
 of at most ``rows_per_group`` rows is one row group with one chunk per column, exactly what
@@ -85,7 +87,7 @@ def _group_batches(reader: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.R
         )
 
 
-def _write_batches(
+def write_batches(
     batches: Iterator[pa.RecordBatch], path: Path, schema: pa.Schema, rows_per_group: int
 ) -> int:
     """Write ``batches`` to ``path`` atomically in row groups of ``rows_per_group`` rows, cast to ``schema``."""
@@ -117,7 +119,7 @@ def write_query(
 
     The writer options are those of ``storage.write_parquet`` (zstd, statistics, dictionary).
     """
-    return _write_batches(iter(con.sql(sql).to_arrow_reader(rows_per_group)), path, schema, rows_per_group)
+    return write_batches(iter(con.sql(sql).to_arrow_reader(rows_per_group)), path, schema, rows_per_group)
 
 
 def unified_schema(files: Sequence[Path]) -> pa.Schema:
@@ -161,10 +163,17 @@ class SplitSource:
     schema: pa.Schema  # the shipped schema: no `split` column, no metadata
     rows: int = 0
 
-    def select_sql(self, columns: Sequence[str] | None = None, extra: Sequence[str] = ()) -> str:
-        """The split's rows (``columns``, default all shipped ones, plus ``extra`` SQL expressions), unordered."""
+    def select_sql(
+        self, columns: Sequence[str] | None = None, extra: Sequence[str] = (), condition: str = ""
+    ) -> str:
+        """The split's rows (``columns``, default all shipped ones, plus ``extra`` SQL expressions), unordered.
+
+        ``condition``: an SQL condition on the upstream columns the rows must also meet.
+        """
         names = [quote(c) for c in (self.schema.names if columns is None else columns)]
-        where = f"WHERE split = {sql_literal(self.split)}" if self.split is not None else ""
+        conds = [f"split = {sql_literal(self.split)}"] if self.split is not None else []
+        conds += [f"({condition})"] if condition else []
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         return f"SELECT {', '.join([*names, *extra])} FROM {scan_sql(self.files)} {where}"
 
     def in_release_order(self) -> bool:
@@ -287,7 +296,7 @@ def write_data_files(
             rel = data_file(config, split)
             rows = group_rows(src.files)
             if src.in_release_order():  # the usual case: upstream assets write sorted by id
-                _write_batches(src.batches(rows), folder / rel, src.schema, rows)
+                write_batches(src.batches(rows), folder / rel, src.schema, rows)
             else:  # DuckDB sorts under its memory limit, spilling to its temp folder
                 sql = f"{src.select_sql()} ORDER BY {src.order_sql}"
                 write_query(con, sql, folder / rel, src.schema, rows)
