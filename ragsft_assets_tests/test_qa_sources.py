@@ -319,6 +319,8 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
     from ragsft_assets.rag_sft import examples
     from ragsft_assets.rag_sft.layout import join_sentences
 
+    assert examples.twin_both_share(-1, "hotpotqa_fr_abstracts_v2") == 1.0  # the fr card: both, always
+    assert examples.twin_both_share(-1, "hotpotqa_cite") == 0.6 and examples.twin_both_share(0.3, "x") == 0.3
     assert examples.document_token_budget(-1, "hotpotqa_fr_abstracts_v2") == 8192  # the fr card's
     assert (
         examples.document_token_budget(-1, "hotpotqa_cite") == 0
@@ -351,3 +353,15 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
     assert {r["candidate_id"] for r in rows} == over and all(r["verdict"] == "dropped" for r in rows)
     md = result.asset_materializations_for_node("qa__rag_prompts")[0].metadata
     assert md["document_token_budget"].value == budget
+    # French data (hotpotqa_fr_abstracts_v2): every twin loses both golds, budget 8,192 by default
+    french = dg.materialize(
+        [qa_rag_prompts],
+        resources={"store": store},
+        partition_key=KEY,
+        instance=instance,
+        run_config={"ops": {"qa__rag_prompts": {"config": {"tokenizer": "whitespace", "language": "fr"}}}},
+    )
+    md = french.asset_materializations_for_node("qa__rag_prompts")[0].metadata
+    assert md["document_token_budget"].value == 8192 and md["shares"].value["twin_both"] == 1.0
+    twins = [p for p in store.read(KEY, "rag_prompts").to_pylist() if p["kind"] == "unanswerable"]
+    assert len(twins) > 5 and {p["twin_kind"] for p in twins} == {"both"}

@@ -378,6 +378,17 @@ PRODUCT_TOKEN_BUDGETS = {"hotpotqa_fr_abstracts_v2": 8192}
 OVER_TOKEN_BUDGET = "over_token_budget"
 
 
+# hotpotqa_fr_abstracts_v2's card: a twin always loses both golds (no half-supported twin).
+PRODUCT_TWIN_BOTH = {"hotpotqa_fr_abstracts_v2": 1.0}
+DEFAULT_TWIN_BOTH = 0.6
+
+
+def twin_both_share(configured: float, product: str) -> float:
+    """The share of twins that lose both golds: ``configured`` when >= 0, else the product's
+    (1.0 for ``hotpotqa_fr_abstracts_v2``, 0.6 for ``hotpotqa_cite``)."""
+    return configured if configured >= 0 else PRODUCT_TWIN_BOTH.get(product, DEFAULT_TWIN_BOTH)
+
+
 def document_token_budget(configured: int, product: str) -> int:
     """The token budget of a question's documents: ``configured`` when >= 0 (0 = none), else the
     product's (8,192 for ``hotpotqa_fr_abstracts_v2``, none for ``hotpotqa_cite``)."""

@@ -39,7 +39,9 @@ class RagSftConfig(dg.Config):
     max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
     language: str = ""  # instructions language; default: the partition key's language
     twin_share: float = 0.22
-    twin_both_share: float = 0.6
+    # Of twins, the share losing both golds; -1 = the product's (1.0 for hotpotqa_fr_abstracts_v2
+    # as its card, 0.6 for hotpotqa_cite).
+    twin_both_share: float = -1.0
     references_share: float = 0.04
     strict_share: float = 0.05
     max_drop_fraction: float = 0.7
@@ -184,7 +186,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[input_key],
-        code_version=f"2-{templates_version(PROMPT_TASKS)}",
+        code_version=f"3-{templates_version(PROMPT_TASKS)}",
         kinds={"parquet"},
     )
     def rag_prompts(
@@ -204,7 +206,7 @@ def build_sft_chain(
             context.log.info(f"{partition}: {len(over)} question(s) over {budget} {tokenizer} tokens dropped")
         shares = examples.PromptShares(
             config.twin_share,
-            config.twin_both_share,
+            examples.twin_both_share(config.twin_both_share, product_name(lang)),
             config.references_share,
             config.strict_share,
             config.max_drop_fraction,
