@@ -42,3 +42,13 @@ def test_generated_sentences_reach_the_enumeration_rule(tmp_path: Path) -> None:
     graph = build_link_graph(build.table, LinkGraphConfig(), workers=1)
     assert bench_corpus.enum_checked_share(build.table) > 0.05
     assert graph.funnel[ENUMERATION] > 0 and graph.funnel["kept"] > 0  # the rule fires, edges survive
+
+
+def test_bench_run_prints_the_ratio_the_cpu_ratio_and_the_load(tmp_path: Path) -> None:
+    """The whole bench on a few records: the closing line's values, the CPU of the pool counted."""
+    values = bench_corpus.run(240, str(tmp_path))
+    for key in ("ratio", "cpu_ratio", "load_avg", "record_kb_p50", "enum_checked_share", "writes_s", "cores"):
+        assert key in values, key
+    assert values["bar"] == bench_corpus.BAR and values["passed"] == (values["ratio"] >= bench_corpus.BAR)
+    assert 0 < values["cpu_ratio"] < 5 and values["writes_s"] > 0
+    assert values["records"] == 240 and 2.5 < values["record_kb_p50"] < 11.2

@@ -70,6 +70,8 @@ def test_workers_and_chunk_sizes_give_byte_identical_files(tmp_path: Path) -> No
             one.rejected,
         )
         assert build_link_graph(other.table, LinkGraphConfig(), workers=workers).table.equals(graph.table)
+        # The pool's workers report their CPU; chunks run in this process are on its own clock.
+        assert (other.worker_cpu_s > 0) if workers > 1 else (other.worker_cpu_s == 0)
     # The tie on every key is broken by input order: the first Castelmaure (with its link) is kept.
     castel = one.table.filter(pc.equal(one.table.column("title"), "Castelmaure"))
     assert castel.column("qid").to_pylist() == ["Q1"]

@@ -13,7 +13,11 @@ record (2.8-11.1 KiB). The enumeration rule then meets real sentences at their r
    the assets' own writes (split Parquet files, ledgers, metadata queries), timed with them
    (``writes_s`` is their share). ``passed``: ``ratio >= bar`` (0.5).
 
-``ratio`` = corpus throughput / decode throughput. Each corpus build runs in a fresh process whose
+``ratio`` = corpus throughput / decode throughput. ``cpu_ratio`` = the decode's CPU seconds / the build's
+(its process and the abstracts pool's workers' chunks; the link graph starts a pool of its own only
+above 150,000 checked edges, whose workers it does not count): the cost per record, which a machine
+shared with other work does not skew the way it skews wall times. With ``workers`` free cores, ``ratio``
+is at most about ``workers * cpu_ratio``. ``load_avg``: the 1-minute load average at the end. Each corpus build runs in a fresh process whose
 peak RSS (with its workers) is sampled, on the first half of the file and on the whole file, to show
 that memory follows the output (the kept abstracts) and not the input, which is streamed.
 
@@ -290,6 +294,7 @@ def _corpus_job(path: str, workers: int, queue: Any) -> None:
     root = Path(tempfile.mkdtemp(prefix="store_", dir=Path(path).parent))
     try:
         started = time.perf_counter()
+        cpu_started = time.process_time()
         build = build_abstracts([Path(path)], AbstractsConfig(), workers=workers)
         t_build = time.perf_counter() - started
         graph = build_link_graph(build.table, LinkGraphConfig(), workers=workers)
@@ -297,11 +302,12 @@ def _corpus_job(path: str, workers: int, queue: Any) -> None:
         writes = write_like_the_assets(build, graph, root)
         print(f"  abstracts {t_build:.2f}s, link graph {t_graph:.2f}s, writes {writes:.2f}s", flush=True)
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started + build.worker_cpu_s
     finally:
         shutil.rmtree(root, ignore_errors=True)
     share = enum_checked_share(build.table)
     queue.put(
-        (elapsed, writes, build.funnel["lines_read"], build.table.num_rows, graph.table.num_rows, share)
+        (elapsed, writes, build.funnel["lines_read"], build.table.num_rows, graph.table.num_rows, share, cpu)
     )
 
 
@@ -319,7 +325,9 @@ def run_corpus_build(path: Path, workers: int) -> dict[str, float]:
     """Run the corpus build in a fresh process; time it and sample the peak RSS of its process tree."""
     import psutil
 
-    ctx = mp.get_context("fork")
+    # Spawn, not fork: a forked child inherits this process's fork-server handle (one started by an
+    # earlier build here) and then fails to start its pool (ChildProcessError: not its child).
+    ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_corpus_job, args=(str(path), workers, queue))
     proc.start()
@@ -337,7 +345,7 @@ def run_corpus_build(path: Path, workers: int) -> dict[str, float]:
             if not proc.is_alive() and queue.empty():
                 raise RuntimeError(f"corpus build failed (exit code {proc.exitcode})") from None
     proc.join()
-    elapsed, writes, lines, kept, edges, share = result
+    elapsed, writes, lines, kept, edges, share, cpu = result
     return {
         "seconds": elapsed,
         "writes_s": writes,
@@ -345,6 +353,7 @@ def run_corpus_build(path: Path, workers: int) -> dict[str, float]:
         "kept": kept,
         "edges": edges,
         "enum_checked_share": share,
+        "cpu_s": cpu,
         "peak_rss_mb": peak / 2**20,
     }
 
@@ -383,7 +392,9 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             f"{workers} worker(s), {os.cpu_count()} cpu(s)",
             flush=True,
         )
+        cpu_decode = time.process_time()
         lines, t_decode = decode_all(full)
+        cpu_decode = time.process_time() - cpu_decode
         decode_rate = lines / t_decode
         print(
             f"baseline orjson decode: {lines} lines in {t_decode:.2f}s = {decode_rate:.0f} lines/s",
@@ -401,7 +412,8 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             f"corpus build, full size: {full_run['lines']:.0f} lines -> {full_run['kept']:.0f} abstracts, "
             f"{full_run['edges']:.0f} edges in {full_run['seconds']:.2f}s (writes {full_run['writes_s']:.2f}s) "
             f"= {rate:.0f} articles/s, "
-            f"peak RSS {full_run['peak_rss_mb']:.0f} MiB",
+            f"peak RSS {full_run['peak_rss_mb']:.0f} MiB; CPU {full_run['cpu_s']:.2f}s "
+            f"(decode CPU {cpu_decode:.2f}s; load average {os.getloadavg()[0]:.1f})",
             flush=True,
         )
         with open(full, "rb") as fh:
@@ -412,6 +424,8 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             "passed": rate / decode_rate >= BAR,
             "record_kb_p50": round(line_kb[len(line_kb) // 2], 2),
             "enum_checked_share": round(full_run["enum_checked_share"], 3),
+            "cpu_ratio": round(cpu_decode / full_run["cpu_s"], 3),
+            "load_avg": round(os.getloadavg()[0], 1),
             "writes_s": round(full_run["writes_s"], 2),
             "articles_per_s": round(rate),
             "peak_rss_mb": round(full_run["peak_rss_mb"]),

@@ -231,6 +231,7 @@ class ChunkResult:
     bad: list[tuple[int, str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # (candidate id, reason, title)
     path: str | None = None  # where a worker wrote ``table`` (Arrow IPC) instead of returning it
+    cpu_s: float = 0.0  # CPU seconds the chunk took in the process that ran it (read, rules, write)
 
 
 def normalise_shares(shares: Sequence[float] | Mapping[str, float]) -> tuple[float, float, float]:

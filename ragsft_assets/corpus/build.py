@@ -19,6 +19,7 @@ import gc
 import multiprocessing as mp
 import os
 import tempfile
+import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ class AbstractsBuild:
     link_funnel: dict[str, int]
     bad_examples: list[tuple[str, int, str, str]] = field(default_factory=list)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
+    # CPU seconds of the pool's workers (0 when the chunks ran in this process, whose own clock has them).
+    worker_cpu_s: float = 0.0
 
     @property
     def records(self) -> int:
@@ -131,6 +134,7 @@ def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None =
     With ``out_path``, the chunk's rows are written there (Arrow IPC) and the result carries the path
     and an empty table.
     """
+    cpu_started = time.process_time()
     kind = task[0]
     if kind == "range":
         items: list[Any] = _lines_of_range(task[1], task[2], task[3])
@@ -152,6 +156,7 @@ def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None =
             writer.write_table(res.table)
         res.path = out_path
         res.table = ABSTRACTS_SCHEMA.empty_table()
+    res.cpu_s = time.process_time() - cpu_started
     return res
 
 
@@ -303,6 +308,7 @@ def _build_abstracts(
     rejected: list[tuple[str, str, str]] = []
     line_base: dict[Path, int] = {}
     records = 0
+    worker_cpu = 0.0
     for path, res in _ordered_results(_tasks(files, chunk_bytes), cfg, workers, out_dir):
         base = line_base.get(path, 0)
         for n, reason, detail in res.bad:
@@ -310,6 +316,7 @@ def _build_abstracts(
                 bad.append((path.name, base + n, reason, detail))
         line_base[path] = base + res.lines
         records += res.lines - res.reasons.get(BLANK_LINE, 0)
+        worker_cpu += res.cpu_s if workers > 1 else 0.0
         reasons.update(res.reasons)
         link_reasons.update(res.link_reasons)
         rejected.extend(res.rejected)
@@ -324,7 +331,7 @@ def _build_abstracts(
     funnel[KEPT] = table.num_rows
     link_funnel = {"links_read": sum(link_reasons.values())}
     link_funnel.update({r: link_reasons.get(r, 0) for r in LINK_REASONS})
-    return AbstractsBuild(table, funnel, link_funnel, bad, rejected)
+    return AbstractsBuild(table, funnel, link_funnel, bad, rejected, worker_cpu)
 
 
 def check_bad_share(build: AbstractsBuild, max_bad_share: float, where: str = "") -> None:
