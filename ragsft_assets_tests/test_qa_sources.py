@@ -365,3 +365,11 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
     assert md["document_token_budget"].value == 8192 and md["shares"].value["twin_both"] == 1.0
     twins = [p for p in store.read(KEY, "rag_prompts").to_pylist() if p["kind"] == "unanswerable"]
     assert len(twins) > 5 and {p["twin_kind"] for p in twins} == {"both"}
+    # the English OpenRAG instructions (answer in the language of the question); French phrases
+    fr_prompts = store.read(KEY, "rag_prompts").to_pylist()
+    assert md["instructions_language"].value == "en" and {p["language"] for p in fr_prompts} == {"fr"}
+    assert all(p["system"].startswith("You are an assistant") for p in fr_prompts)
+    assert all("Answer in the language of the question" in p["system"] for p in fr_prompts)
+    strict = [p for p in fr_prompts if p["refusal_rule"] == "strict"]
+    assert strict and all(p["refusal_phrase"] in examples.refusal_phrases("fr") for p in strict)
+    assert all(f'"{p["refusal_phrase"]}"' in p["system"] for p in strict)

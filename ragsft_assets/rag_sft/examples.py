@@ -248,6 +248,7 @@ def build_prompts(
     lang: str = "en",
     shares: PromptShares = PromptShares(),
     pool_records: Sequence[HotpotRecord] | None = None,
+    instructions_lang: str = "",
 ) -> PromptBuild:
     """Prompts for every record: the answerable example, and for a drawn share its unanswerable twin.
 
@@ -258,6 +259,9 @@ def build_prompts(
         shares: the drawn shares.
         pool_records: records whose non-gold paragraphs may replace removed golds (default:
             ``records``).
+        instructions_lang: language of the system instructions and citation/refusal rules
+            (default ``lang``); the refusal phrases, the prompt's ``language`` and so the judges
+            stay in ``lang``.
 
     Returns:
         the prompts (unsorted), one ledger decision per question (kept, or dropped with a reason)
@@ -267,7 +271,7 @@ def build_prompts(
     pool = replacement_pool(pool_records if pool_records is not None else records)
     for rec in records:
         out.funnel["questions"] += 1
-        decision = _build_one(rec, seed, lang, shares, pool, out)
+        decision = _build_one(rec, seed, lang, shares, pool, out, instructions_lang or lang)
         out.decisions.append(decision)
         out.funnel[f"{decision.verdict}:{decision.reason}" if decision.verdict != KEPT else "kept"] += 1
     out.funnel["examples"] = len(out.prompts)
@@ -283,6 +287,7 @@ def _build_one(
     shares: PromptShares,
     pool: Sequence[_PoolEntry],
     out: PromptBuild,
+    instructions_lang: str,
 ) -> Decision:
     qid = rec.id
     pid = ids.pair_id(qid)
@@ -337,7 +342,7 @@ def _build_one(
             citation_style=citation_style,
             refusal_rule=rule,
             refusal_phrase=phrase,
-            system=system_message(documents, lang, citation_style, rule, phrase),
+            system=system_message(documents, instructions_lang, citation_style, rule, phrase),
             user=rec.question,
             chunks_total=len(documents),
             distractors_total=len(distractors),
@@ -376,6 +381,16 @@ def _build_one(
 # hotpotqa_fr_abstracts_v2's card: questions whose documents exceed 8,192 tokens are dropped.
 PRODUCT_TOKEN_BUDGETS = {"hotpotqa_fr_abstracts_v2": 8192}
 OVER_TOKEN_BUDGET = "over_token_budget"
+
+
+# hotpotqa_fr_abstracts_v2's card: the English OpenRAG instructions whatever the data's language
+# (they ask to answer in the language of the question); refusal phrases and judges follow the data.
+PRODUCT_INSTRUCTIONS = {"hotpotqa_fr_abstracts_v2": "en"}
+
+
+def instructions_language(configured: str, lang: str, product: str) -> str:
+    """The language of the system instructions: ``configured``, else the product's, else ``lang``."""
+    return configured or PRODUCT_INSTRUCTIONS.get(product, lang)
 
 
 # hotpotqa_fr_abstracts_v2's card: a twin always loses both golds (no half-supported twin).

@@ -37,7 +37,10 @@ class RagSftConfig(dg.Config):
 
     seed: int = DEFAULT_SEED
     max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
-    language: str = ""  # instructions language; default: the partition key's language
+    language: str = ""  # the data's language (refusal phrases, judges); default: the partition key's
+    # The system instructions' language; "" = the product's (English for hotpotqa_fr_abstracts_v2,
+    # as its card), else the data's.
+    instructions_language: str = ""
     twin_share: float = 0.22
     # Of twins, the share losing both golds; -1 = the product's (1.0 for hotpotqa_fr_abstracts_v2
     # as its card, 0.6 for hotpotqa_cite).
@@ -186,7 +189,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[input_key],
-        code_version=f"3-{templates_version(PROMPT_TASKS)}",
+        code_version=f"4-{templates_version(PROMPT_TASKS)}",
         kinds={"parquet"},
     )
     def rag_prompts(
@@ -211,8 +214,14 @@ def build_sft_chain(
             config.strict_share,
             config.max_drop_fraction,
         )
+        ilang = examples.instructions_language(config.instructions_language, lang, product_name(lang))
         build = examples.build_prompts(
-            selected, seed=config.seed, lang=lang, shares=shares, pool_records=records
+            selected,
+            seed=config.seed,
+            lang=lang,
+            shares=shares,
+            pool_records=records,
+            instructions_lang=ilang,
         )
         decisions = (
             build.decisions
@@ -257,7 +266,8 @@ def build_sft_chain(
                         "max_drop_fraction": shares.max_drop_fraction,
                     }
                 ),
-                "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(lang)),
+                "instructions_language": ilang,
+                "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(ilang)),
             }
         )
 
