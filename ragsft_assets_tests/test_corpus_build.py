@@ -18,6 +18,7 @@ from ragsft_assets.corpus import abstracts as A
 from ragsft_assets.corpus import enumeration as E
 from ragsft_assets.corpus import sentences as S
 from ragsft_assets.corpus.build import build_abstracts, merge_chunks, run_task
+from ragsft_assets.corpus.link_graph import ENUMERATION as ENUMERATION_REASON
 from ragsft_assets.corpus.link_graph import LinkGraphConfig, build_link_graph
 from ragsft_assets_tests.corpus_fixtures import FILLER, interlinked_records, make_record, write_jsonl
 
@@ -271,3 +272,25 @@ def test_crlf_lines_read_like_lf_lines(tmp_path: Path) -> None:
     for path in (lf, crlf, mixed):
         assert _lines_of_range(str(path), 0, path.stat().st_size) == lines
     assert build_abstracts([crlf], CFG).table.equals(build_abstracts([lf], CFG).table)
+
+
+def test_enumeration_pool_threshold_and_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm fork server lowers the pool threshold; the pool's flags equal the in-process ones."""
+    import ragsft_assets.corpus.build as B
+    import ragsft_assets.corpus.link_graph as LG
+
+    assert not LG.use_pool(10**6, 1, True)  # one worker: never
+    assert LG.use_pool(LG.WARM_PARALLEL_MIN_EDGES, 2, True) and not LG.use_pool(
+        LG.WARM_PARALLEL_MIN_EDGES, 2, False
+    )
+    assert LG.use_pool(LG.PARALLEL_MIN_EDGES, 2, False)
+    table = build_abstracts([write_jsonl(tmp_path / "d.jsonl", _records())], CFG).table
+    serial = build_link_graph(table, LinkGraphConfig(), workers=1)
+    assert serial.funnel[ENUMERATION_REASON] > 0
+    pools = []
+    real_context = B.worker_context
+    monkeypatch.setattr(B, "worker_context", lambda: pools.append(1) or real_context())
+    monkeypatch.setattr(LG, "PARALLEL_MIN_EDGES", 1)
+    monkeypatch.setattr(LG, "WARM_PARALLEL_MIN_EDGES", 1)
+    pooled = build_link_graph(table, LinkGraphConfig(), workers=2)
+    assert pools and pooled.table.equals(serial.table) and pooled.dropped == serial.dropped

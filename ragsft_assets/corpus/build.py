@@ -172,6 +172,8 @@ def _ordered_results(
         for n, (path, task) in enumerate(tasks):
             yield path, run_task(task, cfg, out_path(n))
         return
+    global _FORK_SERVER_UP
+    _FORK_SERVER_UP = True  # the pool below starts the fork server (it lives as long as this process)
     with worker_context().Pool(workers) as pool:
         pending: deque[tuple[Path, Any]] = deque()
         for n, (path, task) in enumerate(tasks):
@@ -240,6 +242,15 @@ def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, 
     return pa.Table.from_arrays(
         [columns[n] for n in ABSTRACTS_SCHEMA.names], schema=ABSTRACTS_SCHEMA
     ), dropped
+
+
+_FORK_SERVER_UP = False
+
+
+def fork_server_started() -> bool:
+    """Whether this process has started a corpus worker pool already (its fork server is then up, with
+    the corpus code and pandas imported, so a further pool starts in a fraction of the first's time)."""
+    return _FORK_SERVER_UP
 
 
 def worker_context() -> mp.context.BaseContext:
