@@ -294,3 +294,4 @@ def test_enumeration_pool_threshold_and_result(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(LG, "WARM_PARALLEL_MIN_EDGES", 1)
     pooled = build_link_graph(table, LinkGraphConfig(), workers=2)
     assert pools and pooled.table.equals(serial.table) and pooled.dropped == serial.dropped
+    assert pooled.worker_cpu_s > 0 and serial.worker_cpu_s == 0  # the pool's CPU is reported

@@ -14,9 +14,8 @@ record (2.8-11.1 KiB). The enumeration rule then meets real sentences at their r
    (``writes_s`` is their share). ``passed``: ``ratio >= bar`` (0.5).
 
 ``ratio`` = corpus throughput / decode throughput. ``cpu_ratio`` = the decode's CPU seconds / the build's
-(its process and the abstracts pool's workers' chunks; the link graph starts a pool of its own only
-above 150,000 checked edges, whose workers it does not count): the cost per record, which a machine
-shared with other work does not skew the way it skews wall times. With ``workers`` free cores, ``ratio``
+(its process, and the chunks of the abstracts pool's and the link graph's enumeration pool's workers):
+the cost per record, which a machine shared with other work does not skew the way it skews wall times. With ``workers`` free cores, ``ratio``
 is at most about ``workers * cpu_ratio``. ``load_avg``: the 1-minute load average at the end. Each corpus build runs in a fresh process whose
 peak RSS (with its workers) is sampled, on the first half of the file and on the whole file, to show
 that memory follows the output (the kept abstracts) and not the input, which is streamed.
@@ -302,7 +301,7 @@ def _corpus_job(path: str, workers: int, queue: Any) -> None:
         writes = write_like_the_assets(build, graph, root)
         print(f"  abstracts {t_build:.2f}s, link graph {t_graph:.2f}s, writes {writes:.2f}s", flush=True)
         elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu_started + build.worker_cpu_s
+        cpu = time.process_time() - cpu_started + build.worker_cpu_s + graph.worker_cpu_s
     finally:
         shutil.rmtree(root, ignore_errors=True)
     share = enum_checked_share(build.table)

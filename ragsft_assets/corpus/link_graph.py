@@ -15,6 +15,7 @@ targets with the highest kept in-degree (ties by id); ``is_bridge`` marks the ed
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -78,6 +79,7 @@ class LinkGraphBuild:
     funnel: dict[str, int]
     bridge_ids: list[str]
     dropped: list[tuple[str, str, str, int, str]]  # (source_id, target_id, alias, sentence, reason)
+    worker_cpu_s: float = 0.0  # CPU seconds of the enumeration pool's workers (0 without a pool)
 
 
 def select_bridges(in_degree: dict[str, int], titles: Iterable[str], top_k: int) -> set[str]:
@@ -94,17 +96,28 @@ def use_pool(n_pairs: int, workers: int, warm: bool) -> bool:
     return workers > 1 and n_pairs >= (WARM_PARALLEL_MIN_EDGES if warm else PARALLEL_MIN_EDGES)
 
 
-def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> list[bool]:
-    """The enumeration rule over every candidate edge, on ``workers`` processes for large graphs."""
+def _timed_flags(pairs: list[tuple[str, str]]) -> tuple[list[bool], float]:
+    """:func:`enumeration_flags` and the CPU seconds it took (a worker entry point)."""
+    started = time.process_time()
+    flags = enumeration_flags(pairs)
+    return flags, time.process_time() - started
+
+
+def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> tuple[list[bool], float]:
+    """The enumeration rule over every candidate edge, on ``workers`` processes for large graphs.
+
+    Returns the flags and the pool workers' CPU seconds (0 when it ran here).
+    """
     from ragsft_assets.corpus.build import fork_server_started, worker_context
 
     if not use_pool(len(pairs), workers, fork_server_started()):
-        return enumeration_flags(pairs)
+        return enumeration_flags(pairs), 0.0
 
     size = max(1000, len(pairs) // (workers * 4))
     chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
     with worker_context().Pool(workers) as pool:
-        return [flag for part in pool.map(enumeration_flags, chunks) for flag in part]
+        parts = pool.map(_timed_flags, chunks)
+    return [flag for flags, _ in parts for flag in flags], sum(cpu for _, cpu in parts)
 
 
 def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int = 1) -> LinkGraphBuild:
@@ -165,7 +178,7 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
     maybe = pc.take(may_hold_enumeration(flat_sentences), sentence_index)
     to_check = pc.indices_nonzero(maybe)
-    flags = _enumeration_flags(
+    flags, worker_cpu = _enumeration_flags(
         _sentence_alias_pairs(
             flat_sentences,
             pc.take(sentence_index, to_check),
@@ -250,7 +263,7 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     dropped.sort()
     table = table.combine_chunks()
     pa.default_memory_pool().release_unused()  # the intermediates are freed: give their pages back
-    return LinkGraphBuild(table, funnel, sorted(bridges), dropped)
+    return LinkGraphBuild(table, funnel, sorted(bridges), dropped, worker_cpu)
 
 
 def _sentence_alias_pairs(
