@@ -31,6 +31,7 @@ from ragsft_assets.rag_sft.layout import parse_documents
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
+from ragsft_assets_tests.llm_double import ScriptedChatModel
 from ragsft_assets_tests.test_rag_sft_assets import DATA, RECORDS, generator_responder, judge_responder
 
 KEY = "hotpotqa.en"
@@ -373,3 +374,37 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
     strict = [p for p in fr_prompts if p["refusal_rule"] == "strict"]
     assert strict and all(p["refusal_phrase"] in examples.refusal_phrases("fr") for p in strict)
     assert all(f'"{p["refusal_phrase"]}"' in p["system"] for p in strict)
+    # the French-quality judge gates the answerable examples only (the product's scope)
+    language_judged: list[str] = []
+
+    def judge(messages) -> str:
+        text = messages[0]["content"]
+        if "qualité de la langue" in text:
+            language_judged.append(text)
+            return json.dumps({"score": 5, "reason": "scripted"})
+        if "Décide si sa réponse refuse" in text:
+            return json.dumps({"refuses": True, "reason": "scripted"})
+        return json.dumps({"score": 5, "reason": "scripted"})
+
+    from ragsft_assets.defs.rag_sft.assets import qa_rag_responses, qa_rag_verdicts
+
+    judged = dg.materialize(
+        [qa_rag_responses, qa_rag_verdicts],
+        resources={
+            "store": store,
+            "generator": ScriptedChatModel(generator_responder, "gen-double"),
+            "judge": ScriptedChatModel(judge, "judge-double"),
+        },
+        partition_key=KEY,
+        instance=instance,
+        run_config={
+            "ops": {f"qa__{n}": {"config": {"language": "fr"}} for n in ("rag_responses", "rag_verdicts")}
+        },
+    )
+    assert judged.success
+    verdicts = store.read(KEY, "rag_verdicts").to_pylist()
+    refusals = [v for v in verdicts if v["kind"] == "unanswerable" and v["refuses"] is not None]
+    answers = [v for v in verdicts if v["kind"] == "answerable" and v["factual_score"] is not None]
+    assert refusals and all(v["language_score"] is None for v in refusals)
+    assert answers and all(v["language_score"] == 5 for v in answers)
+    assert len(language_judged) == len(answers)

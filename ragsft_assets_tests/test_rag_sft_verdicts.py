@@ -68,6 +68,42 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
     assert all(len(v.cache_keys) == 3 for v in kept)
 
 
+def test_language_judge_on_answerable_only(prompts) -> None:
+    # hotpotqa_fr_abstracts_v2: the French-quality judge gates answerable examples, never refusals
+    assert vd.language_judge_scope("", "hotpotqa_fr_abstracts_v2") == "answerable"
+    assert (
+        vd.language_judge_scope("", "hotpotqa_cite") == "all" and vd.language_judge_scope("all", "x") == "all"
+    )
+    responses = [
+        {
+            "id": p.id,
+            "response": _answer(p) + (" Hélas." if p.kind == ex.UNANSWERABLE else ""),
+            "status": "ok",
+        }
+        | {"cache_key": f"g{p.id}"}
+        for p in prompts
+    ]
+
+    def judge(messages) -> str:
+        text = messages[0]["content"]
+        if "qualité de la langue" in text:
+            assert "Hélas" not in text  # no refusal reaches the language judge
+            return json.dumps({"score": 5})
+        if "Décide si sa réponse refuse" in text:
+            return json.dumps({"refuses": True})
+        return json.dumps({"score": 5})
+
+    model = ScriptedChatModel(judge)
+    run = vd.judge_examples(prompts, responses, model, min_quote_words=2, language_scope="answerable")
+    refusals = [v for v in run.verdicts if v.kind == ex.UNANSWERABLE]
+    assert refusals and all(v.kept and v.language_score is None for v in refusals)
+    assert all(v.kept and v.language_score == 5 for v in run.verdicts if v.kind == ex.ANSWERABLE)
+    n_answerable = sum(p.kind == ex.ANSWERABLE for p in prompts)
+    assert len(model.calls) == len(prompts) + n_answerable  # factual/refusal each + language on answers
+    with pytest.raises(ValueError, match="language_scope"):
+        vd.judge_examples(prompts, responses, model, language_scope="refusals")
+
+
 def test_unreadable_judge_is_a_verdict(prompts) -> None:
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
     run = vd.judge_examples(

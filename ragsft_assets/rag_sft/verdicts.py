@@ -185,6 +185,7 @@ def judge_examples(
     log: Any = None,
     strict_quotes: bool = True,
     min_quote_words: int = MIN_WORDS,
+    language_scope: str = "all",
 ) -> JudgeRun:
     """Decide every example: deterministic checks first, judges only on what passed them.
 
@@ -194,7 +195,11 @@ def judge_examples(
         judge: the judge model.
         strict_quotes: apply the verifier's ``partial_word``/``too_short`` verdicts.
         min_quote_words: the fewest words of a quoted fragment under ``strict_quotes``.
+        language_scope: which non-English examples the language-quality judge gates: ``all``,
+            or ``answerable`` (refusals are not language-judged; hotpotqa_fr_abstracts_v2's card).
     """
+    if language_scope not in LANGUAGE_SCOPES:
+        raise ValueError(f"language_scope must be one of {LANGUAGE_SCOPES}, not {language_scope!r}")
     by_id = {r["id"]: r for r in responses}
     verdicts: dict[str, ExampleVerdict] = {}
     need: list[tuple[RagPrompt, str]] = []
@@ -221,7 +226,11 @@ def judge_examples(
     # One batch per judge, so a backend can batch and prefix-cache them.
     factual = [(p, resp) for p, resp in need if p.kind == ANSWERABLE]
     refusal = [(p, resp) for p, resp in need if p.kind != ANSWERABLE]
-    language = [(p, resp) for p, resp in need if p.language != "en"]
+
+    def language_judged(p: RagPrompt) -> bool:
+        return p.language != "en" and (language_scope == "all" or p.kind == ANSWERABLE)
+
+    language = [(p, resp) for p, resp in need if language_judged(p)]
 
     def run(
         task: str, items: list[tuple[RagPrompt, str]], schema: dict[str, Any], **extra: Any
@@ -262,13 +271,13 @@ def judge_examples(
     for p, _ in need:
         v = verdicts[p.id]
         judged = v.factual_score if p.kind == ANSWERABLE else v.refuses
-        if judged is None or (p.language != "en" and v.language_score is None):
+        if judged is None or (language_judged(p) and v.language_score is None):
             v.verdict, v.reason = UNREADABLE, "judge_unreadable"
         elif p.kind == ANSWERABLE and v.factual_score != 5:
             v.reason = "factual_score"
         elif p.kind != ANSWERABLE and v.refuses is not True:
             v.reason = "not_refusal"
-        elif p.language != "en" and v.language_score != 5:
+        elif language_judged(p) and v.language_score != 5:
             v.reason = "language_score"
         else:
             v.kept, v.verdict, v.reason = True, KEPT, "kept"
@@ -276,6 +285,17 @@ def judge_examples(
     final = keep_twins_together(list(verdicts.values()))
     funnel = Counter(f"{v.verdict}:{v.reason}" for v in final)
     return JudgeRun(final, stats, funnel)
+
+
+LANGUAGE_SCOPES = ("all", "answerable")
+# hotpotqa_fr_abstracts_v2's card: the French-quality judge gates answerable examples only.
+PRODUCT_LANGUAGE_SCOPE = {"hotpotqa_fr_abstracts_v2": "answerable"}
+
+
+def language_judge_scope(configured: str, product: str) -> str:
+    """``configured`` (``all``/``answerable``), else the product's (``answerable`` for
+    hotpotqa_fr_abstracts_v2, ``all`` otherwise)."""
+    return configured or PRODUCT_LANGUAGE_SCOPE.get(product, "all")
 
 
 def keep_twins_together(verdicts: Sequence[ExampleVerdict]) -> list[ExampleVerdict]:

@@ -55,6 +55,9 @@ class RagSftConfig(dg.Config):
     # data built without it.
     strict_quotes: bool = True
     min_quote_words: int = 3
+    # Which non-English examples the language judge gates: "all" | "answerable"; "" = the
+    # product's ("answerable" for hotpotqa_fr_abstracts_v2 as its card, "all" otherwise).
+    language_judge_scope: str = ""
     # Questions whose documents exceed this many tokens are dropped (rag_prompts); 0 = no budget,
     # -1 = the product's (8,192 for hotpotqa_fr_abstracts_v2, as its card; none for hotpotqa_cite).
     max_document_tokens: int = -1
@@ -337,7 +340,7 @@ def build_sft_chain(
         deps=[responses_key],
         pool="gpu",
         retry_policy=LLM_RETRY_POLICY,
-        code_version=f"2-{templates_version(JUDGE_TASKS)}",
+        code_version=f"3-{templates_version(JUDGE_TASKS)}",
         kinds={"parquet"},
     )
     def rag_verdicts(
@@ -359,6 +362,7 @@ def build_sft_chain(
             log=context.log,
             strict_quotes=config.strict_quotes,
             min_quote_words=config.min_quote_words,
+            language_scope=verdicts.language_judge_scope(config.language_judge_scope, product_name(lang)),
         )
         run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
         table = verdicts.verdicts_table(run.verdicts)
