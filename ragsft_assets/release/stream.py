@@ -32,8 +32,8 @@ from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.storage import SPLITS, asset_files
 
 # DuckDB's share of the release's memory: its sorts and hash tables spill beyond this.
-DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "1GB")
-# A row group holds about this many uncompressed bytes (estimated from the upstream files).
+DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "640MB")
+# A row group holds about this many bytes of Arrow memory (measured on the upstream files' first rows).
 ROW_GROUP_BYTES = 64 << 20
 MAX_GROUP_ROWS = 1024 * 1024  # pq.write_table's own default: small tables stay one row group
 MIN_GROUP_ROWS = 1024
@@ -54,6 +54,9 @@ def connect(memory_limit: str = DUCKDB_MEMORY_LIMIT) -> Iterator[duckdb.DuckDBPy
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
+        # Arrow's allocator keeps freed blocks for a while: hand them back before the next step's
+        # DuckDB takes its own share, so the two never add up.
+        pa.default_memory_pool().release_unused()
 
 
 def _group_batches(reader: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
@@ -131,13 +134,19 @@ def unified_schema(files: Sequence[Path]) -> pa.Schema:
 
 
 def group_rows(files: Sequence[Path]) -> int:
-    """Rows per row group for a table read from ``files``: about ``ROW_GROUP_BYTES`` uncompressed."""
-    rows = size = 0
+    """Rows per row group for a table read from ``files``: about ``ROW_GROUP_BYTES`` of Arrow memory.
+
+    The size of a row is measured on the first rows of each file as Arrow holds them (the Parquet
+    footer's sizes are encoded sizes: dictionary pages make repeated text look small), so the
+    count follows from the inputs alone and a group's batches stay near the target in memory.
+    """
+    per_row = 1
     for f in files:
-        meta = pq.ParquetFile(f).metadata
-        rows += meta.num_rows
-        size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    per_row = max(1, size // max(1, rows))
+        pf = pq.ParquetFile(f)
+        if pf.metadata.num_rows == 0:
+            continue
+        head = next(pf.iter_batches(batch_size=MIN_GROUP_ROWS))
+        per_row = max(per_row, -(-head.nbytes // max(1, head.num_rows)))
     return max(MIN_GROUP_ROWS, min(MAX_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
 
 
