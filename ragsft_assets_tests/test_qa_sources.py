@@ -115,6 +115,7 @@ def test_sources_add_list_and_the_qa_chain_prompts(qa_run) -> None:
         for e in result.get_asset_materialization_events()
         if e.asset_key.to_user_string() == "qa/rag_sft"
     )
+    assert md["drop_answer_only_in_ref"].value is False  # hotpotqa_cite's card keeps them
     stats = md["statistics"].value
     mix = stats["question_mix"]
     assert mix["generated"]["questions"] == 70
@@ -386,10 +387,10 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
             return json.dumps({"refuses": True, "reason": "scripted"})
         return json.dumps({"score": 5, "reason": "scripted"})
 
-    from ragsft_assets.defs.rag_sft.assets import qa_rag_responses, qa_rag_verdicts
+    from ragsft_assets.defs.rag_sft.assets import qa_rag_responses, qa_rag_sft, qa_rag_verdicts
 
     judged = dg.materialize(
-        [qa_rag_responses, qa_rag_verdicts],
+        [qa_rag_responses, qa_rag_verdicts, qa_rag_sft],
         resources={
             "store": store,
             "generator": ScriptedChatModel(generator_responder, "gen-double"),
@@ -398,10 +399,15 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
         partition_key=KEY,
         instance=instance,
         run_config={
-            "ops": {f"qa__{n}": {"config": {"language": "fr"}} for n in ("rag_responses", "rag_verdicts")}
+            "ops": {
+                f"qa__{n}": {"config": {"language": "fr", "tokenizer": "whitespace"}}
+                for n in ("rag_responses", "rag_verdicts", "rag_sft")
+            }
         },
     )
     assert judged.success
+    sft_md = judged.asset_materializations_for_node("qa__rag_sft")[0].metadata
+    assert sft_md["drop_answer_only_in_ref"].value is True  # the fr card's cleanup, on by default
     verdicts = store.read(KEY, "rag_verdicts").to_pylist()
     refusals = [v for v in verdicts if v["kind"] == "unanswerable" and v["refuses"] is not None]
     answers = [v for v in verdicts if v["kind"] == "answerable" and v["factual_score"] is not None]

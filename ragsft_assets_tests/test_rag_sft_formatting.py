@@ -96,6 +96,26 @@ def test_format_examples_strict_and_untagged_source_drop_twin() -> None:
     )
 
 
+def test_answer_only_inside_a_ref_drops_the_pair() -> None:
+    assert fm.answer_only_in_ref('It is there. <ref id="1">Paris is the capital</ref>', "Paris")
+    assert not fm.answer_only_in_ref('It is  PARIS. <ref id="1">Paris is the capital</ref>', "paris")
+    assert not fm.answer_only_in_ref("The capital of France.", "Paris")  # nowhere: not this case
+    assert not fm.answer_only_in_ref('<ref id="1">Paris is the capital</ref>', "")
+    prompts = [_prompt("p1", ANSWERABLE), _prompt("p1", UNANSWERABLE), _prompt("p2", ANSWERABLE)]
+    responses = {
+        "p1-answerable": 'The capital: <ref id="1">Paris is the capital</ref>.',
+        "p1-unanswerable": "The documents do not say.",
+        "p2-answerable": 'Paris. <ref id="1">Paris is the capital</ref>',
+    }
+    kept = {p.id for p in prompts}
+    assert {r["id"] for r in fm.format_examples(prompts, responses, kept).rows} == set(kept)  # off by default
+    out = fm.format_examples(prompts, responses, kept, drop_answer_only_in_ref=True)
+    assert [r["id"] for r in out.rows] == ["p2-answerable"]
+    reasons = {d.candidate_id: d.reason for d in out.decisions}
+    assert reasons["p1-answerable"] == "answer_only_in_ref" and reasons["p1-unanswerable"] == "twin_dropped"
+    assert out.funnel["dropped:answer_only_in_ref"] == 1
+
+
 def test_rewrite_refusal_is_deterministic_and_keeps_tags() -> None:
     text = 'The documents do not allow an answer. They cover <ref id="2">Lyon</ref>. Please add documents.'
     modes = set()

@@ -5,6 +5,8 @@
 - Under the strict refusal rule, an unanswerable target becomes the dictated phrase alone;
   answerable targets keep their answer.
 - An answer that names a ``[Source N]`` it does not cite with a tag is dropped, with its twin.
+- Optionally (``hotpotqa_fr_abstracts_v2``'s card), an answer whose gold answer appears only
+  inside a ``<ref>`` excerpt, never in its own words, is dropped with its twin.
 - Optionally, a deterministic rewrite of refusal openings (move the verdict sentence to the
   end, vary it, or open with a phrase answerable responses also use); it only moves or adds
   sentences that hold no tag, so tags are never modified.
@@ -39,6 +41,9 @@ _SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 _TAG_MARKUP_RE = TAG_MARKUP_RE
 
 STAGE_REWRITE = "rag_sft.refusal_rewrite"
+ANSWER_ONLY_IN_REF = "answer_only_in_ref"
+# hotpotqa_fr_abstracts_v2's card drops answers that give the answer only inside a <ref> tag.
+PRODUCT_DROP_ANSWER_ONLY_IN_REF = {"hotpotqa_fr_abstracts_v2": True}
 
 # Openings of the rewrite: verdict variants and neutral openers answerable responses also use.
 REFUSAL_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -130,6 +135,27 @@ def named_untagged_sources(response: str) -> list[int]:
     return sorted(named - cited)
 
 
+def answer_only_in_ref(response: str, answer: str) -> bool:
+    """True when the gold ``answer`` occurs inside a tag of ``response`` but nowhere outside the tags.
+
+    Matching is on the whitespace-normalized, case-folded text; the text outside the tags is the
+    response with every tag (opening to closing, excerpt included) cut out. An answer found
+    nowhere (a paraphrase the judge accepted) is not this case.
+    """
+    needle = normalize(answer).casefold()
+    if not needle:
+        return False
+    parsed = parse_refs(response)
+    inside = " ".join(t.excerpt for t in parsed.tags if t.excerpt)
+    outside, pos = [], 0
+    for t in sorted(parsed.tags, key=lambda t: t.start):
+        outside.append(response[pos : t.start])
+        pos = max(pos, t.end)
+    outside.append(response[pos:])
+    text = normalize(_TAG_MARKUP_RE.sub(" ", " ".join(outside))).casefold()
+    return needle not in text and needle in normalize(inside).casefold()
+
+
 def _split_sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END_RE.split(text.strip()) if s]
 
@@ -185,6 +211,7 @@ def format_examples(
     *,
     seed: int = ids.DEFAULT_SEED,
     rewrite_refusals: bool = False,
+    drop_answer_only_in_ref: bool = False,
 ) -> Formatted:
     """Chat rows for the kept examples; drops (with the twin) answers naming untagged sources.
 
@@ -194,6 +221,8 @@ def format_examples(
         kept_ids: ids the verdicts kept (twins already together).
         seed: the run seed (for the optional rewrite).
         rewrite_refusals: apply :func:`rewrite_refusal` to generic-rule refusals.
+        drop_answer_only_in_ref: drop (with the twin) an answerable target whose gold answer
+            appears only inside a tag (:func:`answer_only_in_ref`).
     """
     out = Formatted()
     staged: dict[str, dict] = {}
@@ -208,6 +237,10 @@ def format_examples(
         if named:
             bad_pairs.add(p.pair_id)
             out.decisions.append(Decision(p.id, DROPPED, "names_untagged_source", {"sources": named}))
+            continue
+        if drop_answer_only_in_ref and p.kind == ANSWERABLE and answer_only_in_ref(text, p.answer):
+            bad_pairs.add(p.pair_id)
+            out.decisions.append(Decision(p.id, DROPPED, ANSWER_ONLY_IN_REF, {"answer": p.answer}))
             continue
         mode = ""
         if p.kind == UNANSWERABLE and p.refusal_rule == STRICT:
@@ -240,6 +273,7 @@ def format_examples(
     out.funnel["dropped:names_untagged_source"] = sum(
         d.reason == "names_untagged_source" for d in out.decisions
     )
+    out.funnel[f"dropped:{ANSWER_ONLY_IN_REF}"] = sum(d.reason == ANSWER_ONLY_IN_REF for d in out.decisions)
     out.funnel["dropped:twin_dropped"] = sum(d.reason == "twin_dropped" for d in out.decisions)
     return out
 

@@ -51,6 +51,9 @@ class RagSftConfig(dg.Config):
     temperature: float = 0.1
     max_tokens: int = 512
     rewrite_refusals: bool = False
+    # Drop (with the twin) an answer whose gold answer appears only inside a <ref> tag; None = the
+    # product's (on for hotpotqa_fr_abstracts_v2 as its card, off for hotpotqa_cite).
+    drop_answer_only_in_ref: bool | None = None
     # The citation verifier's strict quoting (partial_word, too_short); off only to compare with
     # data built without it.
     strict_quotes: bool = True
@@ -392,7 +395,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[verdicts_key],
-        code_version="1",
+        code_version="2",
         kinds={"parquet"},
         check_specs=_sft_check_specs(sft_key),
     )
@@ -405,8 +408,16 @@ def build_sft_chain(
         prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
         responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
         kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
+        only_in_ref = config.drop_answer_only_in_ref
+        if only_in_ref is None:
+            only_in_ref = formatting.PRODUCT_DROP_ANSWER_ONLY_IN_REF.get(product_name(lang), False)
         fmt = formatting.format_examples(
-            prompts, responses, kept, seed=config.seed, rewrite_refusals=config.rewrite_refusals
+            prompts,
+            responses,
+            kept,
+            seed=config.seed,
+            rewrite_refusals=config.rewrite_refusals,
+            drop_answer_only_in_ref=only_in_ref,
         )
         table = formatting.sft_table(fmt.rows)
         paths = store.write_splits(table, partition, "rag_sft")
@@ -437,6 +448,7 @@ def build_sft_chain(
                 "tokenizer": stats["tokenizer"],
                 "seed": config.seed,
                 "rewrite_refusals": config.rewrite_refusals,
+                "drop_answer_only_in_ref": only_in_ref,
             },
             check_results=sft_checks(
                 table.to_pylist(),
