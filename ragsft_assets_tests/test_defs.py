@@ -21,6 +21,12 @@ EXPECTED_ASSETS = [
     "known_claims",
     "language_judge",
     "link_graph",
+    "long_context/examples",
+    "long_context/neighbours",
+    "long_context/passage_embeddings",
+    "long_context/raft",
+    "long_context/raft_syntactic",
+    "long_context/release",
     "mechanical_rules",
     "multihop_audit",
     "multihop_filtered",
@@ -72,6 +78,9 @@ def test_jobs_and_automation() -> None:
                    for j in repo.get_all_jobs() if not j.name.startswith("__"))  # fmt: skip
     qa = {k.to_user_string() for k in repo.get_job("qa_sft_job").asset_layer.executable_asset_keys}
     assert qa == {k for k in EXPECTED_ASSETS if k.startswith("qa/")}
+    lc = {k.to_user_string() for k in repo.get_job("long_context_job").asset_layer.executable_asset_keys}
+    assert lc == {k for k in EXPECTED_ASSETS if k.startswith("long_context/")}
+    assert not full & lc
     assert repo.get_sensor_def("new_snapshot_sensor") is not None
     assert repo.schedule_defs, "a schedule is defined"
 
@@ -87,7 +96,9 @@ def test_every_asset_is_partitioned_and_versioned() -> None:
             assert node.partitions_def is None, key
         else:
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition), key
-            expected = {"recall": "base_model", "qa_sft": "qa_source"}.get(node.group_name, "snapshot")
+            expected = {"recall": "base_model", "qa_sft": "qa_source", "long_context": "qa_source"}.get(
+                node.group_name, "snapshot"
+            )
             assert node.partitions_def.name == expected, key
         assert node.code_version, f"{key.to_user_string()} has no code version"
 

@@ -139,7 +139,7 @@ def sources() -> None:
 )
 @click.option("--revision", help="With --hub: the revision to pin (default: the branch's current commit).")
 @click.option("--lines-per-file", type=click.IntRange(min=1), help="With --hub: records per shard.")
-@click.option("--preset", help="Column mapping of a known source (hotpotqa).")
+@click.option("--preset", help="Column mapping of a known source (hotpotqa, narrativeqa).")
 @click.option("--mapping", "mapping_file", type=click.Path(path_type=Path), help="JSON/YAML mapping file.")
 def add(
     key: str,

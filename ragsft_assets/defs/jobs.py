@@ -49,5 +49,20 @@ recall_job = dg.define_asset_job(
     partitions_def=base_model_partitions,
     description="Recall Rewrite: OASST1 claims, probes, base-model answers, rewrites, releases/recall/.",
 )
+long_context_job = dg.define_asset_job(
+    "long_context_job",
+    selection=dg.AssetSelection.groups("long_context"),
+    partitions_def=qa_source_partitions,
+    description="Long-context SFT on an outside QA set: embeddings, neighbours, RAFT, syntactic, release.",
+)
 
-ALL_JOBS = [qa_sft_job, corpus_job, multihop_job, rag_sft_job, release_job, full_job, recall_job]
+ALL_JOBS = [
+    qa_sft_job,
+    long_context_job,
+    corpus_job,
+    multihop_job,
+    rag_sft_job,
+    release_job,
+    full_job,
+    recall_job,
+]

@@ -182,6 +182,11 @@ class ChatTokenCounter:
         """Tokens of the rendered conversation (the training example's length)."""
         return len(self._tokenizer.encode(self.render(messages), add_special_tokens=False).ids)
 
+    def count_many(self, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[int]:
+        """``count`` of each conversation, encoded in one batch (tokenizers spreads it over the cores)."""
+        rendered = [self.render(m) for m in conversations]
+        return [len(e.ids) for e in self._tokenizer.encode_batch(rendered, add_special_tokens=False)]
+
     def count_texts(self, texts: Sequence[str]) -> list[int]:
         return [len(e.ids) for e in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 

@@ -11,6 +11,12 @@ A *mapping* names, for each field of the HotpotQA layout, the source column hold
 24 hex chars of SHA-256 over the question and its document titles, so a question repeated with
 other documents gets another id. Presets are mappings for known sources; a mapping file (JSON or
 YAML) does the same for any other QA set.
+
+A source whose evidence is one plain text per record (NarrativeQA's summary) maps ``passage``
+instead of ``context`` and ``supporting_facts``: the passage becomes the record's one context
+paragraph (title: the passage's 24-hex id, ``passage_title``; sentences: the text, whole, as its one
+sentence) and that paragraph is the supporting fact. ``answer`` may be a list of reference answers
+(NarrativeQA has two): the first non-empty one is the answer.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from ragsft_assets.multihop.hotpot_format import records_table
 
 SOURCE_CONFIG = "source.json"  # written by `ragsft sources add` beside the data files
 HUB_STATE = "hub.json"  # written by `ragsft sources add --hub` (sources/hub.py): not data
-FIELDS = ("id", "question", "answer", "context", "supporting_facts", "type", "level", "split")
-REQUIRED = ("question", "answer", "context", "supporting_facts")
+FIELDS = ("id", "question", "answer", "context", "supporting_facts", "type", "level", "split", "passage")
+REQUIRED = ("question", "answer", "context", "supporting_facts")  # or question, answer, passage
+PASSAGE_REQUIRED = ("question", "answer", "passage")
 SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".parquet")  # .jsonl.gz: the shards of a hub export
 
 PRESETS: dict[str, dict[str, str | None]] = {
@@ -43,6 +50,15 @@ PRESETS: dict[str, dict[str, str | None]] = {
         "supporting_facts": "supporting_facts",
         "type": "type",
         "level": "level",
+        "split": None,
+    },
+    # NarrativeQA, summary setting (JSON lines {question, answer: [refs], passage}; checked on the
+    # 50 test questions of ragsft_assets_tests/data/narrativeqa): passage = the plot summary.
+    "narrativeqa": {
+        "id": "id|_id",
+        "question": "question",
+        "answer": "answer|answers",
+        "passage": "passage|summary",
         "split": None,
     },
 }
@@ -83,7 +99,7 @@ def load_mapping(preset: str | None = None, mapping_file: Path | None = None) ->
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise SourceError(f"mapping file {mapping_file}: unknown field(s) {unknown}; fields are {FIELDS}")
-    missing = [f for f in REQUIRED if not raw.get(f)]
+    missing = [f for f in (PASSAGE_REQUIRED if raw.get("passage") else REQUIRED) if not raw.get(f)]
     if missing:
         raise SourceError(f"mapping file {mapping_file}: no column for required field(s) {missing}")
     return {f: (str(raw[f]) if raw.get(f) else None) for f in FIELDS}
@@ -153,6 +169,18 @@ def _column(row: Mapping[str, Any], spec: str | None) -> Any:
     return None
 
 
+def passage_title(text: str) -> str:
+    """The context title of a ``passage``-mapped record: 24 hex of SHA-256 of the text."""
+    return derived_id("passage", text)
+
+
+def _answer(value: Any) -> str | None:
+    """The answer of a record: the value itself, or the first non-empty of a list of references."""
+    if isinstance(value, list | tuple):
+        return next((str(v) for v in value if v is not None and str(v).strip()), None)
+    return None if value is None else str(value)  # a plain value as it is (as before lists were read)
+
+
 def _pairs(value: Any, keys: tuple[str, str]) -> list[tuple[Any, Any]]:
     """``[[a, b], ...]`` or ``{keys[0]: [...], keys[1]: [...]}`` as a list of pairs."""
     if isinstance(value, Mapping):
@@ -165,9 +193,21 @@ def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_
     if not isinstance(row, Mapping):
         raise SourceError(f"{where}: expected an object, got {type(row).__name__}")
     values = {f: _column(row, mapping.get(f)) for f in FIELDS}
-    for f in REQUIRED:
+    by_passage = bool(mapping.get("passage"))
+    for f in PASSAGE_REQUIRED if by_passage else REQUIRED:
         if values[f] is None:
             raise SourceError(f"{where}: missing field {mapping.get(f)!r} ({f})")
+    answer = _answer(values["answer"])
+    if answer is None:
+        raise SourceError(f"{where}: field {mapping.get('answer')!r} (answer) holds no non-empty answer")
+    if by_passage:
+        text = values["passage"]
+        if not isinstance(text, str) or not text.strip():
+            raise SourceError(
+                f"{where}: field {mapping.get('passage')!r} (passage) is not a non-empty string"
+            )
+        values["context"] = [[passage_title(text), [text]]]
+        values["supporting_facts"] = [[passage_title(text), 0]]
     field = "context"
     try:
         context = [
@@ -186,7 +226,7 @@ def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_
     return {
         "id": rid,
         "question": question,
-        "answer": str(values["answer"]),
+        "answer": answer,
         "type": str(values["type"] or ""),
         "level": str(values["level"] or ""),
         "supporting_facts": {"title": [t for t, _ in facts], "sent_id": [i for _, i in facts]},

