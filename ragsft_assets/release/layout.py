@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import yaml
 
 from ragsft_assets import leftovers
-from ragsft_assets.storage import SPLITS, asset_files, write_parquet
+from ragsft_assets.storage import write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -114,41 +113,14 @@ def read_config_tables(
     ``split`` column when it has one, else shipped as ``train``. Empty splits are left out (with a
     note), because a Hub split must hold rows.
     """
-    out: dict[str, dict[str, pa.Table]] = {}
-    notes: list[str] = []
-    import pyarrow.parquet as pq
+    from ragsft_assets.release.stream import plan_configs  # the rules above, defined once there
 
-    for cfg in configs:
-        files = asset_files(partition, cfg.asset, assets_root)
-        if not files:
-            notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} is not materialized")
-            continue
-        by_split: dict[str, pa.Table] = {}
-        split_files = [f for f in files if f.stem in SPLITS]
-        if split_files:
-            for f in split_files:
-                by_split[f.stem] = pq.read_table(f)
-        else:
-            table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
-            if "split" in table.column_names:
-                for split in SPLITS:
-                    by_split[split] = table.filter(pc.equal(table["split"], split))
-            else:
-                by_split["train"] = table
-        kept = {}
-        for split in SPLITS:
-            if split not in by_split:
-                continue
-            t = by_split[split]
-            if t.num_rows == 0:
-                notes.append(f"config {cfg.name!r}: split {split!r} is empty and left out")
-                continue
-            kept[split] = _release_table(t)
-        if not kept:
-            notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} has no rows")
-            continue
-        out[cfg.name] = kept
-    return out, notes
+    plan = plan_configs(assets_root, partition, configs)
+    tables = {
+        name: {split: _release_table(src.read()) for split, src in splits.items()}
+        for name, splits in plan.configs.items()
+    }
+    return tables, plan.notes
 
 
 def _release_table(table: pa.Table) -> pa.Table:

@@ -185,6 +185,11 @@ class SplitSource:
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
         return f"SELECT {', '.join([*names, *extra])} FROM {scan_sql(self.files)} {where}"
 
+    def read(self) -> pa.Table:
+        """The split's rows in file order as one Arrow table (small releases and tests only)."""
+        t = pa.concat_tables([pq.read_table(f) for f in self.files], promote_options="default")
+        return t.filter(pc.equal(t["split"], self.split)) if self.split is not None else t
+
     def in_release_order(self) -> bool:
         """Whether the rows already come in release order (ids non-decreasing, none null), as upstream
         assets write them: then they stream straight through, with no sort."""
@@ -232,7 +237,7 @@ class ConfigPlan:
 
 
 def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = None) -> ConfigPlan:
-    """The split sources of every release config, without reading the tables (``layout.read_config_tables``'s rules).
+    """The split sources of every release config, without reading the tables (``layout.read_config_tables`` reads them).
 
     A config whose asset is not materialized is left out with a note. An asset with split files
     gives those splits; one with a single ``all`` file is split by its ``split`` column when it has
