@@ -131,6 +131,41 @@ def test_rewrite_refusal_is_deterministic_and_keeps_tags() -> None:
         assert out.startswith(tagged_first) or out.endswith(tagged_first)
 
 
+def test_rewrite_refusal_keeps_paragraphs_references_and_tags() -> None:
+    from ragsft_assets.rag_sft.citations import parse_refs
+
+    refusals = [
+        # References style: the section stays last, byte for byte
+        "The documents do not allow me to answer this question.\n\n"
+        "They describe Lyon and its rivers. None of them names the mayor.\n\n"
+        "Document 2 only covers the old town.\n\n"
+        'References:\n<ref id="2"/>\n<ref id="4"/>',
+        # inline tags in later paragraphs, a tag whose excerpt holds a sentence end
+        "I cannot answer from these documents.\n"
+        'The first one says <ref id="1">Lyon is big. It lies on the Rhône</ref>.\n\n'
+        'Another one, <ref id="3">the Saône flows through the city</ref>, says nothing of it.',
+    ]
+    modes = set()
+    for text in refusals:
+        tags = [t.raw for t in parse_refs(text).tags]
+        tail = text[text.find("References:") :] if "References:" in text else ""
+        for i in range(30):
+            out, mode = fm.rewrite_refusal(text, "en", 7, f"pair{i}")
+            modes.add(mode)
+            assert [t.raw for t in parse_refs(out).tags] == tags  # every tag byte-identical, in order
+            assert [text[t.start : t.end] for t in parse_refs(text).tags] == [
+                out[t.start : t.end] for t in parse_refs(out).tags
+            ]
+            assert out.count("\n\n") == text.count("\n\n") and out.count("\n") == text.count("\n")
+            if tail:
+                assert out.endswith(tail) and out.count("References:") == 1  # nothing moves after it
+            if mode == "move":
+                first = text.split(".", 1)[0] + "."
+                body = out[: out.find("References:")] if tail else out
+                assert body.rstrip().endswith(first) and not out.startswith(first)
+    assert modes == {"move", "vary", "neutral"}
+
+
 def test_statistics() -> None:
     def row(assistant: str, gold: list[str], n: int = 3) -> dict:
         msgs = [{"role": "system", "content": "s s"}, {"role": "user", "content": "q"}]

@@ -67,6 +67,8 @@ _REFERENCES_HEADING_RE = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 
+REFERENCES_HEADING_RE = _REFERENCES_HEADING_RE  # the final References section's heading (formatting)
+
 
 def collapse_ws(text: str) -> str:
     """Collapse every run of Unicode whitespace to one space (no trimming)."""

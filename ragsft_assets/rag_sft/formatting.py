@@ -27,6 +27,7 @@ from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_PATTERN,
     INLINE,
     OK,
+    REFERENCES_HEADING_RE,
     TAG_MARKUP_RE,
     match_excerpt,
     normalize,
@@ -37,7 +38,6 @@ from ragsft_assets.rag_sft.examples import ANSWERABLE, STRICT, UNANSWERABLE, Rag
 _SEP_RE = re.compile(rf"(\s*(?:{ELLIPSIS_PATTERN})\s*)")
 _WORD_RE = re.compile(r"\w")
 _NAMED_SOURCE_RE = re.compile(r"\[?\bsources?\s*(\d+)\]?", re.IGNORECASE)
-_SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+")
 _TAG_MARKUP_RE = TAG_MARKUP_RE
 
 STAGE_REWRITE = "rag_sft.refusal_rewrite"
@@ -156,29 +156,45 @@ def answer_only_in_ref(response: str, answer: str) -> bool:
     return needle not in text and needle in normalize(inside).casefold()
 
 
-def _split_sentences(text: str) -> list[str]:
-    return [s for s in _SENTENCE_END_RE.split(text.strip()) if s]
+_SENTENCE_SEP_RE = re.compile(r"((?<=[.!?])\s+)")
+
+
+def _body_and_tail(text: str) -> tuple[str, str, str]:
+    """``(body, gap, tail)``: the text before a final ``References:`` section, the whitespace
+    before that heading, and the section itself (``""`` when there is none)."""
+    m = REFERENCES_HEADING_RE.search(text)
+    if not m:
+        return text.rstrip(), text[len(text.rstrip()) :], ""
+    head = text[: m.start()]
+    body = head.rstrip()
+    return body, head[len(body) :], text[m.start() :]
 
 
 def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[str, str]:
-    """A deterministic rewrite of a refusal's opening; returns (text, mode).
+    """A deterministic rewrite of a refusal's opening that keeps the rest of the text intact; (text, mode).
 
     Modes, drawn from the seed and the pair id: ``move`` (the first sentence goes to the end),
     ``vary`` (the first sentence is replaced by a drawn variant of the verdict), ``neutral``
-    (a drawn opener that answerable responses also use goes first). The first sentence is only
-    moved or replaced when it holds no tag; tags are never touched. ``none`` when nothing fits.
+    (a drawn opener that answerable responses also use goes first). Only the first sentence is
+    moved or replaced, and only when it holds no ref markup; every separator stays as written
+    (paragraph breaks included: the moved sentence takes the separator that followed it), a
+    final ``References:`` section stays last and unchanged, so every tag is byte-identical.
+    ``none`` when nothing fits.
     """
-    sentences = _split_sentences(response)
-    if not sentences:
+    body, gap, tail = _body_and_tail(response)
+    lead = body[: len(body) - len(body.lstrip())]
+    pieces = _SENTENCE_SEP_RE.split(body.lstrip())  # sentence, separator, sentence, ...
+    if not pieces or not pieces[0]:
         return response, "none"
     rng = ids.item_rng(seed, STAGE_REWRITE, pair_id)
     mode = rng.choice(("move", "vary", "neutral"))
-    first_has_tag = "<ref" in sentences[0].lower()
-    if mode == "move" and len(sentences) > 1 and not first_has_tag:
-        return " ".join([*sentences[1:], sentences[0]]), mode
+    first_has_tag = bool(_TAG_MARKUP_RE.search(pieces[0]))
+    if mode == "move" and len(pieces) > 2 and not first_has_tag:
+        first, sep, rest = pieces[0], pieces[1], "".join(pieces[2:])
+        return lead + rest + sep + first + gap + tail, mode
     if mode == "vary" and not first_has_tag:
         variants = REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"])
-        return " ".join([rng.choice(variants), *sentences[1:]]), mode
+        return lead + rng.choice(variants) + "".join(pieces[1:]) + gap + tail, mode
     if mode == "neutral":
         opener = rng.choice(NEUTRAL_OPENERS.get(lang, NEUTRAL_OPENERS["en"]))
         return opener + " " + response.strip(), mode
