@@ -206,6 +206,9 @@ def test_qa_card_statistics(qa_run) -> None:
         f"| rows with an elided excerpt (`A ... B`) | {stats['elided_excerpt_share']} |",
     ):
         assert line in card, line
+    com = stats["commitment"]
+    assert com["mix_refusals"] > 0 and abs(com["refusal_share"] - 0.1) < 0.03
+    assert f"| commitment after one word | {com['commitment_1']} |" in card
     # the question mix, generated vs kept, as the rag_sft asset computed it
     mix = stats["question_mix"]
     assert "question mix, generated vs kept" in card

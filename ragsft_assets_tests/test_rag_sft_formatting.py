@@ -166,6 +166,36 @@ def test_rewrite_refusal_keeps_paragraphs_references_and_tags() -> None:
     assert modes == {"move", "vary", "neutral"}
 
 
+def test_commitment_table_on_a_ten_percent_refusal_mix() -> None:
+    strict = "I cannot answer this question from the documents provided."
+
+    def row(i: int, text: str, answerable: bool) -> dict:
+        return {
+            "id": f"r{i:02d}",
+            "messages": [{"role": "assistant", "content": text}],
+            "supporting_facts_titles": ["A"] if answerable else [],
+        }
+
+    answers = [row(i, f"Paris is the answer {i}. <ref id='1'>x y z</ref>", True) for i in range(16)]
+    answers += [row(16, "The documents say Paris.", True), row(17, "The documents say Lyon.", True)]
+    refusals = [row(20 + i, "The documents do not say. Sorry.", False) for i in range(6)]
+    refusals += [row(30 + i, strict, False) for i in range(6)]
+    table = st.commitment_table(answers + refusals, [strict], seed=3)
+    assert table == st.commitment_table(list(reversed(answers + refusals)), [strict], seed=3)  # order-free
+    assert (table["mix_rows"], table["mix_refusals"]) == (20, 2)  # 18 answers + 10% refusals
+    assert table["refusal_share"] == 0.1 and table["tokenization"] == "lower-cased whitespace words"
+    assert table["most_frequent_first_sentence"] in {"The documents do not say.", strict}
+    drawn_strict = table["strict_phrase_opening_share"]
+    assert drawn_strict in {0.0, 0.5, 1.0}
+    # "the documents" opens 2 answers too: after two words a non-strict refusal is not yet given away
+    everyone = st.commitment_table(refusals + answers, [strict], refusal_share=12 / 30)
+    assert everyone["mix_refusals"] == 12 and everyone["strict_phrase_opening_share"] == 0.5
+    assert everyone["commitment_1"] == round((6 * 6 / 8 + 6 * 1.0) / 12, 4)  # "the": 6 of 8; "i": 6 of 6
+    lines = "\n".join(st.card_section({"commitment": table}, "c"))
+    assert "refusal commitment (on a mix resampled to 10% refusals)" in lines
+    assert f"| commitment after two words | {table['commitment_2']} |" in lines
+
+
 def test_statistics() -> None:
     def row(assistant: str, gold: list[str], n: int = 3) -> dict:
         msgs = [{"role": "system", "content": "s s"}, {"role": "user", "content": "q"}]

@@ -7,6 +7,7 @@ result says which one it used under ``tokenizer``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from statistics import mean, median
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ragsft_assets import ids
 from ragsft_assets.rag_sft.citations import INLINE, has_ellipsis, parse_refs
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
@@ -164,12 +166,70 @@ def answer_refusal_words(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+STAGE_COMMITMENT_MIX = "rag_sft.commitment_mix"
+COMMITMENT_REFUSAL_SHARE = 0.10  # hotpotqa_fr_abstracts_v2's card measures on a 10%-refusal mix
+_FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?])\s")
+
+
+def _response(row: Mapping[str, Any]) -> str:
+    return next((m["content"] for m in reversed(row["messages"]) if m["role"] == "assistant"), "")
+
+
+def _first_sentence(text: str) -> str:
+    return " ".join(_FIRST_SENTENCE_RE.split(text.strip(), maxsplit=1)[0].split())
+
+
+def commitment_table(
+    rows: Sequence[dict[str, Any]],
+    strict_phrases: Sequence[str],
+    *,
+    seed: int = ids.DEFAULT_SEED,
+    refusal_share: float = COMMITMENT_REFUSAL_SHARE,
+) -> dict[str, Any]:
+    """The seed card's commitment table, on a mix resampled to ``refusal_share`` refusals.
+
+    Every answerable row is kept; refusals are drawn (the smallest hash of (seed, stage, row id)
+    first, so the mix does not depend on row order) until they are ``refusal_share`` of the mix,
+    or all of them when there are fewer. On the refusals of that mix: the most frequent first
+    sentence and its share, and the share that opens with a strict phrase; on the whole mix:
+    :func:`refusal_commitment` after one and after two words. Tokenization: lower-cased
+    whitespace-separated words (punctuation stays attached to its word).
+    """
+    answers = [r for r in rows if r["supporting_facts_titles"]]
+    refusals = sorted(
+        (r for r in rows if not r["supporting_facts_titles"]),
+        key=lambda r: ids.item_uniform(seed, STAGE_COMMITMENT_MIX, r["id"]),
+    )
+    want = round(refusal_share / (1 - refusal_share) * len(answers)) if answers else len(refusals)
+    drawn = refusals[: min(len(refusals), want)]
+    mix = answers + drawn
+    texts = [_response(r) for r in drawn]
+    first = Counter(_first_sentence(t) for t in texts).most_common()
+    top = min((s for s, n in first if n == first[0][1]), default=None) if first else None  # ties: smallest
+    phrases = tuple(" ".join(p.split()) for p in strict_phrases)
+    strict = sum(" ".join(t.split()).startswith(phrases) for t in texts) if phrases else 0
+    responses = [_response(r) for r in mix]
+    is_refusal = [not r["supporting_facts_titles"] for r in mix]
+    return {
+        "mix_rows": len(mix),
+        "mix_refusals": len(drawn),
+        "refusal_share": round(len(drawn) / len(mix), 4) if mix else None,
+        "most_frequent_first_sentence": top,
+        "most_frequent_first_sentence_share": round(dict(first)[top] / len(texts), 4) if top else None,
+        "strict_phrase_opening_share": round(strict / len(texts), 4) if texts else None,
+        "commitment_1": refusal_commitment(responses, is_refusal, 1),
+        "commitment_2": refusal_commitment(responses, is_refusal, 2),
+        "tokenization": "lower-cased whitespace words",
+    }
+
+
 def chain_statistics(
     rows: Sequence[dict[str, Any]],
     question_meta: Mapping[str, tuple[str, str]],
     example_questions: Mapping[str, str],
     token_counter: TokenCounter | None = None,
     tokenizer_name: str | None = None,
+    strict_phrases: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Every statistic of a chain's ``rag_sft`` rows: the asset's metadata and the card read this one dict.
 
@@ -179,8 +239,10 @@ def chain_statistics(
         example_questions: example id -> question id, for every prompt built (the generated set).
         token_counter: see :func:`sft_statistics`.
         tokenizer_name: its name.
+        strict_phrases: the strict refusal phrases of the data's language (commitment table).
     """
     stats = sft_statistics(rows, token_counter, tokenizer_name)
+    stats["commitment"] = commitment_table(rows, strict_phrases)
     stats.update(answer_refusal_words(rows))
     stats["question_mix"] = question_mix(
         dict(question_meta),
@@ -233,6 +295,27 @@ def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
         ),
         "",
     ]
+    com = stats.get("commitment") or {}
+    if com.get("mix_rows"):
+        lines += [
+            f"### `{config}`: refusal commitment (on a mix resampled to 10% refusals)",
+            "",
+            markdown_table(
+                ["measure", "value"],
+                [
+                    ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}"),
+                    ("most frequent first sentence", f"{_cell(com['most_frequent_first_sentence'])}"),
+                    ("  its share of refusals", _cell(com["most_frequent_first_sentence_share"])),
+                    ("refusals opening with the strict phrase", _cell(com["strict_phrase_opening_share"])),
+                    ("commitment after one word", _cell(com["commitment_1"])),
+                    ("commitment after two words", _cell(com["commitment_2"])),
+                ],
+            ),
+            "",
+            "Commitment after k words: the mean, over refusals, of the share of refusals among the "
+            f"rows that open with the same k words. Tokenization: {com['tokenization']}.",
+            "",
+        ]
     mix = stats.get("question_mix") or {}
     gen, kept = mix.get("generated") or {}, mix.get("kept") or {}
     if gen:

@@ -395,7 +395,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[verdicts_key],
-        code_version="2",
+        code_version="3",
         kinds={"parquet"},
         check_specs=_sft_check_specs(sft_key),
     )
@@ -434,6 +434,7 @@ def build_sft_chain(
             {p.id: p.question_id for p in prompts},
             counter,
             name,
+            strict_phrases=examples.refusal_phrases(lang),
         )
         return dg.MaterializeResult(
             metadata={

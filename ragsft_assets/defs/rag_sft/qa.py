@@ -81,9 +81,11 @@ def card_statistics(store: ArtifactStore, partition: str) -> dict:
     Lengths are whitespace words, as everywhere on the card.
     """
     from ragsft_assets.rag_sft import statistics
+    from ragsft_assets.rag_sft.examples import refusal_phrases
 
     rows = store.read(partition, "rag_sft").to_pylist()
-    prompts = store.read(partition, "rag_prompts").select(["id", "question_id"]).to_pylist()
+    prompts = store.read(partition, "rag_prompts").select(["id", "question_id", "language"]).to_pylist()
+    langs = sorted({p["language"] for p in prompts})
     source = store.read(partition, QA_INPUT_ASSET).select(["id", "type", "level"]).to_pylist()
     return statistics.chain_statistics(
         rows,
@@ -91,6 +93,7 @@ def card_statistics(store: ArtifactStore, partition: str) -> dict:
         {p["id"]: p["question_id"] for p in prompts},
         statistics.whitespace_counter,
         "whitespace",
+        strict_phrases=[ph for lang in langs for ph in refusal_phrases(lang)],
     )
 
 
