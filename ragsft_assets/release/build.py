@@ -80,17 +80,17 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
     staging = layout.staging_dir(target)
     try:
         # One DuckDB connection per step: each starts with its whole memory limit free.
-        with stream.connect() as con:
+        with stream.connect(spill_in=staging) as con:
             files = stream.write_data_files(con, staging, plan.configs)
         written = {rel: sha256_file(staging / rel) for splits in files.values() for rel in splits.values()}
         ledger = ledger_files(assets_root, partition)
-        with stream.connect() as con:
+        with stream.connect(spill_in=staging) as con:
             n_decisions = write_final_decisions(con, ledger, staging / layout.PROVENANCE / DECISIONS)
         src = LineageSources(assets_root, partition, ledger)
         lineage_rows = {}
         for config, splits in plan.configs.items():
             family = layout.CONFIGS_BY_NAME[config].family
-            with stream.connect() as con:
+            with stream.connect(spill_in=staging) as con:
                 src.register(con)
                 lineage_rows[config] = write_lineage(
                     con, config, family, list(splits.values()), staging / lineage_path(config)

@@ -41,9 +41,15 @@ PROVENANCE_GROUP_ROWS = 65_536  # lineage and decision rows are small (ids, a fe
 
 
 @contextmanager
-def connect(memory_limit: str = DUCKDB_MEMORY_LIMIT) -> Iterator[duckdb.DuckDBPyConnection]:
-    """An in-memory DuckDB connection with a memory limit and a private spill folder (removed after)."""
-    spill = tempfile.mkdtemp(prefix="ragsft-release-duckdb-")
+def connect(
+    memory_limit: str = DUCKDB_MEMORY_LIMIT, spill_in: Path | None = None
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory DuckDB connection with a memory limit and a private spill folder (removed after).
+
+    ``spill_in``: where the spill folder goes (the release's staging folder, so that a killed build
+    leaves it where the next build's cleanup removes it); default the system temp folder.
+    """
+    spill = tempfile.mkdtemp(prefix=".duckdb-spill-", dir=spill_in)
     con = duckdb.connect()
     try:
         con.execute(f"SET memory_limit = {sql_literal(memory_limit)}")
