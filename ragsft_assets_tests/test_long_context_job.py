@@ -157,8 +157,10 @@ def test_job_writes_both_configs_that_load_and_verify(lc_runs) -> None:
         ("long_context/release", "release_verifies"): True,
     }
     assert _cli("verify", str(folder)).exit_code == 0
-    raft_rows = datasets.load_dataset(str(folder), "narrativeqa_raft")["train"]
-    syn = datasets.load_dataset(str(folder), "narrativeqa_raft_syntactic")["train"]
+    # a cache of our own: datasets' default one can hand back an earlier run's rows for a new folder
+    cache = str(lc_runs["home"] / "hf_datasets_cache")
+    raft_rows = datasets.load_dataset(str(folder), "narrativeqa_raft", cache_dir=cache)["train"]
+    syn = datasets.load_dataset(str(folder), "narrativeqa_raft_syntactic", cache_dir=cache)["train"]
     assert raft_rows.num_rows == 50  # every question fits 4,000 tokens with its summary
     expected = {"id", "variant", "source_id", "messages", "oracle_positions", "distractor_ids",
                 "distractor_scores", "num_tokens"}  # fmt: skip
