@@ -116,6 +116,7 @@ def test_sources_add_list_and_the_qa_chain_prompts(qa_run) -> None:
         if e.asset_key.to_user_string() == "qa/rag_sft"
     )
     assert md["drop_answer_only_in_ref"].value is False  # hotpotqa_cite's card keeps them
+    assert md["drop_wrong_language"].value is False
     stats = md["statistics"].value
     mix = stats["question_mix"]
     assert mix["generated"]["questions"] == 70
@@ -411,6 +412,13 @@ def test_questions_over_the_token_budget_are_dropped(tmp_path: Path) -> None:
     assert judged.success
     sft_md = judged.asset_materializations_for_node("qa__rag_sft")[0].metadata
     assert sft_md["drop_answer_only_in_ref"].value is True  # the fr card's cleanup, on by default
+    assert sft_md["drop_wrong_language"].value is True
+    # the double answers in English: on French data those pairs go (wrong_language, twin_dropped)
+    from ragsft_assets.release.decisions import all_decisions as decisions_of
+
+    sft_rows = [r for r in decisions_of(store.root, KEY).to_pylist() if r["stage"] == "rag_sft"]
+    assert any(r["reason"] == "wrong_language" for r in sft_rows)
+    assert not any(r["reason"] == "formatted" for r in sft_rows)
     verdicts = store.read(KEY, "rag_verdicts").to_pylist()
     refusals = [v for v in verdicts if v["kind"] == "unanswerable" and v["refuses"] is not None]
     answers = [v for v in verdicts if v["kind"] == "answerable" and v["factual_score"] is not None]

@@ -116,6 +116,34 @@ def test_answer_only_inside_a_ref_drops_the_pair() -> None:
     assert out.funnel["dropped:answer_only_in_ref"] == 1
 
 
+def test_wrong_language_drops_the_pair() -> None:
+    from dataclasses import replace
+
+    assert (
+        fm.response_language(
+            "La réponse est Paris, la capitale. <ref id='1'>Paris is the capital</ref>", "fr"
+        )
+        == "fr"
+    )
+    assert fm.response_language('The answer is Paris. <ref id="1">Paris est la capitale</ref>', "fr") == "en"
+    assert fm.response_language("Paris.", "fr") is None  # too short to tell
+    assert fm.response_language("The answer is Paris.", "en") is None  # English data: nothing to tell apart
+    prompts = [replace(p, language="fr") for p in (_prompt("p1", ANSWERABLE), _prompt("p1", UNANSWERABLE))]
+    prompts += [replace(_prompt("p2", ANSWERABLE), language="fr")]
+    responses = {
+        "p1-answerable": 'The answer is Paris, the capital. <ref id="1">Paris is the capital</ref>',
+        "p1-unanswerable": "Les documents ne permettent pas de répondre à cette question.",
+        "p2-answerable": 'La réponse est Paris, la capitale. <ref id="1">Paris is the capital</ref>',
+    }
+    kept = {p.id for p in prompts}
+    assert len(fm.format_examples(prompts, responses, kept).rows) == 3  # off by default
+    out = fm.format_examples(prompts, responses, kept, drop_wrong_language=True)
+    assert [r["id"] for r in out.rows] == ["p2-answerable"]
+    reasons = {d.candidate_id: (d.reason, d.detail) for d in out.decisions}
+    assert reasons["p1-answerable"] == ("wrong_language", {"language": "en"})
+    assert reasons["p1-unanswerable"][0] == "twin_dropped" and out.funnel["dropped:wrong_language"] == 1
+
+
 def test_rewrite_refusal_is_deterministic_and_keeps_tags() -> None:
     text = 'The documents do not allow an answer. They cover <ref id="2">Lyon</ref>. Please add documents.'
     modes = set()

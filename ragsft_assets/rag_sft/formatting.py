@@ -6,7 +6,9 @@
   answerable targets keep their answer.
 - An answer that names a ``[Source N]`` it does not cite with a tag is dropped, with its twin.
 - Optionally (``hotpotqa_fr_abstracts_v2``'s card), an answer whose gold answer appears only
-  inside a ``<ref>`` excerpt, never in its own words, is dropped with its twin.
+  inside a ``<ref>`` excerpt, never in its own words, is dropped with its twin; and a response in
+  the wrong language (its own words, identified by ``py3langid`` between the data's language and
+  English) is dropped with its twin.
 - Optionally, a deterministic rewrite of refusal openings (move the verdict sentence to the
   end, vary it, or open with a phrase answerable responses also use); it only moves or adds
   sentences that hold no tag, so tags are never modified.
@@ -18,6 +20,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,8 +46,12 @@ _TAG_MARKUP_RE = TAG_MARKUP_RE
 
 STAGE_REWRITE = "rag_sft.refusal_rewrite"
 ANSWER_ONLY_IN_REF = "answer_only_in_ref"
-# hotpotqa_fr_abstracts_v2's card drops answers that give the answer only inside a <ref> tag.
+WRONG_LANGUAGE = "wrong_language"
+MIN_LANGUAGE_WORDS = 3  # fewer words of its own: too short to identify, kept
+# hotpotqa_fr_abstracts_v2's card drops answers that give the answer only inside a <ref> tag, and
+# responses in the wrong language.
 PRODUCT_DROP_ANSWER_ONLY_IN_REF = {"hotpotqa_fr_abstracts_v2": True}
+PRODUCT_DROP_WRONG_LANGUAGE = {"hotpotqa_fr_abstracts_v2": True}
 
 # Openings of the rewrite: verdict variants and neutral openers answerable responses also use.
 REFUSAL_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -145,15 +153,41 @@ def answer_only_in_ref(response: str, answer: str) -> bool:
     needle = normalize(answer).casefold()
     if not needle:
         return False
+    inside = " ".join(t.excerpt for t in parse_refs(response).tags if t.excerpt)
+    return needle not in _outside_tags(response).casefold() and needle in normalize(inside).casefold()
+
+
+def _outside_tags(response: str) -> str:
+    """The response's own words: every tag (opening to closing, excerpt included) cut out."""
     parsed = parse_refs(response)
-    inside = " ".join(t.excerpt for t in parsed.tags if t.excerpt)
     outside, pos = [], 0
     for t in sorted(parsed.tags, key=lambda t: t.start):
         outside.append(response[pos : t.start])
         pos = max(pos, t.end)
     outside.append(response[pos:])
-    text = normalize(_TAG_MARKUP_RE.sub(" ", " ".join(outside))).casefold()
-    return needle not in text and needle in normalize(inside).casefold()
+    return normalize(_TAG_MARKUP_RE.sub(" ", " ".join(outside)))
+
+
+@cache
+def _identifier(langs: tuple[str, ...]) -> Any:
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier  # imported only when the check runs
+
+    ident = LanguageIdentifier.from_model_file(MODEL_FILE)
+    ident.set_languages(list(langs))
+    return ident
+
+
+def response_language(response: str, lang: str) -> str | None:
+    """The language of a response's own words (tags and a References section left out), as
+    ``py3langid`` decides between ``lang`` and English; None when under ``MIN_LANGUAGE_WORDS`` words
+    (too short to tell) or when ``lang`` is English (nothing to tell apart)."""
+    if lang == "en":
+        return None
+    m = REFERENCES_HEADING_RE.search(response)
+    text = _outside_tags(response[: m.start()] if m else response)
+    if len(text.split()) < MIN_LANGUAGE_WORDS:
+        return None
+    return str(_identifier((lang, "en")).classify(text)[0])
 
 
 _SENTENCE_SEP_RE = re.compile(r"((?<=[.!?])\s+)")
@@ -228,6 +262,7 @@ def format_examples(
     seed: int = ids.DEFAULT_SEED,
     rewrite_refusals: bool = False,
     drop_answer_only_in_ref: bool = False,
+    drop_wrong_language: bool = False,
 ) -> Formatted:
     """Chat rows for the kept examples; drops (with the twin) answers naming untagged sources.
 
@@ -239,6 +274,8 @@ def format_examples(
         rewrite_refusals: apply :func:`rewrite_refusal` to generic-rule refusals.
         drop_answer_only_in_ref: drop (with the twin) an answerable target whose gold answer
             appears only inside a tag (:func:`answer_only_in_ref`).
+        drop_wrong_language: drop (with the twin) a response whose own words are not in the
+            prompt's language (:func:`response_language`); the strict phrase is the data's.
     """
     out = Formatted()
     staged: dict[str, dict] = {}
@@ -253,6 +290,10 @@ def format_examples(
         if named:
             bad_pairs.add(p.pair_id)
             out.decisions.append(Decision(p.id, DROPPED, "names_untagged_source", {"sources": named}))
+            continue
+        if drop_wrong_language and (found := response_language(text, p.language)) not in (None, p.language):
+            bad_pairs.add(p.pair_id)
+            out.decisions.append(Decision(p.id, DROPPED, WRONG_LANGUAGE, {"language": found}))
             continue
         if drop_answer_only_in_ref and p.kind == ANSWERABLE and answer_only_in_ref(text, p.answer):
             bad_pairs.add(p.pair_id)
@@ -289,6 +330,7 @@ def format_examples(
     out.funnel["dropped:names_untagged_source"] = sum(
         d.reason == "names_untagged_source" for d in out.decisions
     )
+    out.funnel[f"dropped:{WRONG_LANGUAGE}"] = sum(d.reason == WRONG_LANGUAGE for d in out.decisions)
     out.funnel[f"dropped:{ANSWER_ONLY_IN_REF}"] = sum(d.reason == ANSWER_ONLY_IN_REF for d in out.decisions)
     out.funnel["dropped:twin_dropped"] = sum(d.reason == "twin_dropped" for d in out.decisions)
     return out

@@ -54,6 +54,9 @@ class RagSftConfig(dg.Config):
     # Drop (with the twin) an answer whose gold answer appears only inside a <ref> tag; None = the
     # product's (on for hotpotqa_fr_abstracts_v2 as its card, off for hotpotqa_cite).
     drop_answer_only_in_ref: bool | None = None
+    # Drop (with the twin) a response not in the data's language; None = the product's (on for
+    # hotpotqa_fr_abstracts_v2 as its card, off for hotpotqa_cite).
+    drop_wrong_language: bool | None = None
     # The citation verifier's strict quoting (partial_word, too_short); off only to compare with
     # data built without it.
     strict_quotes: bool = True
@@ -395,7 +398,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[verdicts_key],
-        code_version="3",
+        code_version="4",
         kinds={"parquet"},
         check_specs=_sft_check_specs(sft_key),
     )
@@ -411,6 +414,9 @@ def build_sft_chain(
         only_in_ref = config.drop_answer_only_in_ref
         if only_in_ref is None:
             only_in_ref = formatting.PRODUCT_DROP_ANSWER_ONLY_IN_REF.get(product_name(lang), False)
+        wrong_lang = config.drop_wrong_language
+        if wrong_lang is None:
+            wrong_lang = formatting.PRODUCT_DROP_WRONG_LANGUAGE.get(product_name(lang), False)
         fmt = formatting.format_examples(
             prompts,
             responses,
@@ -418,6 +424,7 @@ def build_sft_chain(
             seed=config.seed,
             rewrite_refusals=config.rewrite_refusals,
             drop_answer_only_in_ref=only_in_ref,
+            drop_wrong_language=wrong_lang,
         )
         table = formatting.sft_table(fmt.rows)
         paths = store.write_splits(table, partition, "rag_sft")
@@ -450,6 +457,7 @@ def build_sft_chain(
                 "seed": config.seed,
                 "rewrite_refusals": config.rewrite_refusals,
                 "drop_answer_only_in_ref": only_in_ref,
+                "drop_wrong_language": wrong_lang,
             },
             check_results=sft_checks(
                 table.to_pylist(),
