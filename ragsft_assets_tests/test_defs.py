@@ -21,6 +21,7 @@ EXPECTED_ASSETS = [
     "known_claims",
     "language_judge",
     "link_graph",
+    "long_context/clustered",
     "long_context/examples",
     "long_context/neighbours",
     "long_context/passage_embeddings",

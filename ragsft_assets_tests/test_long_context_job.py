@@ -100,7 +100,7 @@ def lc_runs(tmp_path_factory: pytest.TempPathFactory):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("qa_source", [KEY])
     cfg = {"config": {"budget_tokens": BUDGET}}
-    run_config = {"ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic")}}
+    run_config = {"ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic", "clustered")}}
     folder = home / "releases" / "long_context" / KEY
     embedder_double.HashEmbeddingBackend.embedded_texts.clear()
     first = job.execute_in_process(partition_key=KEY, instance=instance, run_config=run_config)
@@ -154,6 +154,7 @@ def test_job_writes_both_configs_that_load_and_verify(lc_runs) -> None:
     assert checks == {
         ("long_context/raft", "within_budget"): True,
         ("long_context/raft_syntactic", "within_budget"): True,
+        ("long_context/clustered", "within_budget"): True,
         ("long_context/release", "release_verifies"): True,
     }
     assert _cli("verify", str(folder)).exit_code == 0
@@ -216,7 +217,7 @@ def test_lineage_reaches_the_embedding_keys(lc_runs) -> None:
     home, folder = lc_runs["home"], lc_runs["folder"]
     emb = pq.read_table(home / "assets" / KEY / "lc_passage_embeddings" / "all.parquet").to_pylist()
     key_of = {r["passage_id"]: r["embedding_key"] for r in emb}
-    for config in ("narrativeqa_raft", "narrativeqa_raft_syntactic"):
+    for config in ("narrativeqa_raft", "narrativeqa_raft_syntactic", "narrativeqa_clustered"):
         rows = {
             r["id"]: r for r in pq.read_table(folder / config / "train-00000-of-00001.parquet").to_pylist()
         }
@@ -235,7 +236,8 @@ def test_lineage_reaches_the_embedding_keys(lc_runs) -> None:
 
 
 def test_rerun_embeds_nothing_calls_no_chat_model_and_is_byte_identical(lc_runs) -> None:
-    assert len(lc_runs["first_embedded"]) == 47  # 50 questions over 47 distinct summaries
+    # 50 questions over 47 distinct summaries, and the 50 questions (clustered)
+    assert len(lc_runs["first_embedded"]) == 47 + 50
     assert lc_runs["second"].success
     assert lc_runs["second_embedded"] == []
     md = next(
@@ -246,3 +248,40 @@ def test_rerun_embeds_nothing_calls_no_chat_model_and_is_byte_identical(lc_runs)
     assert md["embedder/embedded"].value == 0 and md["embedder/cache_hits"].value == 47
     assert NoChatBackend.calls == 0
     assert lc_runs["first_tree"] and _tree_sha256(lc_runs["folder"]) == lc_runs["first_tree"]
+
+
+def test_clustered_contexts_hold_their_clusters_qa_pairs(lc_runs) -> None:
+    import datasets
+
+    folder, home = lc_runs["folder"], lc_runs["home"]
+    cache = str(home / "hf_datasets_cache")
+    rows = datasets.load_dataset(str(folder), "narrativeqa_clustered", cache_dir=cache)["train"].to_list()
+    assert len(rows) == 50
+    lines = {json.loads(x)["question"]: json.loads(x) for x in DATA.read_text().splitlines() if x.strip()}
+    by_source = {r["source_id"]: r for r in rows}
+    several = 0
+    for row in rows:
+        assert row["num_tokens"] <= BUDGET
+        system, *turns = row["messages"]
+        assert [m["role"] for m in turns] == ["user", "assistant"] * len(row["qa_source_ids"])
+        assert row["source_id"] in row["qa_source_ids"]
+        docs = _documents(system["content"])
+        assert len(docs) == len(row["oracle_positions"]) + len(row["distractor_ids"])
+        for q, a in zip(turns[::2], turns[1::2], strict=True):
+            src = lines[q["content"]]
+            assert a["content"] == src["answer"][0]
+            assert src["passage"] in docs  # every question asked has its own passage in the context
+        for other in row["qa_source_ids"]:
+            if other != row["source_id"]:  # the members come from one of its two clusters
+                o = by_source[other]
+                assert o["passage_cluster"] == row["passage_cluster"] or (
+                    o["question_cluster"] == row["question_cluster"]
+                )
+        several += len(row["qa_source_ids"]) > 1
+    assert several >= 40  # several QA pairs train on one context
+    md = next(
+        e.materialization.metadata
+        for e in lc_runs["second"].get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "long_context/clustered"
+    )
+    assert md["embedder_questions/embedded"].value == 0  # the questions' vectors come from the cache

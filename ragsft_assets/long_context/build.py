@@ -33,6 +33,7 @@ from ragsft_assets.long_context import raft, syntactic
 from ragsft_assets.long_context.raft import QAExample
 
 SYNTACTIC_VARIANT = "raft_syntactic"
+CLUSTERED_VARIANT = "clustered"
 DEFAULT_RESERVE = 96  # tokens kept free in variant 2's context for the syntactic question and answer
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -48,6 +49,14 @@ ROW_FIELDS = [
 ]
 RAFT_SCHEMA = pa.schema(ROW_FIELDS)
 SYNTACTIC_SCHEMA = pa.schema([*ROW_FIELDS, ("question_type", pa.string()), ("target", pa.string())])
+CLUSTERED_SCHEMA = pa.schema(
+    [
+        *ROW_FIELDS,
+        ("qa_source_ids", pa.list_(pa.string())),  # the example of each QA pair, in the order asked
+        ("passage_cluster", pa.int64()),
+        ("question_cluster", pa.int64()),
+    ]
+)
 LINEAGE_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
@@ -57,6 +66,8 @@ LINEAGE_SCHEMA = pa.schema(
         ("oracle_passage_ids", pa.list_(pa.string())),
         ("embedding_keys", pa.list_(pa.string())),
         ("oracle_kept", pa.bool_()),
+        ("qa_source_ids", pa.list_(pa.string())),  # the examples whose QA pairs the row asks
+        ("question_embedding_keys", pa.list_(pa.string())),  # clustered: their questions' vectors
     ]
 )
 EXAMPLES_SCHEMA = pa.schema(
@@ -210,7 +221,10 @@ def rows_table(rows: Sequence[Mapping[str, Any]], schema: pa.Schema) -> pa.Table
 
 
 def lineage_table(lineage: Sequence[Mapping[str, Any]], config: str) -> pa.Table:
-    rows = [{**x, "config": config} for x in sorted(lineage, key=lambda r: r["id"])]
+    rows = [
+        {"qa_source_ids": [x["source_id"]], "question_embedding_keys": [], **x, "config": config}
+        for x in sorted(lineage, key=lambda r: r["id"])
+    ]
     return pa.Table.from_pylist(rows, schema=LINEAGE_SCHEMA)
 
 
@@ -222,7 +236,11 @@ def source_name(partition: str) -> str:
 def config_names(partition: str) -> dict[str, str]:
     """Release config names of a partition, by variant (``narrativeqa_raft``, ``narrativeqa_raft_syntactic``)."""
     src = source_name(partition)
-    return {raft.VARIANT: f"{src}_raft", SYNTACTIC_VARIANT: f"{src}_raft_syntactic"}
+    return {
+        raft.VARIANT: f"{src}_raft",
+        SYNTACTIC_VARIANT: f"{src}_raft_syntactic",
+        CLUSTERED_VARIANT: f"{src}_clustered",
+    }
 
 
 def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
@@ -249,6 +267,9 @@ def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Seq
         f"- `{config_names(partition)[SYNTACTIC_VARIANT]}`: the same kind of context with five exact"
         " syntactic questions per example (word occurs / count, phrase occurs / count, word position),"
         " counted over the documents' texts; each its own row.",
+        f"- `{config_names(partition)[CLUSTERED_VARIANT]}`: one context per example from its passage"
+        " and question k-means clusters: the other members' passages and QA pairs, as many as fit, so"
+        " several QA pairs train on one context (`qa_source_ids`, in the order asked).",
         "",
         "## Length (tokens, whole conversation)",
         "",

@@ -1,8 +1,9 @@
 """Long-context SFT assets (group ``long_context``, ``qa_source`` partitions, prefix ``long_context/``).
 
 ``examples`` -> ``passage_embeddings`` (the ``embedder`` role) -> ``neighbours`` -> ``raft``
-(variant 1, config ``<source>_raft``) -> ``raft_syntactic`` (variant 2, ``<source>_raft_syntactic``)
--> ``release`` (``releases/long_context/<key>/``). Thin: each reads its inputs from the store, calls
+(variant 1, config ``<source>_raft``) -> ``raft_syntactic`` (variant 2, ``<source>_raft_syntactic``);
+``passage_embeddings`` -> ``clustered`` (variant 3, ``<source>_clustered``; question embeddings
+from the ``embedder`` role too) -> ``release`` (``releases/long_context/<key>/``). Thin: each reads its inputs from the store, calls
 ``ragsft_assets.long_context``, writes Parquet, ledger rows and metadata. Store folders carry an
 ``lc_`` prefix (``assets/<key>/lc_raft/``), so they never meet the QA chain's of the same key.
 
@@ -37,6 +38,9 @@ SYNTACTIC = "lc_raft_syntactic"
 SYNTACTIC_LINEAGE = "lc_raft_syntactic_lineage"
 STAGE_RAFT = "long_context_raft"
 STAGE_SYNTACTIC = "long_context_raft_syntactic"
+CLUSTERED = "lc_clustered"
+CLUSTERED_LINEAGE = "lc_clustered_lineage"
+STAGE_CLUSTERED = "long_context_clustered"
 PROMPTS_VERSION = templates_version((raft.PROMPT_TASK,), ("en",))
 
 
@@ -51,6 +55,8 @@ class LongContextConfig(dg.Config):
     neighbours: int = 64  # candidates per passage (enough to fill the budget)
     tokenizer_dir: str = ""  # model folder of the trained model's tokenizer; "" = the embedded chat model's
     syntactic_reserve_tokens: int = build.DEFAULT_RESERVE
+    n_clusters: int = 0  # clustered: k of both k-means; 0 = about one cluster per cluster_size examples
+    cluster_size: int = 8
 
 
 def _raft_config(config: LongContextConfig, budget: int | None = None) -> raft.RaftConfig:
@@ -226,7 +232,7 @@ def _neighbours(store: ArtifactStore, partition: str):  # noqa: ANN202
     return Neighbours(idx, scores)
 
 
-def _inputs(store: ArtifactStore, partition: str):  # noqa: ANN202
+def _inputs(store: ArtifactStore, partition: str, neighbours_too: bool = True):  # noqa: ANN202
     exs = build.examples_from_table(store.read(partition, EXAMPLES))
     rows = raft.passage_rows(exs)
     emb = store.read(partition, EMBEDDINGS)
@@ -234,7 +240,8 @@ def _inputs(store: ArtifactStore, partition: str):  # noqa: ANN202
         raise RuntimeError(
             f"{partition}: passage_embeddings is stale for these examples: rematerialize it first"
         )
-    return exs, rows, _neighbours(store, partition), emb["embedding_key"].to_pylist()
+    nb = _neighbours(store, partition) if neighbours_too else None
+    return exs, rows, nb, emb["embedding_key"].to_pylist()
 
 
 def _ledger(partition: str, product: str, stage: str, kept_ids, out) -> pa.Table:  # noqa: ANN001
@@ -357,9 +364,72 @@ def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig,
     )
 
 
+@_asset(
+    "clustered",
+    f"1-{PROMPTS_VERSION}",
+    deps=[passage_embeddings],
+    check_specs=[dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "clustered"]), blocking=True)],
+)
+def clustered(
+    context: dg.AssetExecutionContext,
+    config: LongContextConfig,
+    store: ArtifactStore,
+    embedder: EmbeddingResource,
+):  # noqa: ANN201
+    """Variant 3 (``<source>_clustered``): contexts from seeded k-means clusters of passages and
+    questions, several QA pairs per context."""
+    from ragsft_assets.long_context.clustered import ClusterConfig, clustered_examples
+
+    partition = context.partition_key
+    exs, rows, _, keys = _inputs(store, partition, neighbours_too=False)
+    vectors = _vectors(store.read(partition, EMBEDDINGS))
+    # an example's passage vector: the mean of its oracle passages' vectors (normalised later)
+    pv = np.stack([vectors[rows.example_rows[e.id]].mean(axis=0) for e in exs]) if exs else vectors
+    questions = embedder.embed([e.question for e in exs], log=context.log)
+    out, labels = clustered_examples(
+        exs,
+        pv,
+        questions.vectors if exs else vectors,
+        _counter(config),
+        ClusterConfig(
+            budget_tokens=config.budget_tokens,
+            n_clusters=config.n_clusters,
+            cluster_size=config.cluster_size,
+            seed=config.seed,
+        ),
+        passage_keys=dict(zip(rows.ids, keys, strict=True)),
+        question_keys=questions.keys,
+    )
+    config_name = build.config_names(partition)[build.CLUSTERED_VARIANT]
+    table = build.rows_table(out.rows, build.CLUSTERED_SCHEMA)
+    path = store.write(table, partition, CLUSTERED)
+    store.write(build.lineage_table(out.lineage, config_name), partition, CLUSTERED_LINEAGE)
+    store.write_ledger(
+        _ledger(partition, config_name, STAGE_CLUSTERED, [r["source_id"] for r in out.rows], out),
+        partition,
+        STAGE_CLUSTERED,
+    )
+    yield from _result(
+        context,
+        [path],
+        table.schema,
+        out.rows,
+        out.rejections,
+        config.budget_tokens,
+        {
+            "config_name": config_name,
+            "clusters": dg.MetadataValue.json({k: len(set(v.tolist())) for k, v in labels.items()}),
+            "qa_pairs_per_row": dg.MetadataValue.json(
+                raft.length_stats([len(r["qa_source_ids"]) for r in out.rows])
+            ),
+            **questions.stats.as_metadata("embedder_questions"),
+        },
+    )
+
+
 UPSTREAM = [
     dg.AssetKey([PREFIX, n])
-    for n in ("examples", "passage_embeddings", "neighbours", "raft", "raft_syntactic")
+    for n in ("examples", "passage_embeddings", "neighbours", "raft", "raft_syntactic", "clustered")
 ]
 
 
@@ -374,7 +444,7 @@ def release_folder(store: ArtifactStore, partition: str):  # noqa: ANN201
     partitions_def=qa_source_partitions,
     group_name=GROUP,
     code_version="1",
-    deps=[raft_rows, raft_syntactic],
+    deps=[raft_rows, raft_syntactic, clustered],
     kinds={"parquet", "huggingface"},
     check_specs=[
         dg.AssetCheckSpec("release_verifies", asset=dg.AssetKey([PREFIX, "release"]), blocking=True)
@@ -389,28 +459,29 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
 
     partition = context.partition_key
     names = build.config_names(partition)
-    tables = {
-        names[raft.VARIANT]: store.read(partition, RAFT),
-        names[build.SYNTACTIC_VARIANT]: store.read(partition, SYNTACTIC),
+    # variant -> (store name, lineage store name, ledger stage, asset name)
+    variants = {
+        raft.VARIANT: (RAFT, RAFT_LINEAGE, STAGE_RAFT, "raft"),
+        build.SYNTACTIC_VARIANT: (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC, "raft_syntactic"),
+        build.CLUSTERED_VARIANT: (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED, "clustered"),
     }
-    lineage = {
-        names[raft.VARIANT]: store.read(partition, RAFT_LINEAGE),
-        names[build.SYNTACTIC_VARIANT]: store.read(partition, SYNTACTIC_LINEAGE),
-    }
+    tables = {names[v]: store.read(partition, t) for v, (t, _, _, _) in variants.items()}
+    lineage = {names[v]: store.read(partition, x) for v, (_, x, _, _) in variants.items()}
     known = {
-        k: a for a in (examples, passage_embeddings, neighbours, raft_rows, raft_syntactic) for k in a.keys
+        k: a
+        for a in (examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, clustered)
+        for k in a.keys
     }
     run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM, known)
     stats = {}
-    for config_name, table in tables.items():
+    for variant, (_, _, stage, asset_name) in variants.items():
+        config_name = names[variant]
+        table = tables[config_name]
         rows = table.select(["oracle_positions", "num_tokens"]).to_pylist()
-        stage = STAGE_RAFT if config_name == names[raft.VARIANT] else STAGE_SYNTACTIC
         ledger = store.read(partition, "_ledger", stage).to_pylist()
         stats[config_name] = {
             "rows": table.num_rows,
-            "budget": run_config.get("raft" if stage == STAGE_RAFT else "raft_syntactic", {}).get(
-                "budget_tokens", raft.DEFAULT_BUDGET
-            ),
+            "budget": run_config.get(asset_name, {}).get("budget_tokens", raft.DEFAULT_BUDGET),
             "length": raft.length_stats([r["num_tokens"] for r in rows]),
             "positions": raft.oracle_position_histogram(rows),
             "rejections": dict(
@@ -455,4 +526,4 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
     )
 
 
-ALL_ASSETS = [examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, release]
+ALL_ASSETS = [examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, clustered, release]
