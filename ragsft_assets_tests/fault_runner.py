@@ -64,16 +64,16 @@ def _slow_down(mode: str, delay_s: float) -> None:
     if delay_s <= 0:
         return
     if mode == "release":
-        from ragsft_assets.release import layout
+        from ragsft_assets.release import stream
 
-        write = layout.write_parquet
+        write = stream.write_batches
 
-        def slow_write(table, path):  # noqa: ANN001, ANN202 - same signature as storage.write_parquet
-            out = write(table, path)
+        def slow_write(batches, path, schema, rows):  # noqa: ANN001, ANN202 - stream.write_batches' signature
+            out = write(batches, path, schema, rows)
             time.sleep(delay_s)
             return out
 
-        layout.write_parquet = slow_write  # the data files of write_data_files, in the staging folder
+        stream.write_batches = slow_write  # the data files (and lineage) streamed into the staging folder
     elif mode == "corpus":
         from ragsft_assets.corpus import build
 
