@@ -94,6 +94,7 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> 
     from ragsft_assets.defs.resources import LLM_ROLES
     from ragsft_assets.defs.runs import execute_in_process_stoppable, process_tags
     from ragsft_assets.resources.catalog import CatalogResource
+    from ragsft_assets.resources.embedder import EmbeddingResource
     from ragsft_assets.resources.llm import LLMResource
     from ragsft_assets.resources.snapshots import SnapshotSource
     from ragsft_assets.resources.store import ArtifactStore
@@ -119,6 +120,8 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> 
         "snapshots": SnapshotSource(home=str(home)),
         "catalog": CatalogResource(home=str(home)),
         **{role: llm(role) for role in LLM_ROLES},
+        # long_context's assets need the role to be bound; no stage run here embeds anything
+        "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),
     }
     selections = {
         "chain": dg.AssetSelection.assets(STAGE).upstream(),

@@ -14,6 +14,7 @@ from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.catalog import CatalogResource
+from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.oracle_double import oracle_model
@@ -32,6 +33,7 @@ def run_full_job(home: Path, model: object, run_config: dict | None = None) -> d
         "judge": model,
         "annotator": model,
         "base_model": model,
+        "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),  # bound; full_job embeds nothing
     }
     defs = build_definitions(resources)
     instance = dg.DagsterInstance.ephemeral()
