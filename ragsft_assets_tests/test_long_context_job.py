@@ -285,3 +285,52 @@ def test_clustered_contexts_hold_their_clusters_qa_pairs(lc_runs) -> None:
         if e.asset_key.to_user_string() == "long_context/clustered"
     )
     assert md["embedder_questions/embedded"].value == 0  # the questions' vectors come from the cache
+
+
+def test_a_mapping_file_with_a_passage_column(tmp_path: Path) -> None:
+    rows = [json.loads(x) for x in DATA.read_text(encoding="utf-8").splitlines()[:3]]
+    other = tmp_path / "stories.jsonl"
+    other.write_text(
+        "".join(
+            json.dumps({"q": r["question"], "refs": r["answer"], "text": r["passage"]}) + "\n" for r in rows
+        )
+    )
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("question: q\nanswer: refs\npassage: text\n")
+    added = CliRunner(env={"RAGSFT_HOME": str(tmp_path / "h")}).invoke(
+        main, ["sources", "add", "stories.en", "--from", str(other), "--mapping", str(mapping)]
+    )
+    assert added.exit_code == 0 and "3 question(s)" in added.output, added.output
+    mapping.write_text("question: q\nanswer: refs\n")  # neither context nor passage
+    refused = CliRunner(env={"RAGSFT_HOME": str(tmp_path / "h")}).invoke(
+        main, ["sources", "add", "stories.en", "--from", str(other), "--mapping", str(mapping)]
+    )
+    assert (
+        refused.exit_code != 0
+        and "no column for required field(s) ['context', 'supporting_facts']" in refused.output
+    )
+
+
+def test_a_syntactic_row_over_the_budget_is_rejected_not_cut() -> None:
+    import numpy as np
+
+    from ragsft_assets.long_context import build, raft
+    from ragsft_assets.long_context.neighbours import nearest_neighbours
+
+    try:
+        counter = raft.ChatTokenCounter()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    exs = raft.narrativeqa_examples(DATA)[:8]
+    rows = raft.passage_rows(exs)
+    vectors = np.stack([embedder_double.hash_vector(t) for t in rows.texts])
+    nb = nearest_neighbours(vectors, 8, keys=rows.ids, groups=rows.groups)
+    contexts = raft.raft_examples(exs, rows, nb, counter, raft.RaftConfig(budget_tokens=3000))
+    texts = dict(zip(rows.ids, rows.texts, strict=True))
+    full = build.syntactic_examples(contexts, texts, counter, 10**6, seed=1)
+    limit = sorted(r["num_tokens"] for r in full.rows)[len(full.rows) // 2]
+    cut = build.syntactic_examples(contexts, texts, counter, limit, seed=1)
+    assert {r["id"] for r in cut.rows} == {r["id"] for r in full.rows if r["num_tokens"] <= limit}
+    assert len(cut.rejections) == sum(r["num_tokens"] > limit for r in full.rows) > 0
+    assert {x["reason"] for x in cut.rejections} == {"over_budget"}
+    assert all(r["num_tokens"] == counter.count(r["messages"]) for r in full.rows[:5])  # exact counts
