@@ -204,6 +204,9 @@ def test_job_writes_both_configs_that_load_and_verify(lc_runs) -> None:
     assert "| config | rows | budget | median | p99 | max |" in card
     assert f"| `narrativeqa_raft` | 50 | {BUDGET} |" in card
     assert "## Oracle position" in card
+    for config in ("narrativeqa_raft", "narrativeqa_raft_syntactic", "narrativeqa_clustered"):
+        for plot in (f"plots/{config}_num_tokens.png", f"plots/{config}_oracle_position.png"):
+            assert f"]({plot})" in card and (folder / plot).read_bytes()[:4] == b"\x89PNG", plot
 
 
 def _documents(system: str) -> list[str]:

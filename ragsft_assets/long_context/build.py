@@ -317,13 +317,15 @@ def write_release(
     Layout as every ragsft release (``release.layout``): README with the configs header and the
     card, ``<config>/train-00000-of-00001.parquet``, ``provenance/decisions.parquet`` (final
     decision per candidate of these ``ledger`` files), ``provenance/<config>/lineage.parquet`` and
-    ``manifest.json``, ``provenance/release.json``. Returns ``{config: rows}``.
+    ``manifest.json``, ``provenance/release.json``, and ``plots/<config>_num_tokens.png`` /
+    ``plots/<config>_oracle_position.png`` linked from the card. Returns ``{config: rows}``.
 
     Raises:
         ValueError: no config has a row (an empty split does not load with ``datasets``).
     """
     from ragsft_assets.release import layout, manifest, stream
     from ragsft_assets.release.build import lineage_path
+    from ragsft_assets.release.card import write_histograms
     from ragsft_assets.release.decisions import write_final_decisions
     from ragsft_assets.storage import write_parquet
 
@@ -337,6 +339,13 @@ def write_release(
             write_final_decisions(con, list(ledger), staging / layout.PROVENANCE / manifest.DECISIONS)
         for config in kept:
             write_parquet(lineage[config], staging / lineage_path(config))
+        plots = []
+        for config, table in kept.items():  # deterministic PNGs (release.card's histograms)
+            positions = [float(p) for ps in table["oracle_positions"].to_pylist() for p in ps]
+            tokens = [float(n) for n in table["num_tokens"].to_pylist()]
+            plots += write_histograms(staging, config, {"num_tokens": tokens, "oracle position": positions})
+        if plots:
+            body = body.rstrip("\n") + "\n\n## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots)
         layout.write_readme(staging, files, body, f"ragsft {partition} long-context")
         prompts = {k: v for k, v in manifest.prompt_hashes().items() if k.startswith("long_context")}
         for config, splits in files.items():
