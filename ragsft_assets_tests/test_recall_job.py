@@ -129,6 +129,12 @@ def test_ledger_rows_per_stage(runs) -> None:
         assert store.read(model_partition(KEY), LEDGER_DIR, stage).num_rows > 0, stage
     claims = store.read("recall", LEDGER_DIR, "claims").to_pylist()
     assert len(claims) == 94 and any(r["reason"] == "claims_unreadable" for r in claims)
+    # the 6 skipped trees are ledger rows too (5 with synthetic replies only, 1 with no ranks)
+    pairs = store.read("recall", LEDGER_DIR, "oasst_pairs").to_pylist()
+    skipped = [r for r in pairs if r["reason"].startswith("skipped/")]
+    assert len(pairs) == 100 and len(skipped) == 6
+    assert {r["verdict"] for r in skipped} == {"dropped"}
+    assert len({r["candidate_id"] for r in skipped}) == 6
 
 
 def test_rerun_makes_no_model_call_and_is_byte_identical(runs) -> None:

@@ -45,6 +45,13 @@ class ReadResult:
     pairs: list[OasstPair] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     trees: int = 0
+    skipped_trees: list[tuple[str, str]] = field(default_factory=list)  # (message_tree_id, reason)
+
+    def skip(self, tree: Mapping[str, Any], reason: str) -> None:
+        """Count a skipped tree and keep its id, for the ledger."""
+        root = tree.get("prompt") or {}
+        self.skipped[reason] += 1
+        self.skipped_trees.append((str(tree.get("message_tree_id") or root.get("message_id")), reason))
 
 
 def best_reply(replies: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, str]:
@@ -73,14 +80,14 @@ def pairs_from_trees(trees: Iterable[Mapping[str, Any]], lang: str = "en") -> Re
         out.trees += 1
         root = tree.get("prompt") or {}
         if root.get("lang") != lang:
-            out.skipped[SKIP_NOT_ENGLISH] += 1
+            out.skip(tree, SKIP_NOT_ENGLISH)
             continue
         if root.get("deleted") or not (root.get("text") or "").strip():
-            out.skipped[SKIP_BAD_PROMPT] += 1
+            out.skip(tree, SKIP_BAD_PROMPT)
             continue
         reply, reason = best_reply(root.get("replies") or [])
         if reply is None:
-            out.skipped[reason] += 1
+            out.skip(tree, reason)
             continue
         prompt, response = root["text"], reply["text"]
         out.pairs.append(

@@ -147,7 +147,7 @@ def read_pairs(config: RecallConfig) -> oasst.ReadResult:
     )
 
 
-@dg.asset(group_name=GROUP, code_version="1", kinds={"parquet"})
+@dg.asset(group_name=GROUP, code_version="2", kinds={"parquet"})  # 2: skipped trees in the ledger
 def oasst_pairs(
     context: dg.AssetExecutionContext, config: RecallConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
@@ -157,7 +157,8 @@ def oasst_pairs(
     out = stages.StageOut(records=[asdict(p) for p in pairs])
     for p in pairs:
         out.keep(p.id, "first_turn_best_reply", source_id=p.source_id)
-    out.reasons.update({f"skipped/{k}": v for k, v in read.skipped.items()})
+    for tree_id, reason in read.skipped_trees:  # a ledger row per skipped tree, under its tree id
+        out.drop(tree_id, f"skipped/{reason}", source_id=tree_id)
     if len(pairs) < len(read.pairs):
         out.reasons["not_selected (max_examples)"] = len(read.pairs) - len(pairs)
     result = _write_stage(context, store, SHARED_PARTITION, "oasst_pairs", out)
