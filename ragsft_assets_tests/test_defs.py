@@ -110,7 +110,8 @@ def test_llm_assets_run_in_gpu_pool() -> None:
         "question_drafts", "ablation_verdicts", "first_hop", "criteria_annotation", "bridge_judge",
         "language_judge", "rag_responses", "rag_verdicts"
     }  # fmt: skip
-    for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts"]:
+    embedding_assets = ["long_context/passage_embeddings", "long_context/clustered"]
+    for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts", *embedding_assets]:
         node = repo.asset_graph.get(dg.AssetKey.from_user_string(name))
         assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name
 

@@ -18,6 +18,7 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
 from ragsft_assets.ids import DEFAULT_SEED
@@ -140,7 +141,8 @@ EMBEDDINGS_SCHEMA = pa.schema(
 )
 
 
-@_asset("passage_embeddings", "1", deps=[examples])
+# Embedding steps sit in the `gpu` pool with the LLM steps: the embedder may run vLLM on the GPU.
+@_asset("passage_embeddings", "1", deps=[examples], pool="gpu", retry_policy=LLM_RETRY_POLICY)
 def passage_embeddings(
     context: dg.AssetExecutionContext, store: ArtifactStore, embedder: EmbeddingResource
 ) -> dg.MaterializeResult:
@@ -368,6 +370,8 @@ def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig,
     "clustered",
     f"1-{PROMPTS_VERSION}",
     deps=[passage_embeddings],
+    pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
     check_specs=[dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "clustered"]), blocking=True)],
 )
 def clustered(
