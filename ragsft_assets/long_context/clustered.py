@@ -109,7 +109,10 @@ def clustered_examples(
     pv, qv = _normalise(passage_vectors.astype(np.float64)), _normalise(question_vectors.astype(np.float64))
     k = config.n_clusters or max(1, round(n / max(1, config.cluster_size)))
     labels = {"passage": kmeans_labels(pv, k, config.seed), "question": kmeans_labels(qv, k, config.seed + 1)}
-    p_sim, q_sim = np.round(pv @ pv.T, 6), np.round(qv @ qv.T, 6)
+    vecs = {"passage": pv, "question": qv}
+    members_of = {
+        kind: {c: np.flatnonzero(lab == c) for c in np.unique(lab).tolist()} for kind, lab in labels.items()
+    }
     ids = [e.id for e in examples]
     qa_cost = counter.count_texts([f"{e.question}\n{e.answer}\n" for e in examples])
     doc_cost = {
@@ -132,10 +135,13 @@ def clustered_examples(
             )
             continue
         score: dict[int, float] = {}
-        for kind, sim in (("passage", p_sim), ("question", q_sim)):
-            for j in np.flatnonzero(labels[kind] == labels[kind][i]).tolist():
+        for kind in ("passage", "question"):
+            # similarities within the cluster only: memory stays O(cluster), not O(n^2)
+            js = members_of[kind][int(labels[kind][i])]
+            sims = np.round(vecs[kind][js] @ vecs[kind][i], 6)
+            for j, sim in zip(js.tolist(), sims.tolist(), strict=True):
                 if j != i:
-                    score[j] = max(score.get(j, -np.inf), float(sim[i, j]))
+                    score[j] = max(score.get(j, -np.inf), float(sim))
         ranked = sorted(score, key=lambda j: (-score[j], ids[j]))
         members: list[int] = []
         total, seen = base, {passage_id(p) for p in own}
