@@ -337,3 +337,31 @@ def test_a_syntactic_row_over_the_budget_is_rejected_not_cut() -> None:
     assert len(cut.rejections) == sum(r["num_tokens"] > limit for r in full.rows) > 0
     assert {x["reason"] for x in cut.rejections} == {"over_budget"}
     assert all(r["num_tokens"] == counter.count(r["messages"]) for r in full.rows[:5])  # exact counts
+
+
+def test_a_variant_never_built_is_left_out_and_named_on_the_card(lc_runs, tmp_path: Path) -> None:
+    from ragsft_assets.defs.long_context.assets import release
+
+    home = tmp_path / "home"
+    shutil.copytree(lc_runs["home"] / "assets", home / "assets")
+    shutil.copytree(lc_runs["home"] / "sources", home / "sources")
+    shutil.rmtree(home / "assets" / KEY / "lc_clustered")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [KEY])
+    result = dg.materialize(
+        [release],
+        partition_key=KEY,
+        instance=instance,
+        resources={
+            "store": ArtifactStore(home=str(home)),
+            "embedder": EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=str(home / "c")),
+        },
+    )
+    assert result.success
+    folder = home / "releases" / "long_context" / KEY
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith("narrativeqa")) == [
+        "narrativeqa_raft",
+        "narrativeqa_raft_syntactic",
+    ]
+    assert "`narrativeqa_clustered` is not built" in (folder / "README.md").read_text()
+    assert _cli("verify", str(folder)).exit_code == 0

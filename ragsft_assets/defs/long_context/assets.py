@@ -469,6 +469,13 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
         build.SYNTACTIC_VARIANT: (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC, "raft_syntactic"),
         build.CLUSTERED_VARIANT: (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED, "clustered"),
     }
+    # A variant never materialized for this key is left out, and the card says so.
+    notes = [
+        f"`{names[v]}` is not built: `long_context/{a}` was never materialized for `{partition}`."
+        for v, (t, _, _, a) in variants.items()
+        if not store.files(partition, t)
+    ]
+    variants = {v: x for v, x in variants.items() if store.files(partition, x[0])}
     tables = {names[v]: store.read(partition, t) for v, (t, _, _, _) in variants.items()}
     lineage = {names[v]: store.read(partition, x) for v, (_, x, _, _) in variants.items()}
     known = {
@@ -503,7 +510,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
         tables,
         lineage,
         ours,
-        build.card_body(partition, stats),
+        build.card_body(partition, stats, notes),
         source=source,
         run_config=run_config,
         resources=resource_settings(context),
