@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# A `datasets` cache of the session's own: the default one (~/.cache/huggingface) outlives the run,
+# and pytest reuses temp paths across sessions, so a release loaded from the "same" folder could be
+# served from an earlier session's rows and a broken release go unseen. Set before `datasets` loads.
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="ragsft-test-hf-datasets-")
 
 
 @pytest.fixture
