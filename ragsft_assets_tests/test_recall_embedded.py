@@ -1,8 +1,8 @@
 """recall_job end to end with the embedded model in every role, on 2 OASST1 pairs (kept short for CI).
 
 SmolLM2-135M-Instruct is an instruct model, not a base model: its claims, labels and rewrites are
-poor (on these two trees every decomposition is unreadable today, so both examples are dropped with
-a reason and the release refuses to write an empty split). The test checks the plumbing: real chat
+poor (on these two trees it repeats one claim until the schema's item bound; the greeting's
+decomposition is dropped with a reason, the other example reaches the release). The test checks the plumbing: real chat
 through vLLM, every stage tolerating the model's output, and the release verifying and loading when
 anything is kept; the double-backed ``test_recall_job`` covers the loaded release.
 """

@@ -130,3 +130,19 @@ def test_hundred_trees_give_both_configs() -> None:
     )
     ids = {p.id for p in some}
     assert orjson.dumps(full2) == orjson.dumps([r for r in full if r["id"] in ids])
+
+
+def test_claims_schema_is_bounded_and_repeats_collapse() -> None:
+    from ragsft_assets.recall.stages import CLAIMS_SCHEMA, MAX_CLAIMS, claims_stage
+
+    # A small model stuck on one claim: the schema bounds the array, so the JSON closes in time.
+    arr = CLAIMS_SCHEMA["properties"]["claims"]
+    assert arr["maxItems"] == MAX_CLAIMS  # no maxLength: a real sentence (code) can run past 2,000 chars
+    looped = orjson.dumps(
+        {"claims": ["Today is 5 February.", "Today is 5 February.", " 322 days left. "] * 5}
+    )
+    model = ScriptedChatModel(lambda messages: looped.decode())
+    pairs = read_tree_export(TREES).pairs[:1]
+    out = claims_stage(pairs, model)
+    assert [c["text"] for c in out.records[0]["claims"]] == ["Today is 5 February.", "322 days left."]
+    assert [c["claim_id"] for c in out.records[0]["claims"]] == [f"{pairs[0].id}-c00", f"{pairs[0].id}-c01"]

@@ -42,9 +42,18 @@ PROMPT_TASKS = (
     "recall_rewrite",
 )
 
+# Bounded so that a model stuck repeating one claim (small models do) still closes the JSON within
+# max_tokens instead of being cut mid-array (unreadable); repeats are collapsed after parsing.
+MAX_CLAIMS = 40
 CLAIMS_SCHEMA = {
     "type": "object",
-    "properties": {"claims": {"type": "array", "items": {"type": "string", "minLength": 1}}},
+    "properties": {
+        "claims": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "maxItems": MAX_CLAIMS,
+        }
+    },
     "required": ["claims"],
 }
 AUDIT_SCHEMA = {
@@ -102,14 +111,20 @@ def _user(text: str) -> list[dict[str, str]]:
 
 
 def claims_stage(pairs: Sequence[OasstPair], model: Any, params: SamplingParams | None = None) -> StageOut:
-    """Stage 1: each gold response as atomic claims; an unparseable decomposition drops the example."""
+    """Stage 1: each gold response as atomic claims (at most ``MAX_CLAIMS``, repeats collapsed); an
+    unparseable decomposition drops the example."""
     tpl = load_prompt("recall_claims", "en")
     params = params or SamplingParams(temperature=0.0, max_tokens=1024)
     convs = [_user(tpl.render(prompt=p.prompt, response=p.response)) for p in pairs]
     batch = model.chat(convs, params, json_schema=CLAIMS_SCHEMA, template_version=tpl.version)
     out = StageOut()
     for p, res in zip(pairs, batch.results, strict=True):
-        claims = [c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()] if res.ok else []
+        # a claim repeated word for word is one claim (first occurrence kept, order kept)
+        claims = (
+            list(dict.fromkeys(c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()))
+            if res.ok
+            else []
+        )
         if not res.ok:
             out.drop(p.id, f"claims_{res.status}", [res.cache_key])
             continue

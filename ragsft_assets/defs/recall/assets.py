@@ -175,7 +175,7 @@ def _pairs(store: ArtifactStore) -> list[oasst.OasstPair]:
     deps=[oasst_pairs],
     pool="gpu",
     retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_claims"),
+    code_version=_cv(2, "recall_claims"),  # 2: bounded schema, repeats collapsed
     kinds={"parquet"},
 )
 def claims(
