@@ -200,11 +200,10 @@ def test_definitions_resources_under_the_run_pod_env_point_at_the_fleet(
         monkeypatch.setenv(key, value)
     resources = default_resources()
     for role, (service, served) in FLEET_ROLES.items():
-        if role not in resources:  # the embedder has no LLMResource yet (issue 15)
-            continue
         res = resources[role]
         assert res.backend == "openai" and res.model == served, role
         assert len(res.base_urls) == 1 and f"//{service}.ragsft.svc.cluster.local:8000/v1" in res.base_urls[0]
+    assert resources["embedder"].max_tokens == 256  # the embedding server's length, set in the values
 
 
 def test_dockerfile_installs_the_package_without_embedded_or_dev() -> None:
