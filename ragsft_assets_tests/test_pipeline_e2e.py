@@ -123,6 +123,9 @@ def test_full_job_with_the_embedded_model(embedded_model: object, tmp_path: Path
         tmp_path, embedded_model, {"ops": {"question_drafts": {"config": {"max_pairs": 8}}}}
     )
     assert result.success
+    md = result.asset_materializations_for_node("question_drafts")[0].metadata
+    # the engine really answered (a broken engine errors every call, and every slot is still ledgered)
+    assert md["generator/errors"].value == 0 and md["generator/completion_tokens"].value > 0
     con = ledger(tmp_path)
     drafts = con.execute("SELECT count(*) FROM ledger WHERE stage = 'question_drafts'").fetchone()[0]
     assert drafts == 8 * 3  # every draft slot of the 8 pairs has a ledger row, whatever the model said

@@ -42,6 +42,8 @@ def test_qa_chain_with_the_embedded_model(embedded_model: object, tmp_path: Path
     verdicts = store.read(KEY, "rag_verdicts")
     # One real generation and one verdict per example, whatever the model wrote.
     assert sorted(responses["id"].to_pylist()) == sorted(prompts["id"].to_pylist())
+    # the engine really answered: a broken engine errors every call and the rest would still pass
+    assert "ok" in responses["status"].to_pylist()
     assert sorted(verdicts["id"].to_pylist()) == sorted(prompts["id"].to_pylist())
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"twins_together": True, "citations_verified": True, "layout_intact": True}

@@ -40,6 +40,8 @@ def test_rag_sft_stage_with_the_embedded_model(embedded_model: object, tmp_path:
     assert len(set(prompts["question_id"].to_pylist())) == 4
     # One real generation per example and one verdict per example, whatever the model wrote.
     assert sorted(responses["id"].to_pylist()) == sorted(prompts["id"].to_pylist())
+    # the engine really answered: a broken engine errors every call and the rest would still pass
+    assert "ok" in responses["status"].to_pylist()
     assert sorted(verdicts["id"].to_pylist()) == sorted(prompts["id"].to_pylist())
     assert set(responses["status"].to_pylist()) <= {"ok", "unreadable", "error"}
     # What survives really passes the deterministic checks.

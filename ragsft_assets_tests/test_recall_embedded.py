@@ -47,6 +47,8 @@ def test_recall_job_embedded_two_examples(embedded_model, tmp_path) -> None:
     failed = [e.step_key for e in result.all_events if e.is_step_failure]
     md = result.asset_materializations_for_node("claims")[0].metadata
     assert md["llm/judge/requests"].value == 2  # one decomposition per example
+    # the engine really answered (a broken engine errors every call, and every example would drop)
+    assert md["llm/judge/errors"].value == 0 and md["llm/judge/completion_tokens"].value > 0
     kept = store.read(model_partition(KEY), "rewrites").num_rows
     assert kept <= 2  # an example may be dropped with a reason, never crash the run
     release_md = result.asset_materializations_for_node("recall_release")

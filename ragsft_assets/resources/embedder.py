@@ -49,6 +49,7 @@ from ragsft_assets.home import llm_cache_dir
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.openai_backend import RETRY_STATUS, OpenAIBackend, _Retryable
+from ragsft_assets.llm.backends.vllm_backend import engine_started, shutdown_engine
 
 _log = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ class PoolingBackend:
                 applied,
             )
             self._llm = LLM(**kwargs)
+            engine_started()
             if not self.max_tokens:
                 self.max_tokens = int(self._llm.model_config.max_model_len)
         return self._llm
@@ -300,12 +302,7 @@ class PoolingBackend:
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
-        try:
-            shutdown = getattr(getattr(llm.llm_engine, "engine_core", None), "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-        except Exception:  # shutting down must never fail a run
-            _log.debug("vLLM pooling shutdown raised", exc_info=True)
+        shutdown_engine(llm, _log)  # not while the chat engine lives: they share vLLM's process state
         del llm
         import gc
 

@@ -23,6 +23,7 @@ import contextlib
 import gc
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,55 @@ def cpu_has_fast_bf16() -> bool:
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+_live_engines = 0  # vLLM engines alive in this process (chat and pooling), see shutdown_engine
+_parked: list[Any] = []  # engines released while another lived: kept until the last one goes
+_live_lock = threading.Lock()
+
+
+def engine_started() -> None:
+    """Count an engine that was just built in this process (call after ``vllm.LLM(...)``)."""
+    global _live_engines
+    with _live_lock:
+        _live_engines += 1
+
+
+def _shutdown(llm: Any, logger: logging.Logger) -> None:
+    try:
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+    except Exception:  # shutting down must never fail a run
+        logger.debug("vLLM shutdown raised", exc_info=True)
+
+
+def shutdown_engine(llm: Any, logger: logging.Logger = log) -> bool:
+    """Shut a ``vllm.LLM`` down unless another engine still lives in this process; True if it did.
+
+    vLLM's in-process engine core tears down the process-wide distributed state when it shuts down
+    (``cleanup_dist_env_and_memory``, also run by the engine client's finalizer when the engine is
+    garbage-collected), and every other engine of the process shares that state: an embedding
+    engine closed while the chat engine lives would leave the chat engine failing every step
+    ("pipeline model parallel group is not initialized"). So an engine released while another lives
+    is parked (kept referenced, its memory held) and shut down with the last one.
+    """
+    global _live_engines
+    with _live_lock:
+        _live_engines = max(0, _live_engines - 1)
+        if _live_engines:
+            _parked.append(llm)
+            logger.info(
+                "vLLM engine parked, not shut down: %d other engine(s) live in this process share its state",
+                _live_engines,
+            )
+            return False
+        parked, _parked[:] = list(_parked), []
+    for old in parked:
+        _shutdown(old, logger)
+    _shutdown(llm, logger)
+    return True
 
 
 def guard_llvmlite_lib_wrapper() -> bool:
@@ -181,6 +231,7 @@ class VLLMBackend:
             kwargs |= self.engine_kwargs
             log.info("starting vLLM engine for %s on %s (env defaults set: %s)", self.model, device, applied)
             self._llm = LLM(**kwargs)
+            engine_started()
         return self._llm
 
     def tokenizer(self) -> Any:
@@ -294,12 +345,6 @@ class VLLMBackend:
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
-        try:
-            engine = getattr(llm, "llm_engine", None)
-            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-        except Exception:  # shutting down must never fail a run
-            log.debug("vLLM shutdown raised", exc_info=True)
+        shutdown_engine(llm)
         del llm
         gc.collect()
