@@ -179,3 +179,44 @@ def test_a_model_with_no_example_left_is_named_not_released(runs, tmp_path: Path
     only_empty.write(full.slice(0, 0), model_partition("empty-model"), "rewrites")
     with pytest.raises(ValueError, match="every example was dropped for empty-model"):
         build_recall_release(only_empty, tmp_path / "other" / "releases" / "recall")
+
+
+def test_new_thresholds_rewrite_only_the_changed_records(runs, tmp_path: Path) -> None:
+    """Under other thresholds only the records whose removed claims changed reach the rewriter;
+    every probe answer and label comes from the cache; the same thresholds again make no call."""
+    import shutil
+
+    from ragsft_assets.recall.rule import Thresholds, rederive
+
+    store = runs[2]
+    home = tmp_path / "home"
+    shutil.copytree(store.home_path, home)
+    t = Thresholds.parse("3/1/1/1")
+    stale = sum(
+        rederive(r, t)["rewrite_stale"] for r in store.read(model_partition(KEY), "rewrites").to_pylist()
+    )
+    assert stale > 0
+    cache = LLMCache(home / "llm_cache")
+    chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "judge": ChatClient(chat, cache, name="judge"),
+        "generator": ChatClient(chat, cache, name="generator"),
+        "base_model": ChatClient(base, cache, name="base_model"),
+    }
+    job = build_definitions(resources).resolve_job_def("recall_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(BASE_MODEL_PARTITIONS_NAME, [KEY])
+    run_config = {
+        "ops": {
+            "oasst_pairs": {"config": {"trees_path": str(TREES)}},
+            "known_claims": {"config": {"thresholds": str(t)}},
+        }
+    }
+    assert job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY).success
+    assert base.calls == 0  # probe answers: all cached
+    assert 0 < chat.calls <= stale  # only rewrites of records whose removed claims changed
+    first = chat.calls
+    assert job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY).success
+    assert (chat.calls, base.calls) == (first, 0)
