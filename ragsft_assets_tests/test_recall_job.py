@@ -63,9 +63,8 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory):
-    home = tmp_path_factory.mktemp("home")
+def _recall_job(home: Path):
+    """recall_job over ``home`` with both doubles behind one cache there, and a fresh instance."""
     cache = LLMCache(home / "llm_cache")
     chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
     resources = {
@@ -78,6 +77,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     job = build_definitions(resources).resolve_job_def("recall_job")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(BASE_MODEL_PARTITIONS_NAME, [KEY])
+    return job, instance, chat, base
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("home")
+    job, instance, chat, base = _recall_job(home)
     run_config = {"ops": {"oasst_pairs": {"config": {"trees_path": str(TREES)}}}}
     first = job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY)
     calls = (chat.calls, base.calls)
@@ -196,18 +202,7 @@ def test_new_thresholds_rewrite_only_the_changed_records(runs, tmp_path: Path) -
         rederive(r, t)["rewrite_stale"] for r in store.read(model_partition(KEY), "rewrites").to_pylist()
     )
     assert stale > 0
-    cache = LLMCache(home / "llm_cache")
-    chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
-    resources = {
-        **default_resources(),
-        "store": ArtifactStore(home=str(home)),
-        "judge": ChatClient(chat, cache, name="judge"),
-        "generator": ChatClient(chat, cache, name="generator"),
-        "base_model": ChatClient(base, cache, name="base_model"),
-    }
-    job = build_definitions(resources).resolve_job_def("recall_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(BASE_MODEL_PARTITIONS_NAME, [KEY])
+    job, instance, chat, base = _recall_job(home)
     run_config = {
         "ops": {
             "oasst_pairs": {"config": {"trees_path": str(TREES)}},
