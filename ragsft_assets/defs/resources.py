@@ -32,20 +32,24 @@ ENGINE_ENV: dict[str, type] = {
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*
 
 
-def llm_for_role(role: str) -> LLMResource:
-    """The LLM resource of one role, from ``RAGSFT_<ROLE>_*`` variables when set, else embedded."""
+def role_fields_from_env(role: str, settings: dict[str, type]) -> dict[str, Any]:
+    """A model role's resource fields from ``RAGSFT_<ROLE>_*``: BACKEND, MODEL, BASE_URLS (comma
+    separated), API_KEY_ENV and each of ``settings`` (cast to its type).
+
+    Raises:
+        ValueError: a setting that does not cast, naming the variable.
+        RuntimeError: the role would run vLLM in process where vLLM is not installed (a cluster image):
+            it would only fail at its first batch, hours into a run, so say so when the code
+            location loads.
+    """
     prefix = f"RAGSFT_{role.upper()}_"
     fields: dict[str, Any] = {"role": role}
-    backend = os.environ.get(prefix + "BACKEND")
-    if backend:
-        fields["backend"] = backend
-    if os.environ.get(prefix + "MODEL"):
-        fields["model"] = os.environ[prefix + "MODEL"]
+    for name in ("backend", "model", "api_key_env"):
+        if os.environ.get(prefix + name.upper()):
+            fields[name] = os.environ[prefix + name.upper()]
     if os.environ.get(prefix + "BASE_URLS"):
         fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
-    if os.environ.get(prefix + "API_KEY_ENV"):
-        fields["api_key_env"] = os.environ[prefix + "API_KEY_ENV"]
-    for name, cast in ENGINE_ENV.items():  # engine settings: RAGSFT_<ROLE>_TENSOR_PARALLEL_SIZE, ...
+    for name, cast in settings.items():
         raw = os.environ.get(prefix + name.upper())
         if raw:
             try:
@@ -53,14 +57,18 @@ def llm_for_role(role: str) -> LLMResource:
             except ValueError:
                 raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
     if fields.get("backend", "embedded") in ("embedded", "vllm") and importlib.util.find_spec("vllm") is None:
-        # A cluster image has no vLLM: a role left on the in-process default would only fail at its
-        # first batch, hours into a run. Say so when the code location loads.
         raise RuntimeError(
-            f"LLM role {role!r} would run vLLM in process, but vLLM is not installed here (no `embedded`"
+            f"the {role!r} role would run vLLM in process, but vLLM is not installed here (no `embedded`"
             f" or `gpu` extra). Point it at a server: set {prefix}BACKEND=openai, {prefix}BASE_URLS=..."
             f" and {prefix}MODEL=... (see deploy/helm/values.yaml)."
         )
-    return LLMResource(**fields)
+    return fields
+
+
+def llm_for_role(role: str) -> LLMResource:
+    """The LLM resource of one role, from ``RAGSFT_<ROLE>_*`` variables when set, else embedded."""
+    # engine settings too: RAGSFT_<ROLE>_TENSOR_PARALLEL_SIZE, ...
+    return LLMResource(**role_fields_from_env(role, ENGINE_ENV))
 
 
 # EmbeddingResource fields settable as RAGSFT_EMBEDDER_<NAME> (besides BACKEND, MODEL, BASE_URLS, API_KEY_ENV).
@@ -77,26 +85,7 @@ EMBEDDER_ENV: dict[str, type] = {
 
 def embedder_from_env(role: str = "embedder") -> EmbeddingResource:
     """The ``embedder`` role, from ``RAGSFT_EMBEDDER_*`` variables when set, else the embedded model."""
-    prefix = f"RAGSFT_{role.upper()}_"
-    fields: dict[str, Any] = {"role": role}
-    for name in ("backend", "model", "api_key_env"):
-        if os.environ.get(prefix + name.upper()):
-            fields[name] = os.environ[prefix + name.upper()]
-    if os.environ.get(prefix + "BASE_URLS"):
-        fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
-    for name, cast in EMBEDDER_ENV.items():
-        raw = os.environ.get(prefix + name.upper())
-        if raw:
-            try:
-                fields[name] = cast(raw)
-            except ValueError:
-                raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
-    if fields.get("backend", "embedded") in ("embedded", "vllm") and importlib.util.find_spec("vllm") is None:
-        raise RuntimeError(
-            f"the {role!r} role would run vLLM in process, but vLLM is not installed here. Point it at a"
-            f" server: set {prefix}BACKEND=openai, {prefix}BASE_URLS=... and {prefix}MODEL=..."
-        )
-    return EmbeddingResource(**fields)
+    return EmbeddingResource(**role_fields_from_env(role, EMBEDDER_ENV))
 
 
 def default_resources() -> dict[str, Any]:
