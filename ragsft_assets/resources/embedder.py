@@ -50,6 +50,7 @@ from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.openai_backend import RETRY_STATUS, OpenAIBackend, _Retryable
 from ragsft_assets.llm.backends.vllm_backend import engine_started, shutdown_engine
+from ragsft_assets.resources.llm import ModelEndpoint
 
 _log = logging.getLogger(__name__)
 
@@ -476,18 +477,9 @@ class EmbeddingResult:
     stats: EmbedStats = field(default_factory=EmbedStats)
 
 
-class EmbeddingResource(dg.ConfigurableResource):
+class EmbeddingResource(ModelEndpoint):
     """An embedding model for the ``embedder`` role, with the content-addressed cache in front of it."""
 
-    backend: str = "embedded"
-    model: str = ""
-    base_urls: list[str] = []
-    api_key_env: str = ""
-    concurrency: int = 8
-    timeout_s: float = 120.0
-    max_retries: int = 4
-    backoff_s: float = 1.0
-    weights_id: str = ""
     max_tokens: int | None = None  # truncation; None = the model's (256 for all-MiniLM-L6-v2)
     batch_size: int = 256  # texts per backend call (each call's vectors are committed at once)
     per_request: int = 64  # openai: inputs per HTTP request

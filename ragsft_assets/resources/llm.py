@@ -34,8 +34,8 @@ from ragsft_assets.llm.client import ChatClient
 from ragsft_assets.llm.types import BatchResult, Message, SamplingParams
 
 
-class LLMResource(dg.ConfigurableResource):
-    """A chat model for one role, with the content-addressed cache in front of it."""
+class ModelEndpoint(dg.ConfigurableResource):
+    """Where a role's model runs and how it is reached: the settings chat and embedding roles share."""
 
     backend: str = "embedded"
     model: str = ""
@@ -46,6 +46,11 @@ class LLMResource(dg.ConfigurableResource):
     max_retries: int = 4
     backoff_s: float = 1.0
     weights_id: str = ""
+
+
+class LLMResource(ModelEndpoint):
+    """A chat model for one role, with the content-addressed cache in front of it."""
+
     json_mode: str = "json_schema"
     serve: bool = False
     max_model_len: int = 4096
