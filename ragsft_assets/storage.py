@@ -27,7 +27,7 @@ def asset_path(partition: str, asset: str, part: str = ALL, root: Path | None = 
     return (root or assets_dir()) / partition / asset / f"{part}.parquet"
 
 
-def _temp_beside(path: Path) -> tuple[int, str]:
+def temp_beside(path: Path) -> tuple[int, str]:
     """A temp file beside ``path``, named after this process; first removes those of dead writers.
 
     ``.<name>.<host>-<pid>-<start>-XXXX.tmp``: a writer killed mid-write leaves its temp file, and
@@ -40,7 +40,7 @@ def _temp_beside(path: Path) -> tuple[int, str]:
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     """Write bytes to ``path`` atomically (temp file + rename in the same folder)."""
-    fd, tmp = _temp_beside(path)
+    fd, tmp = temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -56,7 +56,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
 
 def write_parquet(table: pa.Table, path: Path) -> Path:
     """Write ``table`` to ``path`` atomically, deterministically (no timestamps, fixed options)."""
-    fd, tmp = _temp_beside(path)
+    fd, tmp = temp_beside(path)
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd", write_statistics=True, use_dictionary=True)

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragsft_assets.sql import sql_list, sql_literal
-from ragsft_assets.storage import SPLITS, asset_files
+from ragsft_assets.storage import SPLITS, asset_files, temp_beside
 
 # DuckDB's share of the release's memory: its sorts and hash tables spill beyond this.
 DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "640MB")
@@ -100,8 +100,7 @@ def write_batches(
     batches: Iterator[pa.RecordBatch], path: Path, schema: pa.Schema, rows_per_group: int
 ) -> int:
     """Write ``batches`` to ``path`` atomically in row groups of ``rows_per_group`` rows, cast to ``schema``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = temp_beside(path)  # owner-named: a killed writer's temp file is removed by the next write
     os.close(fd)
     n = 0
     try:
