@@ -167,7 +167,8 @@ def stream_shards(
             if out is None:
                 part = folder / (shard_file(len(shards)) + ".part")
                 # Level 6, not gzip's default 9: several times faster for a few percent of size.
-                out = gzip.open(part, "wb", compresslevel=6)  # noqa: SIM115 - closed in finish()
+                # mtime=0: the header holds no clock time, so a resumed export is byte-identical.
+                out = gzip.GzipFile(part, "wb", compresslevel=6, mtime=0)  # noqa: SIM115 - closed in finish()
                 count = 0
             out.write(orjson.dumps(rec) + b"\n")
             count += 1
