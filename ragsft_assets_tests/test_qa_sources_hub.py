@@ -76,7 +76,21 @@ def test_sources_add_hub_streams_every_split(hub: Path, tmp_path: Path) -> None:
     }
     assert snapshot_revision(folder) == origin
     assert source_info(home / "assets", home / "sources", KEY)["origin"] == origin  # what the manifest says
-    assert f"{KEY}\tfolder, partition" in runner.invoke(main, ["sources", "list"]).output
+    listed = runner.invoke(main, ["sources", "list"]).output
+    # the origin from hub.json (id, config, splits, revision) and source.json (preset, rows)
+    assert (
+        f"{KEY}\tfolder, partition\thub {hub} config=distractor split=train,validation revision=unpinned; "
+        "preset hotpotqa; 70 rows in 4 file(s)\n"
+    ) in listed, listed
+    state = orjson.loads((folder / HUB_MANIFEST).read_bytes())
+    (folder / HUB_MANIFEST).write_bytes(orjson.dumps({**state, "revision": "0b89ac0", "complete": False}))
+    listed = runner.invoke(main, ["sources", "list"]).output
+    assert "revision=0b89ac0 (export incomplete" in listed, listed
+    (folder / HUB_MANIFEST).write_bytes(orjson.dumps(state))
+    local = runner.invoke(main, ["sources", "add", "hotpotqa.de", "--from", str(DATA)])
+    assert local.exit_code == 0, local.output
+    listed = runner.invoke(main, ["sources", "list"]).output
+    assert "hotpotqa.de\tfolder, partition\tlocal; preset hotpotqa; 70 rows in 1 file(s)\n" in listed, listed
     again = runner.invoke(main, ["sources", "add", KEY, "--hub", str(hub), "--lines-per-file", "25"])
     assert again.exit_code == 0 and "already exported" in again.output
     other = runner.invoke(main, ["sources", "add", KEY, "--hub", str(hub), "--lines-per-file", "30"])

@@ -199,9 +199,55 @@ def add(
     click.echo(f"partition {key} {'added to' if added else 'already in'} the instance at {dagster_home()}")
 
 
+def source_origin(folder: Path) -> str:
+    """Where an installed source came from, on one line, from its ``hub.json`` and ``source.json``.
+
+    A hub source gives its dataset id, config, splits and pinned revision (``unpinned`` for a local
+    folder laid out like the hub, which has no revision); a local install says ``local``. The column
+    mapping follows (``preset NAME`` or ``mapping``) with the rows read per file. A file that is
+    missing or not JSON is named rather than failing the listing.
+    """
+    from ragsft_assets.corpus.hub_snapshot import HUB_MANIFEST
+    from ragsft_assets.sources.read import SOURCE_CONFIG
+
+    def read(name: str) -> dict | None:
+        path = folder / name
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return {"error": f"{name} unreadable ({exc})"}
+        return data if isinstance(data, dict) else {"error": f"{name} is not a JSON object"}
+
+    hub, cfg = read(HUB_MANIFEST), read(SOURCE_CONFIG)
+    parts = []
+    if hub is None:
+        parts.append("local")
+    elif "error" in hub:
+        parts.append(hub["error"])
+    else:
+        state = "" if hub.get("complete") else " (export incomplete: rerun `sources add` to resume)"
+        parts.append(
+            f"hub {hub.get('dataset')} config={hub.get('config') or '-'} "
+            f"split={','.join(hub.get('splits') or []) or '-'} revision={hub.get('revision') or 'unpinned'}"
+            + state
+        )
+    if cfg is None:
+        parts.append(f"no {SOURCE_CONFIG} (not validated)")
+    elif "error" in cfg:
+        parts.append(cfg["error"])
+    else:
+        files = cfg.get("files") or {}
+        rows = sum(n for n in files.values() if isinstance(n, int))
+        parts.append(f"preset {cfg['preset']}" if cfg.get("preset") else "mapping")
+        parts.append(f"{rows} rows in {len(files)} file(s)")
+    return "; ".join(parts)
+
+
 @sources.command("list")
 def list_() -> None:
-    """List source folders and whether each is a registered partition."""
+    """List source folders, whether each is a registered partition, and where each came from."""
     root = sources_dir()
     keys = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     registered = set(_instance().get_dynamic_partitions(PARTITIONS)) if dagster_home().exists() else set()
@@ -209,7 +255,8 @@ def list_() -> None:
         state = ("folder" if key in keys else "NO FOLDER") + (
             ", partition" if key in registered else ", no partition"
         )
-        click.echo(f"{key}\t{state}")
+        origin = f"\t{source_origin(root / key)}" if key in keys else ""
+        click.echo(f"{key}\t{state}{origin}")
     if not keys and not registered:
         click.echo(f"no source under {root}; add one with `ragsft sources add KEY --from PATH`")
 
