@@ -6,6 +6,14 @@ and pid (and the process start time, so a reused pid is not mistaken for the run
 module finds the ``STARTED`` ones whose process is gone on this host, marks them failed with a message
 saying they were killed, and frees their concurrency slots (``free_concurrency_slots_for_run`` of the
 event log storage, dagster 1.13). It also frees slots still held by runs that already ended.
+
+Runs the daemon launches (``ragsft ui``, the sensor, the schedule) go through the instance's run
+launcher. Dagster's ``DefaultRunLauncher`` cannot check its workers (``supports_check_run_worker_health``
+is False in dagster 1.13), so run monitoring never fails a dead one: only the code server that spawned
+the worker notices its death, and nobody does when the code server died with it (``ragsft ui``'s whole
+process group killed). :class:`PidCheckingRunLauncher` (named in ``dagster.yaml``) is the default
+launcher plus that check, from the pid dagster itself records: run monitoring then marks a dead run
+failed, and the monitoring daemon frees its slots ``free_slots_after_run_end_seconds`` later.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import Any
 
 import dagster as dg
 import psutil
+from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 
 TAG_HOST = "ragsft/host"
 TAG_PID = "ragsft/pid"
@@ -411,3 +420,85 @@ def _stop_run(
         # dagster did not get to end it (a long C call, or a second signal): end it from outside.
         instance.report_run_canceled(run, message=f"ragsft: run canceled by {name}; pool slots freed")
     instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
+# The engine event dagster's run worker emits first, with its pid in the metadata (dagster/_grpc/impl.py).
+_WORKER_STARTED = "Started process for run"
+_LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def _worker_is_local(run: dg.DagsterRun) -> bool:
+    """Whether the run's worker ran on this host: its code server is local (or a unix socket)."""
+    import json
+
+    from dagster._core.storage.tags import GRPC_INFO_TAG
+
+    raw = run.tags.get(GRPC_INFO_TAG)
+    if not raw:
+        return False
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return False
+    return "socket" in info or info.get("host") in (*_LOCAL_HOSTS, this_host())
+
+
+def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[bool | None, str]:
+    """Whether the process executing ``run`` is alive on this host, and why that is known.
+
+    Runs of the CLI are looked up by their process tags; runs launched through a code server by the
+    pid of dagster's "Started process for run" engine event, taken as the same process only if it
+    started before that event (a pid reused later is not the worker).
+
+    Returns:
+        ``(alive, reason)``: ``alive`` is None when it cannot be told (another host, no pid recorded).
+    """
+    if run.tags.get(TAG_PID):
+        state = run_state(instance, run, {})
+        if state.alive is None:
+            return None, f"process tags name {state.host}, not this host"
+        return state.alive, f"pid {state.pid} on {state.host} (run tags)"
+    if not _worker_is_local(run):
+        return None, "no process tags and no local code server"
+    from dagster._core.events import DagsterEventType
+
+    started = [
+        e
+        for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+        if (e.message or "").startswith(_WORKER_STARTED)
+    ]
+    if not started:
+        return None, "the worker has not recorded its pid yet"
+    event = started[-1]  # a resumed run records a new worker
+    pid_md = event.get_dagster_event().engine_event_data.metadata.get("pid")
+    pid_text = str(pid_md.value) if pid_md is not None else ""
+    if not pid_text.isdigit():
+        return None, "the worker's start event holds no pid"
+    pid, created = int(pid_text), _create_time(int(pid_text))
+    alive = process_alive(pid) and created is not None and created <= event.timestamp + 1.0
+    return alive, f"run worker pid {pid} on {this_host()} (its start event)"
+
+
+class PidCheckingRunLauncher(dg.DefaultRunLauncher):
+    """Dagster's default run launcher, whose workers run monitoring can check by pid.
+
+    Named in ``dagster.yaml`` (``run_launcher``). The monitoring daemon calls
+    :meth:`check_run_worker_health` for every STARTED run each ``poll_interval_seconds``; a run whose
+    worker is gone is marked failed there, and its pool slots are freed by the same daemon
+    ``free_slots_after_run_end_seconds`` later. A run whose worker cannot be seen from this host is
+    reported running: it is never failed on a guess.
+    """
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        """Yes: by pid, on this host."""
+        return True
+
+    def check_run_worker_health(self, run: dg.DagsterRun) -> CheckRunHealthResult:
+        """RUNNING unless the run's worker process is known to be gone on this host (then FAILED)."""
+        alive, reason = worker_health(self._instance, run)
+        if alive is False:
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED, f"ragsft: run worker is gone ({reason}): the run was killed"
+            )
+        return CheckRunHealthResult(WorkerStatus.RUNNING, reason if alive is None else "")
