@@ -17,11 +17,21 @@ instead of ``context`` and ``supporting_facts``: the passage becomes the record'
 paragraph (title: the passage's 24-hex id, ``passage_title``; sentences: the text, whole, as its one
 sentence) and that paragraph is the supporting fact. ``answer`` may be a list of reference answers
 (NarrativeQA has two): the first non-empty one is the answer.
+
+A conversational source (ChatQA's ``synthetic_convqa``: a document and a conversation) maps
+``conversation`` to a list of ``{role, content}`` turns: the last turn, a user's, is the question;
+the earlier turns ride along as ``history`` (a column only such sources have) and go into the
+training conversation before it; ``answer`` is the target. A source whose documents and question
+are one RAG-TGE prompt (``Document [n](Title: t): text`` lines, then ``Question: q``) maps
+``prompt``: its documents become the context, the documents the answer cites (``[n]``) the
+supporting facts, and the ``[n]`` markers are removed from the answer (they count the prompt's
+documents, an order the long-context shuffle does not keep).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +44,15 @@ from ragsft_assets.multihop.hotpot_format import records_table
 
 SOURCE_CONFIG = "source.json"  # written by `ragsft sources add` beside the data files
 HUB_STATE = "hub.json"  # written by `ragsft sources add --hub` (sources/hub.py): not data
-FIELDS = ("id", "question", "answer", "context", "supporting_facts", "type", "level", "split", "passage")
+FIELDS = (
+    *("id", "question", "answer", "context", "supporting_facts", "type", "level", "split", "passage"),
+    *("conversation", "prompt"),
+)
 REQUIRED = ("question", "answer", "context", "supporting_facts")  # or question, answer, passage
 PASSAGE_REQUIRED = ("question", "answer", "passage")
+CONVERSATION_REQUIRED = ("conversation", "answer", "passage")  # the question is the last user turn
+PROMPT_REQUIRED = ("prompt", "answer")  # documents and question are in the prompt
+HISTORY_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".parquet")  # .jsonl.gz: the shards of a hub export
 
 PRESETS: dict[str, dict[str, str | None]] = {
@@ -61,6 +77,22 @@ PRESETS: dict[str, dict[str, str | None]] = {
         "passage": "passage|summary",
         "split": None,
     },
+    # ChatQA's synthetic_convqa (nvidia/ChatQA-Training-Data): {messages: [{role, content}...] ending
+    # with the user's question, document, answers: [...]}. No real row offline: fixtures only.
+    "synthetic_convqa": {
+        "id": "id|_id",
+        "conversation": "messages|conversation",
+        "passage": "document|passage",
+        "answer": "answers|answer",
+        "split": None,
+    },
+    # RAG-TGE (tdolega/rag-tge_finetuning-dataset): {prompt: "Document [n](Title: t): text" lines
+    # then "Question: q", answer: sentences citing [n]}. No real row offline: fixtures only.
+    "rag_tge": {"id": "id|_id", "prompt": "prompt", "answer": "answer", "split": None},
+    # Trust-Align SFT rows (ALCE / Trust-Score layout: question, docs[{title, text}], answer with
+    # [N] citations, gold qa_pairs / answers): not a column mapping but a reader of its own,
+    # sources/trust_align.py (multi-answer rows with their reference and BM25 distractors).
+    "trust_align": {"layout": "trust_align", "question": "question", "answer": "answer", "context": "docs"},
 }
 
 
@@ -99,10 +131,19 @@ def load_mapping(preset: str | None = None, mapping_file: Path | None = None) ->
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise SourceError(f"mapping file {mapping_file}: unknown field(s) {unknown}; fields are {FIELDS}")
-    missing = [f for f in (PASSAGE_REQUIRED if raw.get("passage") else REQUIRED) if not raw.get(f)]
+    missing = [f for f in _required(raw) if not raw.get(f)]
     if missing:
         raise SourceError(f"mapping file {mapping_file}: no column for required field(s) {missing}")
     return {f: (str(raw[f]) if raw.get(f) else None) for f in FIELDS}
+
+
+def _required(mapping: Mapping[str, Any]) -> tuple[str, ...]:
+    """The fields a mapping must name, by the shape of its source."""
+    if mapping.get("prompt"):
+        return PROMPT_REQUIRED
+    if mapping.get("conversation"):
+        return CONVERSATION_REQUIRED
+    return PASSAGE_REQUIRED if mapping.get("passage") else REQUIRED
 
 
 def file_format(path: Path) -> str:
@@ -188,18 +229,65 @@ def _pairs(value: Any, keys: tuple[str, str]) -> list[tuple[Any, Any]]:
     return [(a, b) for a, b in value]
 
 
+def _conversation(value: Any, where: str, column: str | None) -> tuple[str, list[dict[str, str]]]:
+    """(question, earlier turns) of a list of ``{role, content}`` turns ending with a user turn."""
+    try:
+        turns = [{"role": str(t["role"]), "content": str(t["content"])} for t in value]
+    except (KeyError, TypeError) as exc:
+        raise SourceError(
+            f"{where}: field {column!r} (conversation) is not a list of {{role, content}}"
+        ) from exc
+    if not turns or turns[-1]["role"] != "user":
+        raise SourceError(f"{where}: field {column!r} (conversation) does not end with a user turn")
+    bad = sorted({t["role"] for t in turns} - {"user", "assistant"})
+    if bad:
+        raise SourceError(f"{where}: field {column!r} (conversation) has turn role(s) {bad}")
+    return turns[-1]["content"], turns[:-1]
+
+
+_TGE_DOCUMENT = re.compile(r"Document \[(\d+)\]\(Title: (.*?)\): ?(.*)")
+_TGE_CITATION = re.compile(r" ?\[(\d+)\]")
+
+
+def _rag_tge_prompt(prompt: Any, answer: str, where: str) -> tuple[str, list, list, str]:
+    """(question, context pairs, supporting facts, answer without markers) of a RAG-TGE prompt."""
+    if not isinstance(prompt, str):
+        raise SourceError(f"{where}: field 'prompt' is not a string")
+    docs: list[tuple[str, list[str]]] = []
+    question = None
+    for line in prompt.splitlines():
+        if m := _TGE_DOCUMENT.fullmatch(line.strip()):
+            if int(m.group(1)) != len(docs) + 1:
+                raise SourceError(f"{where}: prompt document [{m.group(1)}] out of order")
+            docs.append((m.group(2), [m.group(3)]))
+        elif line.startswith("Question:"):
+            question = line[len("Question:") :].strip()
+    if question is None or not docs:
+        raise SourceError(f"{where}: field 'prompt' is not a RAG-TGE prompt (Document [n] lines, Question:)")
+    cited = sorted({int(n) for n in _TGE_CITATION.findall(answer) if 1 <= int(n) <= len(docs)})
+    facts = [(docs[n - 1][0], 0) for n in cited]  # none cited: no oracle, a counted rejection later
+    return question, docs, facts, _TGE_CITATION.sub("", answer).strip()
+
+
 def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_split: str) -> dict[str, Any]:
     """One source record as an HotpotQA-layout row; raises SourceError naming ``where`` and the field."""
     if not isinstance(row, Mapping):
         raise SourceError(f"{where}: expected an object, got {type(row).__name__}")
     values = {f: _column(row, mapping.get(f)) for f in FIELDS}
     by_passage = bool(mapping.get("passage"))
-    for f in PASSAGE_REQUIRED if by_passage else REQUIRED:
+    for f in _required(mapping):
         if values[f] is None:
             raise SourceError(f"{where}: missing field {mapping.get(f)!r} ({f})")
     answer = _answer(values["answer"])
     if answer is None:
         raise SourceError(f"{where}: field {mapping.get('answer')!r} (answer) holds no non-empty answer")
+    history: list[dict[str, str]] | None = None
+    if mapping.get("conversation"):
+        values["question"], history = _conversation(values["conversation"], where, mapping["conversation"])
+    if mapping.get("prompt"):
+        values["question"], values["context"], values["supporting_facts"], answer = _rag_tge_prompt(
+            values["prompt"], answer, where
+        )
     if by_passage:
         text = values["passage"]
         if not isinstance(text, str) or not text.strip():
@@ -222,8 +310,10 @@ def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_
         raise SourceError(f"{where}: field {mapping.get('context')!r} (context) is empty")
     titles = [t for t, _ in context]
     question = str(values["question"])
-    rid = str(values["id"]) if values["id"] is not None else derived_id(question, *titles)
-    return {
+    # a conversation's earlier turns are part of its identity (one document, many conversations)
+    turns = [f"{t['role']}:{t['content']}" for t in history or ()]
+    rid = str(values["id"]) if values["id"] is not None else derived_id(question, *titles, *turns)
+    out = {
         "id": rid,
         "question": question,
         "answer": answer,
@@ -233,6 +323,9 @@ def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_
         "context": {"title": titles, "sentences": [s for _, s in context]},
         "split": str(values["split"] or default_split),
     }
+    if history is not None:
+        out["history"] = history
+    return out
 
 
 def read_source(path: Path, mapping: Mapping[str, str | None], default_split: str = "train") -> SourceRead:
@@ -247,6 +340,14 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
     rows: list[dict[str, Any]] = []
     per_file: dict[str, int] = {}
     files = source_files(path)
+    if mapping.get("layout") == "trust_align":
+        from ragsft_assets.sources import trust_align
+
+        try:
+            built = trust_align.read_files(files, lambda name: _split_from_name(name, default_split))
+        except trust_align.TrustAlignError as exc:
+            raise SourceError(str(exc)) from exc
+        return SourceRead(trust_align.rows_table(built.rows), [f.name for f in files], dict(built.funnel))
     for f in files:
         split = _split_from_name(f.name, default_split)
         n = 0
@@ -262,7 +363,13 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
             )
         seen[r["id"]] = r["split"]
     unique = list({r["id"]: r for r in rows}.values())  # a record repeated verbatim is read once
-    return SourceRead(records_table(unique), [f.name for f in files], per_file)
+    table = records_table(unique)
+    if mapping.get("conversation"):  # the earlier turns: a column of conversational sources only
+        by_id = {r["id"]: r["history"] for r in unique}
+        table = table.append_column(
+            "history", pa.array([by_id[i] for i in table["id"].to_pylist()], HISTORY_TYPE)
+        )
+    return SourceRead(table, [f.name for f in files], per_file)
 
 
 def _split_from_name(name: str, default: str) -> str:
