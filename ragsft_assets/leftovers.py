@@ -122,3 +122,86 @@ def remove_stale(parent: Path, prefix: str) -> list[Path]:
         remove(path)
         log.warning("removed %s, left by a killed process", path)
     return removed
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A temporary entry of a dead process of this host, found by :func:`find_stale`.
+
+    Attributes:
+        path: The entry (a file or a folder).
+        prefix: The part of its name before the owner tag (``.<name>.``, ``.<name>.build-``, ...).
+    """
+
+    path: Path
+    prefix: str
+
+    @property
+    def set_aside(self) -> Path | None:
+        """For a release set aside by a swap (``.<name>.old-``): the folder it was moved away from."""
+        if self.prefix.startswith(".") and self.prefix.endswith(".old-"):
+            return self.path.parent / self.prefix[1 : -len(".old-")]
+        return None
+
+
+def _stale_prefix(name: str) -> str | None:
+    """The prefix of ``name`` before this host's owner tag, when the owner is dead; else None."""
+    if not name.startswith("."):
+        return None  # every temporary name the project makes is hidden
+    tag = _host() + "-"
+    at = name.find(tag, 1)
+    while at != -1:
+        prefix = name[:at]
+        owner = owner_of(name, prefix) if prefix.endswith((".", "-")) else None
+        if owner is not None and owner.host == _host():
+            return None if owner.alive() else prefix
+        at = name.find(tag, at + 1)
+    return None
+
+
+def find_stale(root: Path) -> list[Stale]:
+    """Every owner-named temporary entry under ``root`` whose owner process is gone on this host.
+
+    Looks at all depths (a stale folder is not entered: it goes whole); entries of other hosts and
+    names that carry no owner are never returned. Sorted by path.
+    """
+    out = []
+    for parent, dirs, files in os.walk(root):
+        for name in sorted([*dirs, *files]):
+            prefix = _stale_prefix(name)
+            if prefix is not None:
+                out.append(Stale(Path(parent) / name, prefix))
+        dirs[:] = [d for d in dirs if _stale_prefix(d) is None]
+    return sorted(out, key=lambda s: str(s.path))
+
+
+def sweep(root: Path, dry_run: bool = False) -> list[str]:
+    """Remove every temporary entry that a dead process of this host left under ``root``.
+
+    A release set aside by a swap killed between its two renames is put back when its folder is
+    missing (the rule of ``release.layout.recover``, which does it), else removed like the rest.
+
+    Args:
+        root: The folder to sweep (``ragsft runs clean`` gives the project home).
+        dry_run: Only say what would be done.
+
+    Returns:
+        One line per entry: what was (or would be) done.
+    """
+    lines = []
+    recovered: set[Path] = set()
+    for stale in find_stale(root):
+        target = stale.set_aside
+        if dry_run:
+            verb = "would restore" if target is not None and not target.exists() else "would remove"
+            lines.append(f"{verb} {stale.path}" + (f" as {target}" if verb == "would restore" else ""))
+        elif target is not None:
+            if target not in recovered:
+                from ragsft_assets.release import layout  # layout imports this module
+
+                recovered.add(target)
+                lines += layout.recover(target)
+        elif stale.path.exists():  # a release's recover may have removed its staging folder already
+            remove(stale.path)
+            lines.append(f"removed {stale.path}, left by a killed process")
+    return lines

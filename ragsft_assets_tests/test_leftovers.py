@@ -157,3 +157,40 @@ def test_corpus_build_removes_a_dead_builds_chunks(tmp_path: Path, dead_pid: int
     build = build_abstracts([], AbstractsConfig(), tmp_dir=str(tmp_path))
     assert build.table.num_rows == 0
     assert list(tmp_path.iterdir()) == []  # the dead one's chunks and this build's own folder are gone
+
+
+def test_sweep_finds_dead_owners_temp_entries_at_any_depth(tmp_path: Path, dead_pid: int) -> None:
+    release = tmp_path / "releases" / "sample.fr"
+    part = tmp_path / "assets" / "sample.fr" / "abstracts"
+    part.mkdir(parents=True)
+    (tmp_path / "releases").mkdir()
+    dead = {
+        "tmp": part / (_name(".train.parquet.", dead_pid, start=1) + ".tmp"),
+        "chunks": part.parent / _name(CHUNKS_PREFIX, dead_pid, start=1),
+        "staging": release.parent / _name(".sample.fr.build-", dead_pid, start=1),
+        "aside": release.parent / _name(".sample.fr.old-", dead_pid, start=1),
+    }
+    kept = [
+        part / (_name(".train.parquet.", os.getpid()) + ".tmp"),  # a live writer's
+        part / (_name(".train.parquet.", dead_pid, start=1, host="another-host") + ".tmp"),
+        part / ".train.parquet.abcdef.tmp",  # no owner in the name
+    ]
+    for p in (dead["tmp"], *kept):
+        p.write_bytes(b"half")
+    for key in ("chunks", "staging", "aside"):
+        dead[key].mkdir()
+        (dead[key] / "README.md").write_text(key, encoding="utf-8")
+    # the chunk folder's own files carry no owner: the folder goes whole, its content is not listed
+    found = leftovers.find_stale(tmp_path)
+    assert [s.path for s in found] == sorted(dead.values(), key=str)
+    assert [s.set_aside for s in found if s.set_aside] == [release]
+
+    planned = leftovers.sweep(tmp_path, dry_run=True)
+    assert len(planned) == 4 and f"would restore {dead['aside']} as {release}" in planned
+    assert all(p.exists() for p in dead.values())  # a dry run changes nothing
+
+    done = leftovers.sweep(tmp_path)
+    assert len(done) == 4 and any(line.startswith(f"restored {release}") for line in done)
+    assert not any(p.exists() for p in dead.values()) and all(p.exists() for p in kept)
+    assert (release / "README.md").read_text(encoding="utf-8") == "aside"  # the set-aside release is back
+    assert leftovers.sweep(tmp_path) == []

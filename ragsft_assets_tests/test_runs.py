@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 from dagster._core.test_utils import create_run_for_test
 
+from ragsft_assets import leftovers
 from ragsft_assets.defs import runs as hygiene
 
 
@@ -100,10 +101,18 @@ def test_cli_runs_clean(tmp_path, monkeypatch):
     with dg.DagsterInstance.get() as inst:
         inst.event_log_storage.set_concurrency_slots("gpu", 1)
         dead = _started_run(inst, _dead_pid_tags())
+    # a temporary file of the killed process, beside an output it was writing
+    gone = int(dead.tags[hygiene.TAG_PID])
+    start = int(float(dead.tags[hygiene.TAG_PID_START]))
+    tmp = tmp_path / "assets" / "sample.fr" / f".train.parquet.{leftovers._host()}-{gone}-{start}-x1.tmp"
+    tmp.parent.mkdir(parents=True)
+    tmp.write_bytes(b"half")
     out = runner.invoke(main, ["runs", "clean", "--dry-run"])
     assert out.exit_code == 0 and f"would mark failed: run {dead.run_id}" in out.output, out.output
+    assert f"would remove {tmp}" in out.output and tmp.exists()
     out = runner.invoke(main, ["runs", "clean"])
     assert f"marked failed (killed): run {dead.run_id}" in out.output, out.output
+    assert f"removed {tmp}" in out.output and not tmp.exists()
     with dg.DagsterInstance.get() as inst:
         assert inst.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
         assert hygiene.held_slots(inst) == {}

@@ -24,11 +24,17 @@ def runs() -> None:
 @runs.command()
 @click.option("--dry-run", is_flag=True, help="List what would be cleaned; change nothing.")
 def clean(dry_run: bool) -> None:
-    """Mark STARTED runs whose process is gone on this host failed, and free pool slots of ended runs."""
+    """Mark STARTED runs whose process is gone on this host failed, and free pool slots of ended runs.
+
+    Also removes the temporary files and folders that dead processes of this host left under the
+    project home (a release set aside by a killed swap is put back where its folder is missing).
+    """
     import dagster as dg
 
+    from ragsft_assets import leftovers
     from ragsft_assets.cli.demo import ensure_instance_home
     from ragsft_assets.defs.runs import clean_dead_runs, report_lines
+    from ragsft_assets.home import ragsft_home
 
     ensure_instance_home()
     dead, ended = clean_dead_runs(dg.DagsterInstance.get(), dry_run=dry_run)
@@ -37,3 +43,8 @@ def clean(dry_run: bool) -> None:
         click.echo(line)
     if not lines:
         click.echo("no dead runs and no slots held by ended runs")
+    files = leftovers.sweep(ragsft_home(), dry_run=dry_run)
+    for line in files:
+        click.echo(line)
+    if not files:
+        click.echo(f"no temporary files of dead processes under {ragsft_home()}")
