@@ -4,6 +4,8 @@ the funnel adds up, whatever few questions a 135M model gets through)."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 
 import dagster as dg
@@ -12,15 +14,56 @@ import pytest
 
 from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
 from ragsft_assets.definitions import build_definitions
+from ragsft_assets.ids import sha256_hex
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.catalog import CatalogResource
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
-from ragsft_assets_tests.oracle_double import oracle_model
+from ragsft_assets_tests.llm_double import ScriptedChatModel
+from ragsft_assets_tests.oracle_double import Oracle
 
 KEY = "sample.fr"
 FILTERED_PARENTS = {"filtered": "default", "filtered_qwen": "default", "filtered_qwen_v2": "filtered_qwen"}
+FR_SFT = "hotpotqa_fr_abstracts_v2"
+FILTER_ASSETS = (
+    "multihop_filtered",
+    "multihop_filtered_qwen",
+    "multihop_filtered_qwen_v2",
+)  # the French snapshot's RAG SFT config (issue 12)
+
+# Which filter a question fails, from its text alone (a hash), so that the test knows the expected
+# drops independently of the run: criteria_annotation (a criterion fails, or an unreadable reply:
+# not_annotated), bridge_judge, language_judge. The others pass every filter, as the oracle does.
+FAILS = {0: "clear_question", 1: "not_annotated", 2: "bridge_judge", 3: "language_judge"}
+_QUESTION = re.compile(r"Question ?: (.+)")
+
+
+def fails_at(question: str) -> str | None:
+    return FAILS.get(int(sha256_hex(question.strip())[:8], 16) % 7)
+
+
+class FilterFailingOracle(Oracle):
+    """The oracle, but the questions ``fails_at`` names fail their filter (test-local double)."""
+
+    def __call__(self, messages) -> str:
+        text = "\n".join(m["content"] for m in messages)
+        found = _QUESTION.findall(text)
+        fails = fails_at(found[-1]) if found else None
+        reply = super().__call__(messages)
+        if '"minimal_answer"' in text and fails == "not_annotated":
+            return "je ne sais pas"  # not the six booleans: the question stays not_annotated
+        if '"minimal_answer"' in text and fails == "clear_question":
+            return reply.replace('"clear_question":true', '"clear_question":false')
+        if '"b_only_candidate"' in text and fails == "bridge_judge":
+            return reply.replace('"b_only_candidate":true', '"b_only_candidate":false')
+        if '"no_meta_wording"' in text and fails == "language_judge":
+            return reply.replace('"no_meta_wording":true', '"no_meta_wording":false')
+        return reply
+
+
+def filter_failing_model() -> ScriptedChatModel:
+    return ScriptedChatModel(FilterFailingOracle(), model_id="oracle-double")
 
 
 def run_full_job(home: Path, model: object, run_config: dict | None = None) -> dg.ExecuteInProcessResult:
@@ -56,7 +99,7 @@ def rows(home: Path, asset: str) -> int:
 @pytest.fixture(scope="module")
 def oracle_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("oracle_home")
-    result = run_full_job(home, oracle_model())
+    result = run_full_job(home, filter_failing_model())
     assert result.success
     return home
 
@@ -95,7 +138,7 @@ def test_release_verifies_and_loads(oracle_home: Path) -> None:
     folder = oracle_home / "releases" / KEY
     assert verify_release(folder).ok
     loaded = {}
-    for config in ("default", "corpus", "hotpotqa_cite", *FILTERED_PARENTS, "corpus_filtered_qwen_v2"):
+    for config in ("default", "corpus", FR_SFT, *FILTERED_PARENTS, "corpus_filtered_qwen_v2"):
         loaded[config] = ds = load_dataset(str(folder), config)
         assert sum(len(split) for split in ds.values()) > 0, config
     # issue 13: every filtered config is a subset of the config it filters, row for row, with its
@@ -108,8 +151,8 @@ def test_release_verifies_and_loads(oracle_home: Path) -> None:
 
 
 def test_rerun_gives_identical_bytes(oracle_home: Path, tmp_path: Path) -> None:
-    assert run_full_job(tmp_path, oracle_model()).success
-    for asset in ("multihop_questions", "rag_sft", "_ledger"):
+    assert run_full_job(tmp_path, filter_failing_model()).success
+    for asset in ("multihop_questions", *FILTER_ASSETS, "rag_sft", "_ledger"):
         a = sorted((oracle_home / "assets" / KEY / asset).glob("*.parquet"))
         b = sorted((tmp_path / "assets" / KEY / asset).glob("*.parquet"))
         assert [p.name for p in a] == [p.name for p in b]
@@ -145,3 +188,137 @@ def test_full_job_with_the_embedded_model(embedded_model: object, tmp_path: Path
     ).fetchone()[0]
     assert downstream == kept  # every kept draft was decided downstream, the others never reached it
     assert verify_release(tmp_path / "releases" / KEY).ok
+
+
+def _ids(home: Path, asset: str, split: str | None = None) -> set[str]:
+    return set(ArtifactStore(home=str(home)).read(KEY, asset, split)["id"].to_pylist())
+
+
+def test_each_filter_drops_exactly_its_failing_questions(oracle_home: Path) -> None:
+    """Issue 13: the funnel adds up at each filter and each config drops the questions made to fail."""
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.multihop.filter_configs import subset_violations
+
+    store = ArtifactStore(home=str(oracle_home))
+    questions = store.read(KEY, "multihop_questions").select(["id", "question"]).to_pylist()
+    by_fail: dict[str | None, set[str]] = {}
+    for q in questions:
+        by_fail.setdefault(fails_at(q["question"]), set()).add(q["id"])
+    assert all(by_fail.get(f) for f in FAILS.values()), {f: len(by_fail.get(f, ())) for f in FAILS.values()}
+    everyone = {q["id"] for q in questions}
+    crit = store.read(KEY, "criteria_annotation").to_pylist()
+    counts = Counter(r["verdict"] for r in crit)
+    # in = kept + rejected + not_annotated, and each group is exactly the questions made so
+    assert len(crit) == len(everyone) == counts["kept"] + counts["fails_criteria"] + counts["not_annotated"]
+    assert {r["id"] for r in crit if r["verdict"] == "not_annotated"} == by_fail["not_annotated"]
+    assert {r["id"] for r in crit if r["verdict"] == "fails_criteria"} == by_fail["clear_question"]
+    assert all(r["failed"] == ["clear_question"] for r in crit if r["verdict"] == "fails_criteria")
+    qwen = everyone - by_fail["not_annotated"] - by_fail["clear_question"]
+    assert _ids(oracle_home, "multihop_filtered_qwen") == qwen
+    bridge = store.read(KEY, "bridge_judge").to_pylist()
+    assert {r["id"] for r in bridge} == qwen  # the judge saw exactly filtered_qwen
+    assert {r["id"] for r in bridge if r["verdict"] != "kept"} == by_fail["bridge_judge"]
+    lang = store.read(KEY, "language_judge").to_pylist()
+    assert {r["id"] for r in lang} == qwen - by_fail["bridge_judge"]
+    assert {r["id"] for r in lang if r["verdict"] != "kept"} == by_fail["language_judge"]
+    v2 = qwen - by_fail["bridge_judge"] - by_fail["language_judge"]
+    assert _ids(oracle_home, "multihop_filtered_qwen_v2") == v2 and v2 < qwen < everyone  # strict subsets
+    for child, parent in (("multihop_filtered_qwen", "multihop_questions"),
+                          ("multihop_filtered_qwen_v2", "multihop_filtered_qwen")):  # fmt: skip
+        for split in ("train", "validation", "test"):
+            assert subset_violations(store.read(KEY, child, split), store.read(KEY, parent, split)) == []
+    # provenance names the failing judge, criterion by criterion for the six criteria
+    folder = oracle_home / "releases" / KEY / "provenance" / "filtered_qwen_v2"
+    prov = pq.read_table(folder / "verdicts.parquet").to_pylist()
+    failed = {(r["id"], r["filter"]) for r in prov if not r["kept"]}
+    assert {i for i, f in failed if f == "criteria_annotation/clear_question"} == by_fail["clear_question"]
+    assert {i for i, f in failed if f == "bridge_judge"} == by_fail["bridge_judge"]
+    assert {i for i, f in failed if f == "language_judge"} == by_fail["language_judge"]
+    assert {i for i, f in failed if f == "criteria_annotation"} == by_fail["clear_question"] | by_fail[
+        "not_annotated"
+    ]
+    assert {f for _, f in failed} == {
+        "criteria_annotation", "criteria_annotation/clear_question", "bridge_judge", "language_judge"
+    }  # fmt: skip
+
+
+def test_french_release_ships_hotpotqa_fr_abstracts_v2_from_filtered_qwen_v2(oracle_home: Path) -> None:
+    """Issue 12: the French RAG SFT config, one split `train`, built on filtered_qwen_v2's train split,
+    with the QA card's RAG SFT statistics on the snapshot card."""
+    from ragsft_assets.release import layout
+
+    store = ArtifactStore(home=str(oracle_home))
+    folder = oracle_home / "releases" / KEY
+    files = layout.release_files(folder)
+    assert "hotpotqa_cite" not in files and list(files[FR_SFT]) == ["train"]
+    prompts = store.read(KEY, "rag_prompts").to_pylist()
+    asked = {p["question_id"] for p in prompts}
+    train_v2 = _ids(oracle_home, "multihop_filtered_qwen_v2", "train")
+    assert asked and asked <= train_v2  # nothing from another config or split
+    over = {
+        r[0]
+        for r in ledger(oracle_home)
+        .execute("SELECT candidate_id FROM ledger WHERE stage = 'rag_prompts' AND verdict <> 'kept'")
+        .fetchall()
+    }
+    assert asked | (over & train_v2) == train_v2  # every train question of v2 is asked or over budget
+    assert {p["split"] for p in prompts} == {"train"}
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    section = card.split(f"### `{FR_SFT}`: citations and answers")[1]
+    assert "documents per prompt" in section and "refusal words (median, p90)" in section
+    assert "most frequent first sentence" in section.lower()
+
+
+def test_release_config_names_are_configurable(oracle_home: Path, tmp_path: Path) -> None:
+    """Issue 13: filtered config names from the release's run config; defaults are the card's."""
+    import shutil
+
+    from datasets import load_dataset
+
+    from ragsft_assets.defs.release.assets import dataset_card, release, release_manifest
+    from ragsft_assets.release import layout
+
+    home = tmp_path / "home"
+    shutil.copytree(oracle_home / "assets", home / "assets")
+    shutil.copytree(oracle_home / "snapshots", home / "snapshots")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("snapshot", [KEY])
+    names = {"filtered_qwen": "qwen_all_six", "filtered_qwen_v2": "qwen_v2b", "rag_sft": "fr_cite"}
+    result = dg.materialize(
+        [release, dataset_card, release_manifest, dg.AssetSpec("multihop_audit"),
+         *(dg.AssetSpec(a) for a in {c.asset for c in layout.RELEASE_CONFIGS})],
+        resources={"store": ArtifactStore(home=str(home))},
+        partition_key=KEY,
+        instance=instance,
+        run_config={"ops": {"release": {"config": names}}},
+        selection=[release.key, dataset_card.key, release_manifest.key],
+    )  # fmt: skip
+    assert result.success
+    folder = home / "releases" / KEY
+    files = layout.release_files(folder)
+    assert {"qwen_all_six", "qwen_v2b", "fr_cite", "filtered"} <= set(files)
+    assert not {"filtered_qwen", "filtered_qwen_v2", FR_SFT} & set(files)
+    assert verify_release(folder).ok
+    original = oracle_home / "releases" / KEY
+    for new, old in (
+        ("qwen_all_six", "filtered_qwen"),
+        ("qwen_v2b", "filtered_qwen_v2"),
+        ("fr_cite", FR_SFT),
+    ):
+        for split, rel in files[new].items():  # the same bytes under the new name
+            assert (folder / rel).read_bytes() == (original / layout.data_file(old, split)).read_bytes()
+    assert sum(len(s) for s in load_dataset(str(folder), "qwen_v2b").values()) == len(
+        _ids(oracle_home, "multihop_filtered_qwen_v2")
+    )
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "### `qwen_v2b`: verdicts of each filter" in card and "publishability score" in card
+    assert "the bridge judge and then the language judge keep" in card and "rows of `qwen_all_six`" in card
+    assert "### `fr_cite`: citations and answers" in card
+    assert (folder / "provenance" / "qwen_v2b" / "verdicts.parquet").is_file()
+    with pytest.raises(ValueError, match="two release configs would be named"):
+        layout.release_configs({"filtered": "corpus"})
+    with pytest.raises(ValueError, match="no release config named"):
+        layout.release_configs({"filtred": "x"})
+    with pytest.raises(ValueError, match="is not a config name"):
+        layout.release_configs({"filtered": "a/b"})

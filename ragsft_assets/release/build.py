@@ -61,15 +61,25 @@ def lineage_path(config: str) -> str:
     return f"{layout.PROVENANCE}/{config}/{LINEAGE}"
 
 
-def build_release(assets_root: Path, partition: str, target: Path, pretty_name: str = "") -> ReleaseBuild:
+def build_release(
+    assets_root: Path,
+    partition: str,
+    target: Path,
+    pretty_name: str = "",
+    configs: Sequence[layout.ReleaseConfig] | None = None,
+) -> ReleaseBuild:
     """Build the release folder of a partition from its materialized assets, atomically.
 
     Configs whose upstream asset is missing are skipped with a note. Raises ``FileNotFoundError``
     when no config at all can be built (nothing would load). Memory stays bounded whatever the
     partition's size: data files, decisions and lineage are DuckDB queries over the upstream
     Parquet files, streamed to their files (``stream.py``), never whole tables or Python rows.
+    ``configs`` (default ``layout.RELEASE_CONFIGS``) name the configs (``layout.release_configs``);
+    the names shipped go to ``provenance/configs.json``.
     """
-    plan = stream.plan_configs(assets_root, partition)
+    configs = tuple(configs or layout.RELEASE_CONFIGS)
+    by_name = {c.name: c for c in configs}
+    plan = stream.plan_configs(assets_root, partition, configs)
     notes = plan.notes
     if not plan.configs:
         raise FileNotFoundError(
@@ -89,7 +99,7 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
         src = LineageSources(assets_root, partition, ledger)
         lineage_rows = {}
         for config, splits in plan.configs.items():
-            family = layout.CONFIGS_BY_NAME[config].family
+            family = by_name[config].family
             with stream.connect(spill_in=staging) as con:
                 src.register(con)
                 lineage_rows[config] = write_lineage(
@@ -97,9 +107,10 @@ def build_release(assets_root: Path, partition: str, target: Path, pretty_name: 
                 )
         for config in plan.configs:
             # A filtered config's asset keeps its filters' verdicts beside its split files.
-            verdicts = assets_root / partition / layout.CONFIGS_BY_NAME[config].asset / VERDICTS_SOURCE
+            verdicts = assets_root / partition / by_name[config].asset / VERDICTS_SOURCE
             if verdicts.is_file():
                 write_parquet(pq.read_table(verdicts), staging / verdicts_path(config))
+        layout.write_configs(staging, [by_name[c] for c in plan.configs])
         (staging / layout.PROVENANCE / NOTES_FILE).write_bytes(
             orjson.dumps(notes, option=orjson.OPT_INDENT_2) + b"\n"
         )
@@ -177,8 +188,9 @@ def write_manifests(
     if upstream_metadata is not None:
         llm_roles = provenance.llm_roles(upstream_metadata, calls)
     manifests = {}
+    shipped = layout.read_configs(folder)
     for config, splits in files.items():
-        cfg = layout.CONFIGS_BY_NAME.get(config)
+        cfg = shipped.get(config)
         extra = {"lineage": lineage_path(config)} if (folder / lineage_path(config)).is_file() else {}
         if (folder / verdicts_path(config)).is_file():
             extra["verdicts"] = verdicts_path(config)

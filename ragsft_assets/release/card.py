@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragsft_assets.release import decisions as decisions_mod
-from ragsft_assets.release.layout import CONFIGS_BY_NAME, PLOTS, PROVENANCE
+from ragsft_assets.release.layout import PLOTS, PROVENANCE, default_name, read_configs
 from ragsft_assets.release.lineage import FILENAME_SQL, whitespace_class
 from ragsft_assets.release.stream import unified_schema
 from ragsft_assets.sql import sql_list, sql_literal
@@ -236,6 +236,7 @@ def filter_sections(folder: Path, files: Mapping[str, Mapping[str, str]]) -> lis
     filter, the share of failures per criterion, the keep rate by topic where topics are known, and
     the notes on how the config differs from the HotpotQA-fr card's."""
     parts: list[str] = []
+    shipped = read_configs(folder)
     for config, splits in files.items():
         path = folder / "provenance" / config / "verdicts.parquet"
         if not path.is_file():
@@ -254,8 +255,9 @@ def filter_sections(folder: Path, files: Mapping[str, Mapping[str, str]]) -> lis
         if not parts:
             parts += ["## Filters", ""]
         parts += [f"### `{config}`: verdicts of each filter, in the order they ran", ""]
-        if config in FILTER_NOTES:
-            parts += [FILTER_NOTES[config], ""]
+        note = FILTER_NOTES.get(default_name(shipped[config])) if config in shipped else None
+        if note:  # the card's name (a renamed config keeps its note)
+            parts += [note, ""]
         table_rows = [
             (f, v, "kept" if kept else "dropped", n)
             for (f, v, kept), n in sorted(
@@ -311,6 +313,7 @@ def render_card(
         "",
     ]
     overview = []
+    shipped = read_configs(folder)  # the names this release was built with (renamed configs included)
     # Schemas and row counts from the Parquet footers; the statistics are DuckDB queries (config_stats).
     schemas: dict[str, pa.Schema] = {}
     totals: dict[str, int] = {}
@@ -319,7 +322,7 @@ def render_card(
         per_split = {s: pq.ParquetFile(folder / p).metadata.num_rows for s, p in splits.items()}
         totals[config] = sum(per_split.values())
         counts = ", ".join(f"{s}: {n}" for s, n in per_split.items())
-        desc = CONFIGS_BY_NAME[config].description if config in CONFIGS_BY_NAME else ""
+        desc = shipped[config].description if config in shipped else ""
         overview.append((f"`{config}`", desc, counts, totals[config]))
     parts += [markdown_table(["config", "what", "rows per split", "rows"], overview), ""]
     parts += ["```python", "from datasets import load_dataset", ""]
@@ -354,7 +357,7 @@ def render_card(
     parts += ["## Statistics", ""]
     written: list[str] = []
     for config, splits in files.items():
-        family = CONFIGS_BY_NAME[config].family if config in CONFIGS_BY_NAME else "corpus"
+        family = shipped[config].family if config in shipped else "corpus"
         rows, series = config_stats(family, [folder / p for p in splits.values()])
         parts += [f"### `{config}` ({totals[config]} rows)", ""]
         parts += [markdown_table(["measure", "median", "mean", "p90", "max"], rows), ""]

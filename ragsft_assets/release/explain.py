@@ -128,7 +128,8 @@ def explain(
         lin = _lineage_row(home, part, row_id)
         if lin is None:
             continue
-        cfg = layout.CONFIGS_BY_NAME.get(lin["config"])
+        # the names the partition's release shipped (a renamed config too), else the defaults
+        cfg = layout.read_configs(releases_dir(home) / part).get(lin["config"])
         trace = Trace(row_id, part, lin)
         trace.row = _find_row(home, part, cfg.asset, row_id) if cfg else None
         if lin.get("question_id"):

@@ -8,6 +8,7 @@ Layout of ``$RAGSFT_HOME/releases/<partition>/``::
     provenance/<config>/manifest.json          SHA-256 of every data file, config, models... (manifest.py)
     provenance/<config>/lineage.parquet        id -> origin chain (lineage.py)
     provenance/<config>/verdicts.parquet       filtered configs: verdict of every filter per question
+    provenance/configs.json                    each shipped config's asset, family and description
     provenance/release.json                    SHA-256 of the README, plots, decisions and manifests
     plots/*.png                                histograms (card.py)
 
@@ -19,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import yaml
 
@@ -95,6 +98,69 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
     ),
 )
 CONFIGS_BY_NAME = {c.name: c for c in RELEASE_CONFIGS}
+# The rag_sft config of a French snapshot, as the HotpotQA-fr card names it (one split, train).
+FR_RAG_SFT = "hotpotqa_fr_abstracts_v2"
+CONFIGS_FILE = "configs.json"  # provenance/configs.json: the configs as this release named them
+# A Hub config name: it is also a folder name of the release and a word of `load_dataset(folder, NAME)`.
+_CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def release_configs(names: Mapping[str, str] | None = None) -> tuple[ReleaseConfig, ...]:
+    """The release's configs, some renamed: ``names`` maps a config's default name (the card's) to
+    the name it ships under. Order and assets stay; descriptions name the configs as renamed.
+
+    Raises:
+        ValueError: a name of ``names`` that is no config, a new name that is no valid config name
+            (letters, digits, ``_ . -``), or two configs under one name.
+    """
+    names = dict(names or {})
+    unknown = sorted(set(names) - set(CONFIGS_BY_NAME))
+    if unknown:
+        raise ValueError(
+            f"no release config named {unknown}: the configs are {[c.name for c in RELEASE_CONFIGS]}"
+        )
+    for old, new in names.items():
+        if not isinstance(new, str) or not _CONFIG_NAME.fullmatch(new):
+            raise ValueError(f"config {old!r}: {new!r} is not a config name (letters, digits, _ . -)")
+    out = []
+    for c in RELEASE_CONFIGS:
+        desc = c.description
+        for old, new in names.items():  # backquoted config names in the description follow the renames
+            desc = desc.replace(f"`{old}`", f"`{new}`")
+        out.append(ReleaseConfig(names.get(c.name, c.name), c.asset, c.family, desc))
+    taken = [c.name for c in out]
+    twice = sorted({n for n in taken if taken.count(n) > 1})
+    if twice:
+        raise ValueError(f"two release configs would be named {twice}")
+    return tuple(out)
+
+
+def default_name(config: ReleaseConfig) -> str:
+    """The card's name of a (possibly renamed) config, from its asset."""
+    return next((c.name for c in RELEASE_CONFIGS if c.asset == config.asset), config.name)
+
+
+def write_configs(folder: Path, configs: Sequence[ReleaseConfig]) -> Path:
+    """``provenance/configs.json``: the configs this release ships, so the card, the manifests and
+    ``ragsft explain`` read the names it was built with (``{name: {asset, family, description}}``)."""
+    from ragsft_assets.storage import atomic_write_bytes
+
+    doc = {c.name: {"asset": c.asset, "family": c.family, "description": c.description} for c in configs}
+    return atomic_write_bytes(
+        folder / PROVENANCE / CONFIGS_FILE, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+    )
+
+
+def read_configs(folder: Path) -> dict[str, ReleaseConfig]:
+    """The configs of a built release by name: its ``provenance/configs.json``, else the defaults
+    (a release built before the file existed)."""
+    path = folder / PROVENANCE / CONFIGS_FILE
+    if not path.is_file():
+        return dict(CONFIGS_BY_NAME)
+    return {
+        n: ReleaseConfig(n, d["asset"], d["family"], d["description"])
+        for n, d in orjson.loads(path.read_bytes()).items()
+    }
 
 
 def data_file(config: str, split: str) -> str:

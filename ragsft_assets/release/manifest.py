@@ -273,6 +273,8 @@ def build_release_index(folder: Path, configs: list[str]) -> dict[str, Any]:
         rels.append(f"{PROVENANCE}/{DECISIONS}")
     if (folder / PROVENANCE / "notes.json").is_file():
         rels.append(f"{PROVENANCE}/notes.json")
+    if (folder / PROVENANCE / "configs.json").is_file():  # layout.CONFIGS_FILE: the shipped names
+        rels.append(f"{PROVENANCE}/configs.json")
     rels += [manifest_path(c) for c in configs]
     return {
         "format_version": FORMAT_VERSION,

@@ -10,8 +10,11 @@ annotations at decoration time.
 """
 
 import time
+from collections.abc import Mapping
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
@@ -23,6 +26,7 @@ from ragsft_assets.prompts import templates_version
 from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.storage import SPLITS
 
 GROUP = "rag_sft"
 QA_GROUP = "qa_sft"
@@ -30,6 +34,17 @@ QA_PREFIX = "qa"
 INPUT_ASSET = "multihop_questions"
 QA_INPUT_ASSET = "questions"  # store name of qa/questions
 JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language")
+# The question configurations the snapshot chain can read: config name -> store name of its asset.
+SNAPSHOT_INPUTS = {
+    "default": INPUT_ASSET,
+    "filtered": "multihop_filtered",
+    "filtered_qwen": "multihop_filtered_qwen",
+    "filtered_qwen_v2": "multihop_filtered_qwen_v2",
+}
+# A product's input when the run config leaves it out: (questions config, splits; () = all). The
+# French card builds hotpotqa_fr_abstracts_v2 from filtered_qwen_v2's train split; hotpotqa_cite
+# (the English snapshot chain) reads default, every split, as before.
+PRODUCT_INPUTS = {"hotpotqa_fr_abstracts_v2": ("filtered_qwen_v2", ("train",))}
 
 
 class RagSftConfig(dg.Config):
@@ -37,6 +52,11 @@ class RagSftConfig(dg.Config):
 
     seed: int = DEFAULT_SEED
     max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
+    # Snapshot chain only: the question configuration read (default | filtered | filtered_qwen |
+    # filtered_qwen_v2) and its splits; "" / [] = the product's (filtered_qwen_v2, train for
+    # hotpotqa_fr_abstracts_v2 as its card; default, every split, for hotpotqa_cite).
+    questions: str = ""
+    questions_splits: list[str] = []
     language: str = ""  # the data's language (refusal phrases, judges); default: the partition key's
     # The system instructions' language; "" = the product's (English for hotpotqa_fr_abstracts_v2,
     # as its card), else the data's.
@@ -84,6 +104,52 @@ def _token_counter(config: RagSftConfig) -> tuple[statistics.TokenCounter, str]:
 def product_name(lang: str) -> str:
     """The seed dataset this reproduces: French input is ``hotpotqa_fr_abstracts_v2``."""
     return "hotpotqa_fr_abstracts_v2" if lang == "fr" else "hotpotqa_cite"
+
+
+def question_input(
+    config: RagSftConfig, lang: str, input_store: str, inputs: Mapping[str, str] | None
+) -> tuple[str, str, tuple[str, ...]]:
+    """The questions a chain reads: ``(config name, store name, splits)``; no splits = every split.
+
+    ``inputs`` (config name -> store name) are the configurations the chain can choose from (the
+    snapshot chain's); ``None`` is a chain with one input (the QA chain), which refuses a choice.
+
+    Raises:
+        ValueError: an unknown questions config, or one given to a chain with a single input.
+    """
+    if inputs is None:
+        if config.questions or config.questions_splits:
+            raise ValueError(
+                "questions / questions_splits choose among a snapshot's question configurations; this "
+                f"chain reads {input_store!r} only (choose its splits on qa/questions)"
+            )
+        return "", input_store, ()
+    name, splits = PRODUCT_INPUTS.get(product_name(lang), ("default", ()))
+    name = config.questions or name
+    if name not in inputs:
+        raise ValueError(f"questions config {name!r} is not one of {sorted(inputs)}")
+    if config.questions_splits:
+        splits = tuple(config.questions_splits)
+    unknown = sorted(set(splits) - set(SPLITS))
+    if unknown:
+        raise ValueError(f"questions_splits {unknown} are not splits ({', '.join(SPLITS)})")
+    return name, inputs[name], tuple(splits)
+
+
+def read_questions(
+    store: ArtifactStore, partition: str, name: str, store_name: str, splits: tuple[str, ...]
+) -> pa.Table:
+    """The chosen questions: the given splits of the asset (all of them when none is given)."""
+    if not store.files(partition, store_name):
+        raise FileNotFoundError(
+            f"partition {partition!r}: the questions config {name or store_name!r} (asset {store_name!r}) "
+            "is not materialized: materialize it first, or choose another with the rag_prompts config "
+            "`questions` (e.g. `default`)"
+        )
+    table = store.read(partition, store_name)
+    if splits and "split" in table.column_names:
+        table = table.filter(pc.is_in(table["split"], value_set=pa.array(list(splits), pa.string())))
+    return table
 
 
 PROMPT_TASKS = (
@@ -177,6 +243,7 @@ def build_sft_chain(
     input_store: str,
     group: str,
     key_prefix: list[str] | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> list[dg.AssetsDefinition]:
     """The four SFT stages (prompts, responses, verdicts, sft) over one kind of input.
 
@@ -186,6 +253,8 @@ def build_sft_chain(
         input_store: the store name of that asset's Parquet files.
         group: the Dagster group of the four stages.
         key_prefix: the asset key prefix (``["qa"]`` for the QA chain; none for the snapshot chain).
+        inputs: question configurations the prompts may read instead (config name -> store name,
+            each an asset of the same partitions, declared as a dependency); see ``question_input``.
     """
     prefix = list(key_prefix or [])
     prompts_key, responses_key, verdicts_key, sft_key = (
@@ -197,8 +266,8 @@ def build_sft_chain(
         partitions_def=partitions_def,
         group_name=group,
         key_prefix=key_prefix,
-        deps=[input_key],
-        code_version=f"4-{templates_version(PROMPT_TASKS)}",
+        deps=[input_key, *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store)],
+        code_version=f"5-{templates_version(PROMPT_TASKS)}",
         kinds={"parquet"},
     )
     def rag_prompts(
@@ -207,7 +276,8 @@ def build_sft_chain(
         """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
         partition = context.partition_key
         lang = _language(config, partition)
-        records, bad = records_from_table(store.read(partition, input_store))
+        name, source, splits = question_input(config, lang, input_store, inputs)
+        records, bad = records_from_table(read_questions(store, partition, name, source, splits))
         records.sort(key=lambda r: r.id)
         selected = records[: config.max_questions] if config.max_questions > 0 else records
         budget = examples.document_token_budget(config.max_document_tokens, product_name(lang))
@@ -265,6 +335,9 @@ def build_sft_chain(
                 **funnel_metadata(dict(sorted(build.funnel.items()))),
                 "seed": config.seed,
                 "language": lang,
+                "questions": name or source,
+                "questions_asset": source,
+                "questions_splits": dg.MetadataValue.json(list(splits) or "all"),
                 "document_token_budget": budget,
                 "shares": dg.MetadataValue.json(
                     {
@@ -398,7 +471,7 @@ def build_sft_chain(
         group_name=group,
         key_prefix=key_prefix,
         deps=[verdicts_key],
-        code_version="4",
+        code_version="5",
         kinds={"parquet"},
         check_specs=_sft_check_specs(sft_key),
     )
@@ -434,7 +507,12 @@ def build_sft_chain(
         files = [paths[s] for s in sorted(paths)]
         counter, name = _token_counter(config)
         # Type/level shares of the generated and the kept questions (the filter must not skew them).
-        source = store.read(partition, input_store).select(["id", "type", "level"]).to_pylist()
+        name, store_name, splits = question_input(config, lang, input_store, inputs)
+        source = (
+            read_questions(store, partition, name, store_name, splits)
+            .select(["id", "type", "level"])
+            .to_pylist()
+        )
         stats = statistics.chain_statistics(
             table.to_pylist(),
             {q["id"]: (q["type"], q["level"]) for q in source},
@@ -475,6 +553,7 @@ rag_prompts, rag_responses, rag_verdicts, rag_sft = build_sft_chain(
     input_key=dg.AssetKey(INPUT_ASSET),
     input_store=INPUT_ASSET,
     group=GROUP,
+    inputs=SNAPSHOT_INPUTS,
 )
 qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft = build_sft_chain(
     partitions_def=qa_source_partitions,

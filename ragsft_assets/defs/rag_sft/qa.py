@@ -75,10 +75,12 @@ QA_UPSTREAM = [
 ]
 
 
-def card_statistics(store: ArtifactStore, partition: str) -> dict:
-    """The QA release card's statistics, from the chain's artifacts (``statistics.chain_statistics``).
+def card_statistics(store: ArtifactStore, partition: str, questions_store: str = QA_INPUT_ASSET) -> dict:
+    """A release card's RAG SFT statistics, from the chain's artifacts (``statistics.chain_statistics``).
 
-    Lengths are whitespace words, as everywhere on the card.
+    ``questions_store`` holds the questions' type and level: ``questions`` for the QA chain,
+    ``multihop_questions`` for the snapshot chain (a superset of every filtered config, rows
+    unchanged). Lengths are whitespace words, as everywhere on the card.
     """
     from ragsft_assets.rag_sft import statistics
     from ragsft_assets.rag_sft.examples import refusal_phrases
@@ -86,7 +88,7 @@ def card_statistics(store: ArtifactStore, partition: str) -> dict:
     rows = store.read(partition, "rag_sft").to_pylist()
     prompts = store.read(partition, "rag_prompts").select(["id", "question_id", "language"]).to_pylist()
     langs = sorted({p["language"] for p in prompts})
-    source = store.read(partition, QA_INPUT_ASSET).select(["id", "type", "level"]).to_pylist()
+    source = store.read(partition, questions_store).select(["id", "type", "level"]).to_pylist()
     return statistics.chain_statistics(
         rows,
         {q["id"]: (q["type"], q["level"]) for q in source},

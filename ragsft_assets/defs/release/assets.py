@@ -7,13 +7,41 @@ from typing import Any
 import dagster as dg
 
 from ragsft_assets.defs.metadata import funnel_metadata
-from ragsft_assets.defs.partitions import snapshot_partitions
+from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.release import build, layout
 from ragsft_assets.release.catalog import build_catalog
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.store import ArtifactStore
 
 GROUP = "release"
+
+
+class ReleaseNamesConfig(dg.Config):
+    """The config names the release ships; the defaults are the HotpotQA-fr card's (issues 12, 13)."""
+
+    filtered: str = "filtered"
+    filtered_qwen: str = "filtered_qwen"
+    filtered_qwen_v2: str = "filtered_qwen_v2"
+    corpus_filtered_qwen_v2: str = "corpus_filtered_qwen_v2"
+    # The RAG SFT config; "" = the product's: hotpotqa_fr_abstracts_v2 for a French snapshot (one
+    # split, train, as its card), hotpotqa_cite otherwise.
+    rag_sft: str = ""
+
+
+def release_names(config: ReleaseNamesConfig, partition: str) -> dict[str, str]:
+    """``{card's name: shipped name}`` for ``layout.release_configs``, the product's name for rag_sft."""
+    from ragsft_assets.defs.rag_sft.assets import product_name
+
+    names = {
+        "filtered": config.filtered,
+        "filtered_qwen": config.filtered_qwen,
+        "filtered_qwen_v2": config.filtered_qwen_v2,
+        "corpus_filtered_qwen_v2": config.corpus_filtered_qwen_v2,
+        "hotpotqa_cite": config.rag_sft or product_name(snapshot_language(partition)),
+    }
+    return {old: new for old, new in names.items() if new != old}
+
+
 PRODUCT_ASSETS = [c.asset for c in layout.RELEASE_CONFIGS]
 # Upstream assets whose run config and model metadata go into the manifests.
 UPSTREAM = [
@@ -160,15 +188,18 @@ def upstream_provenance(
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="release-1",
+    code_version="release-2",
     deps=PRODUCT_ASSETS,
     kinds={"parquet", "huggingface"},
 )
-def release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+def release(
+    context: dg.AssetExecutionContext, config: ReleaseNamesConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
     """The release folder: one Hugging Face config per product, decisions and lineage."""
     partition = context.partition_key
     target = release_folder(store, partition)
-    built = build.build_release(store.root, partition, target)
+    names = release_names(config, partition)
+    built = build.build_release(store.root, partition, target, configs=layout.release_configs(names))
     for note in built.notes:
         context.log.info(note)
     rows = [(c, s, n) for c, splits in built.rows.items() for s, n in splits.items()]
@@ -179,6 +210,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.Mater
             "dagster/row_count": sum(n for *_, n in rows),
             "path": dg.MetadataValue.path(str(target)),
             "configs": dg.MetadataValue.json(sorted(built.rows)),
+            "renamed": dg.MetadataValue.json(names),
             "rows_per_split": dg.MetadataValue.md(markdown_table(["config", "split", "rows"], rows)),
             "notes": dg.MetadataValue.md("\n".join(f"- {n}" for n in built.notes) or "(none)"),
             "decisions": built.decisions,
@@ -188,10 +220,24 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.Mater
     )
 
 
+def rag_sft_sections(store: ArtifactStore, partition: str, folder: Path) -> list[str]:
+    """The RAG SFT statistics of the QA card (``qa.card_statistics``, ``statistics.card_section``) for
+    the release's rag_sft config, under the name it ships; none when the release has no such config."""
+    from ragsft_assets.defs.rag_sft.assets import INPUT_ASSET
+    from ragsft_assets.defs.rag_sft.qa import card_statistics
+    from ragsft_assets.rag_sft.statistics import card_section
+
+    shipped = layout.read_configs(folder)
+    names = [c for c in layout.release_files(folder) if c in shipped and shipped[c].asset == "rag_sft"]
+    if not names:
+        return []
+    return card_section(card_statistics(store, partition, INPUT_ASSET), names[0])
+
+
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="dataset-card-1",
+    code_version="dataset-card-2",
     deps=[release, "multihop_audit"],  # the card reads the audit numbers: declared, not assumed
     kinds={"markdown"},
 )
@@ -200,7 +246,9 @@ def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
     partition = context.partition_key
     folder = release_folder(store, partition)
     _, _, limits = upstream_provenance(context)
-    body, plots = build.write_card(folder, partition, limits)
+    body, plots = build.write_card(
+        folder, partition, limits, sections=rag_sft_sections(store, partition, folder)
+    )
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(str(folder / layout.README)),
