@@ -47,6 +47,37 @@ def _questions(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
     return store.read(partition, "multihop_questions").select(["id", "question", "answer"]).to_pylist()
 
 
+def role_model(stage: str, role: str, **models: ChatModel) -> ChatModel:
+    """The model bound to the LLM ``role`` a stage's run config names, among the ones it accepts.
+
+    Raises:
+        ValueError: a role the stage does not take (the message lists those it does).
+    """
+    if role not in models:
+        raise ValueError(f"{stage} role {role!r} is not one of {sorted(models)}")
+    return models[role]
+
+
+def pair_documents(store: ArtifactStore, partition: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The partition's abstracts by id and its question drafts by question id (A and B of each question)."""
+    docs = generation.docs_by_id(store.read(partition, "abstracts"))
+    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    return docs, drafts
+
+
+def criteria_items(
+    rows: list[dict[str, Any]], docs: dict[str, Any], drafts: dict[str, dict[str, Any]]
+) -> list[cr.CriteriaItem]:
+    """Six-criteria items of question rows (``id``, ``question``, ``answer``): the question, its
+    answer and the full abstracts of A and B, what a person labelling the question sees."""
+    items = []
+    for q in rows:
+        d = drafts[q["id"]]
+        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        items.append(cr.CriteriaItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
+    return items
+
+
 class FirstHopConfig(dg.Config):
     role: str = "judge"  # the LLM role of the first-hop judge: "judge" (default) or "annotator"
 
@@ -67,14 +98,10 @@ def first_hop(
     annotator: dg.ResourceParam[ChatModel],
 ) -> dg.MaterializeResult:
     """The fifth ablation: the judge reads A alone and names the entity the question points to."""
-    roles = {"judge": judge, "annotator": annotator}
-    if config.role not in roles:
-        raise ValueError(f"first_hop role {config.role!r} is not one of {sorted(roles)}")
-    model = roles[config.role]
+    model = role_model("first_hop", config.role, judge=judge, annotator=annotator)
     partition = context.partition_key
     lang = snapshot_language(partition)
-    docs = generation.docs_by_id(store.read(partition, "abstracts"))
-    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    docs, drafts = pair_documents(store, partition)
     items = []
     for q in _questions(store, partition):
         d = drafts[q["id"]]
@@ -264,19 +291,10 @@ def criteria_annotation(
     judge: dg.ResourceParam[ChatModel],
 ) -> dg.MaterializeResult:
     """Six binary criteria per question of ``default``; all six must hold for ``filtered_qwen``."""
-    roles = {"annotator": annotator, "judge": judge}
-    if config.role not in roles:
-        raise ValueError(f"criteria_annotation role {config.role!r} is not one of {sorted(roles)}")
-    model = roles[config.role]
+    model = role_model("criteria_annotation", config.role, annotator=annotator, judge=judge)
     partition = context.partition_key
     lang = snapshot_language(partition)
-    docs = generation.docs_by_id(store.read(partition, "abstracts"))
-    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
-    items = []
-    for q in _questions(store, partition):
-        d = drafts[q["id"]]
-        a, b = docs[d["a_id"]], docs[d["b_id"]]
-        items.append(cr.CriteriaItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
+    items = criteria_items(_questions(store, partition), *pair_documents(store, partition))
     template = load_prompt(cr.TASK, lang)
     budget = None if config.max_questions < 0 else config.max_questions
     table = cr.run_criteria(items, model, template, budget, log=context.log)
@@ -449,15 +467,11 @@ def _judge_asset(spec: tj.Judge, after: str, kept_of: str):
         judge: dg.ResourceParam[ChatModel],
         annotator: dg.ResourceParam[ChatModel],
     ) -> dg.MaterializeResult:
-        roles = {"judge": judge, "annotator": annotator}
-        if config.role not in roles:
-            raise ValueError(f"{spec.stage} role {config.role!r} is not one of {sorted(roles)}")
-        model = roles[config.role]
+        model = role_model(spec.stage, config.role, judge=judge, annotator=annotator)
         partition = context.partition_key
         lang = snapshot_language(partition)
         passed = {r["id"] for r in store.read(partition, after).to_pylist() if r["verdict"] == kept_of}
-        docs = generation.docs_by_id(store.read(partition, "abstracts"))
-        drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+        docs, drafts = pair_documents(store, partition)
         items = []
         for q in _questions(store, partition):
             if q["id"] not in passed:

@@ -15,10 +15,11 @@ import dagster as dg
 import orjson
 
 from ragsft_assets.defs.metadata import file_sha256, model_metadata, table_metadata
+from ragsft_assets.defs.multihop.filters import criteria_items, pair_documents, role_model
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop import criteria as cr
-from ragsft_assets.multihop import generation, review
+from ragsft_assets.multihop import review
 from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import atomic_write_bytes
@@ -77,15 +78,12 @@ def review_labels(
     judge: dg.ResourceParam[ChatModel],
 ) -> dg.MaterializeResult:
     """Labels {id, valid} of a blind review sample by an LLM role, with the six-criteria protocol."""
-    roles = {"annotator": annotator, "judge": judge}
-    if config.role not in roles:
-        raise ValueError(f"review_labels role {config.role!r} is not one of {sorted(roles)}")
-    model = roles[config.role]
+    # The same role choice and the same items as criteria_annotation (one protocol, one setup).
+    model = role_model("review_labels", config.role, annotator=annotator, judge=judge)
     partition = context.partition_key
     sample_path = Path(config.sample).expanduser()
     rows = read_sample(sample_path)
-    docs = generation.docs_by_id(store.read(partition, "abstracts"))
-    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
+    docs, drafts = pair_documents(store, partition)
     stray = [r["id"] for r in rows if r["id"] not in drafts]
     if stray:
         raise ValueError(
@@ -94,11 +92,7 @@ def review_labels(
         )
     # The annotator sees what a person labelling the file sees: the sample's question and answer,
     # and the full abstracts of A and B (the gold paragraphs of the row's context).
-    items = []
-    for r in rows:
-        d = drafts[r["id"]]
-        a, b = docs[d["a_id"]], docs[d["b_id"]]
-        items.append(cr.CriteriaItem(r["id"], r["question"], r["answer"], a.title, a.text, b.title, b.text))
+    items = criteria_items(rows, docs, drafts)
     template = load_prompt(cr.TASK, snapshot_language(partition))
     table = cr.run_criteria(items, model, template, log=context.log)
     labels = review.labels_from_criteria([r["id"] for r in rows], table)
