@@ -27,6 +27,7 @@ EXPECTED_ASSETS = [
     "long_context/passage_embeddings",
     "long_context/raft",
     "long_context/raft_syntactic",
+    "long_context/raft_translated",
     "long_context/release",
     "mechanical_rules",
     "multihop_audit",
@@ -111,6 +112,7 @@ def test_llm_assets_run_in_gpu_pool() -> None:
         "language_judge", "rag_responses", "rag_verdicts"
     }  # fmt: skip
     embedding_assets = ["long_context/passage_embeddings", "long_context/clustered"]
+    embedding_assets.append("long_context/raft_translated")  # the generator role translates
     for name in [*llm_assets, "qa/rag_responses", "qa/rag_verdicts", *embedding_assets]:
         node = repo.asset_graph.get(dg.AssetKey.from_user_string(name))
         assert node.pools == {"gpu"} or "gpu" in (node.pools or set()), name

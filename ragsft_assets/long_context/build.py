@@ -34,6 +34,15 @@ from ragsft_assets.long_context.raft import QAExample
 
 SYNTACTIC_VARIANT = "raft_syntactic"
 CLUSTERED_VARIANT = "clustered"
+TRANSLATED_VARIANT = "raft_translated"  # = translate.VARIANT
+ALL_VARIANTS = (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT, TRANSLATED_VARIANT)
+# The card's configs per source (synthetic_convqa_raft / _raft_syntactic, narrativeqa_clustered,
+# rag_tge_raft / _raft_zh); any other source builds the three untranslated variants.
+DEFAULT_VARIANTS = {
+    "synthetic_convqa": (raft.VARIANT, SYNTACTIC_VARIANT),
+    "narrativeqa": (CLUSTERED_VARIANT,),
+    "rag_tge": (raft.VARIANT, TRANSLATED_VARIANT),
+}
 DEFAULT_RESERVE = 96  # tokens kept free in variant 2's context for the syntactic question and answer
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -77,6 +86,7 @@ EXAMPLES_SCHEMA = pa.schema(
         ("answer", pa.string()),
         ("passages", pa.list_(pa.string())),
         ("passage_ids", pa.list_(pa.string())),
+        ("history", pa.list_(MESSAGE)),  # a conversational source's turns before the question
     ]
 )
 
@@ -114,7 +124,8 @@ def examples_from_source(rows: Sequence[Mapping[str, Any]]) -> tuple[list[QAExam
                 {"id": r["id"], "reason": "no_oracle_passage", "detail": "no supporting paragraph"}
             )
             continue
-        out.append(QAExample(r["id"], passages, r["question"], r["answer"]))
+        history = tuple((t["role"], t["content"]) for t in r.get("history") or ())
+        out.append(QAExample(r["id"], passages, r["question"], r["answer"], history))
     return out, rejected
 
 
@@ -127,6 +138,7 @@ def examples_table(examples: Sequence[QAExample]) -> pa.Table:
                 "answer": e.answer,
                 "passages": list(e.passages),
                 "passage_ids": [raft.passage_id(p) for p in e.passages],
+                "history": [{"role": r, "content": c} for r, c in e.history],
             }
             for e in examples
         ],
@@ -135,7 +147,16 @@ def examples_table(examples: Sequence[QAExample]) -> pa.Table:
 
 
 def examples_from_table(table: pa.Table) -> list[QAExample]:
-    return [QAExample(r["id"], tuple(r["passages"]), r["question"], r["answer"]) for r in table.to_pylist()]
+    return [
+        QAExample(
+            r["id"],
+            tuple(r["passages"]),
+            r["question"],
+            r["answer"],
+            tuple((t["role"], t["content"]) for t in r.get("history") or ()),
+        )
+        for r in table.to_pylist()
+    ]
 
 
 @dataclass(slots=True)
@@ -233,17 +254,40 @@ def source_name(partition: str) -> str:
     return partition.split(".", 1)[0]
 
 
-def config_names(partition: str) -> dict[str, str]:
-    """Release config names of a partition, by variant (``narrativeqa_raft``, ``narrativeqa_raft_syntactic``)."""
+def config_names(partition: str, language: str = "zh") -> dict[str, str]:
+    """Release config names of a partition, by variant (``narrativeqa_raft``, ``rag_tge_raft_zh``)."""
     src = source_name(partition)
     return {
         raft.VARIANT: f"{src}_raft",
         SYNTACTIC_VARIANT: f"{src}_raft_syntactic",
         CLUSTERED_VARIANT: f"{src}_clustered",
+        TRANSLATED_VARIANT: f"{src}_raft_{language}",
     }
 
 
-def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Sequence[str] = ()) -> str:
+def default_variants(partition: str) -> tuple[str, ...]:
+    """The variants a source builds unless configured: the card's for its three sources."""
+    return DEFAULT_VARIANTS.get(source_name(partition), (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT))
+
+
+@dataclass(slots=True)
+class VariantOutput:
+    """What every variant produces: rows, lineage, rejections (empty for a variant not built)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    lineage: list[dict[str, Any]] = field(default_factory=list)
+    rejections: list[dict[str, str]] = field(default_factory=list)
+
+
+def card_body(
+    partition: str,
+    stats: Mapping[str, Mapping[str, Any]],
+    notes: Sequence[str] = (),
+    *,
+    license: str = "",  # noqa: A002 (the card's word)
+    translation_license: str = "",
+    language: str = "zh",
+) -> str:
     """The dataset card: what each config is, the length distribution and the oracle positions.
 
     Args:
@@ -251,7 +295,12 @@ def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Seq
         stats: ``{config: {"rows", "length": length_stats, "positions": histogram, "budget",
             "rejections": {reason: n}}}``.
         notes: lines to add at the end (e.g. skipped question types).
+        license: the card's license line ("" = the texts keep their source's license).
+        translation_license: the translated config's license (a translation can carry its
+            model's license); "" = the same as the others.
+        language: the translated config's language code.
     """
+    names = config_names(partition, language)
     lines = [
         f"# Long-context SFT from `{partition}` (RAFT augmentation)",
         "",
@@ -263,13 +312,16 @@ def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Seq
         " `provenance/<config>/lineage.parquet` maps each row to its source example, passages and"
         " embedding cache keys.",
         "",
-        f"- `{config_names(partition)[raft.VARIANT]}`: RAFT, the source question and answer.",
-        f"- `{config_names(partition)[SYNTACTIC_VARIANT]}`: the same kind of context with five exact"
+        f"- `{names[raft.VARIANT]}`: RAFT, the source question and answer.",
+        f"- `{names[SYNTACTIC_VARIANT]}`: the same kind of context with five exact"
         " syntactic questions per example (word occurs / count, phrase occurs / count, word position),"
         " counted over the documents' texts; each its own row.",
-        f"- `{config_names(partition)[CLUSTERED_VARIANT]}`: one context per example from its passage"
+        f"- `{names[CLUSTERED_VARIANT]}`: one context per example from its passage"
         " and question k-means clusters: the other members' passages and QA pairs, as many as fit, so"
         " several QA pairs train on one context (`qa_source_ids`, in the order asked).",
+        f"- `{names[TRANSLATED_VARIANT]}`: `{names[raft.VARIANT]}` translated into `{language}` by the"
+        " generator role, document by document and turn by turn, recounted (least similar distractors"
+        " dropped while over the budget).",
         "",
         "## Length (tokens, whole conversation)",
         "",
@@ -295,9 +347,16 @@ def card_body(partition: str, stats: Mapping[str, Mapping[str, Any]], notes: Seq
         "",
         "## License",
         "",
-        "The texts keep their source's license (see the source's card); the layout is ragsft's.",
+        license or "The texts keep their source's license (see the source's card); the layout is ragsft's.",
     ]
+    if translation_license:
+        lines += ["", f"`{names[TRANSLATED_VARIANT]}`: {translation_license}"]
     return "\n".join(lines) + "\n"
+
+
+def _asset_of(suffix: str) -> str:
+    """The asset of a config suffix (raft, raft_syntactic, clustered; raft_<lang> is the translation)."""
+    return suffix if suffix in (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT) else TRANSLATED_VARIANT
 
 
 def write_release(
@@ -352,7 +411,7 @@ def write_release(
             doc = manifest.build_manifest(
                 staging,
                 config=config,
-                asset=f"long_context/{config[len(source_name(partition)) + 1 :]}",  # raft, raft_syntactic
+                asset=f"long_context/{_asset_of(config[len(source_name(partition)) + 1 :])}",
                 partition=partition,
                 data_files=splits,
                 source=source,

@@ -3,7 +3,8 @@
 Each QA example ``(oracle passage(s), question, answer)`` becomes one chat example:
 
 - ``system``: the instruction (prompt ``long_context_raft``) and the documents, each
-  ``Document N:\\n<text>``; ``user``: the question; ``assistant``: the answer;
+  ``Document N:\\n<text>``; then a conversational source's earlier turns (``history``), as they
+  were; ``user``: the question; ``assistant``: the answer;
 - the distractors are the passages nearest to the oracle passage by embedding
   (``long_context.neighbours``: the passage itself, its duplicates and the example's other
   passages excluded), taken in rank order while the whole conversation, rendered with the chat
@@ -49,6 +50,7 @@ class QAExample:
     passages: tuple[str, ...]
     question: str
     answer: str
+    history: tuple[tuple[str, str], ...] = ()  # (role, content) turns before the question (ConvQA)
 
 
 def passage_id(text: str) -> str:
@@ -216,10 +218,16 @@ def documents_block(passages: Sequence[str]) -> str:
 
 
 def conversation(
-    system_template: str, passages: Sequence[str], question: str, answer: str
+    system_template: str,
+    passages: Sequence[str],
+    question: str,
+    answer: str,
+    history: Sequence[tuple[str, str]] = (),
 ) -> list[dict[str, str]]:
+    """System (instruction + documents), the earlier turns, the question, the answer."""
     return [
         {"role": "system", "content": system_template.format(documents=documents_block(passages))},
+        *({"role": role, "content": content} for role, content in history),
         {"role": "user", "content": question},
         {"role": "assistant", "content": answer},
     ]
@@ -271,7 +279,7 @@ def raft_examples(
         ex_rows = rows.example_rows[ex.id]
         keep = item_uniform(config.seed, STAGE_ORACLE, ex.id) < config.p_oracle
         oracle = [rows.texts[r] for r in ex_rows] if keep else []
-        base = counter.count(conversation(prompt.text, oracle, ex.question, ex.answer))
+        base = counter.count(conversation(prompt.text, oracle, ex.question, ex.answer, ex.history))
         if base > config.budget_tokens:
             out.rejections.append(
                 {
@@ -298,7 +306,7 @@ def raft_examples(
             order = item_np_rng(config.seed, STAGE_ORDER, ex.id).permutation(len(items)).tolist()
             placed = [items[i] for i in order]
             messages = conversation(
-                prompt.text, [rows.texts[r] for _, r, _ in placed], ex.question, ex.answer
+                prompt.text, [rows.texts[r] for _, r, _ in placed], ex.question, ex.answer, ex.history
             )
             n_tokens = counter.count(messages)
             if n_tokens <= config.budget_tokens or not chosen:

@@ -23,9 +23,10 @@ from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
-from ragsft_assets.long_context import build, raft
+from ragsft_assets.long_context import build, raft, translate
 from ragsft_assets.prompts import templates_version
 from ragsft_assets.resources.embedder import EmbeddingResource
+from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 
 GROUP = "long_context"
@@ -43,6 +44,10 @@ CLUSTERED = "lc_clustered"
 CLUSTERED_LINEAGE = "lc_clustered_lineage"
 STAGE_CLUSTERED = "long_context_clustered"
 PROMPTS_VERSION = templates_version((raft.PROMPT_TASK,), ("en",))
+TRANSLATED = "lc_raft_translated"
+TRANSLATED_LINEAGE = "lc_raft_translated_lineage"
+STAGE_TRANSLATED = "long_context_raft_translated"
+TRANSLATE_VERSION = templates_version((raft.PROMPT_TASK, translate.PROMPT_TASK), ("en", "zh"))
 
 
 class LongContextConfig(dg.Config):
@@ -58,6 +63,56 @@ class LongContextConfig(dg.Config):
     syntactic_reserve_tokens: int = build.DEFAULT_RESERVE
     n_clusters: int = 0  # clustered: k of both k-means; 0 = about one cluster per cluster_size examples
     cluster_size: int = 8
+    # variants to build for this source (raft, raft_syntactic, clustered, raft_translated);
+    # [] = the card's for its sources (build.DEFAULT_VARIANTS), the first three for any other
+    variants: list[str] = []
+    translate_language: str = translate.DEFAULT_LANGUAGE  # raft_translated: target language code
+    translate_max_tokens: int = 2048  # raft_translated: most tokens of one translated piece
+
+
+class LongContextReleaseConfig(dg.Config):
+    """Settings of the release: the card's license lines."""
+
+    license: str = ""  # "" = the texts keep their source's license
+    # a translation can carry its model's license (the seed's Chinese set: Llama 3.1, non-commercial)
+    translation_license: str = ""
+
+
+def _wanted(config: LongContextConfig, partition: str, variant: str) -> bool:
+    return variant in (config.variants or build.default_variants(partition))
+
+
+def _write_variant(
+    context: dg.AssetExecutionContext,
+    store: ArtifactStore,
+    names: tuple[str, str, str],
+    schema: pa.Schema,
+    out,  # noqa: ANN001  (any variant output: rows, lineage, rejections)
+    config_name: str,
+    budget: int,
+    extra: dict,
+    kept_ids=None,  # noqa: ANN001
+):  # noqa: ANN202
+    """Write a variant's rows, lineage and ledger, then yield its result and within_budget check."""
+    table_name, lineage_name, stage = names
+    partition = context.partition_key
+    table = build.rows_table(out.rows, schema)
+    path = store.write(table, partition, table_name)
+    store.write(build.lineage_table(out.lineage, config_name), partition, lineage_name)
+    ids = kept_ids if kept_ids is not None else [r["id"] for r in out.rows]
+    store.write_ledger(_ledger(partition, config_name, stage, ids, out), partition, stage)
+    context.log.info(f"{partition}: {config_name}: {len(out.rows)} row(s), {len(out.rejections)} rejected")
+    yield from _result(
+        context, [path], table.schema, out.rows, out.rejections, budget, {"config_name": config_name, **extra}
+    )
+
+
+def _not_built(context: dg.AssetExecutionContext, store: ArtifactStore, names, schema, config_name):  # noqa: ANN001, ANN202
+    """A variant this source does not build: empty outputs (the release leaves the config out)."""
+    context.log.info(f"{context.partition_key}: {config_name} not built (not in this source's variants)")
+    yield from _write_variant(
+        context, store, names, schema, build.VariantOutput(), config_name, 0, {"built": False}
+    )
 
 
 def _raft_config(config: LongContextConfig, budget: int | None = None) -> raft.RaftConfig:
@@ -85,7 +140,7 @@ def _asset(name: str, code_version: str, **kw):  # noqa: ANN202
     )
 
 
-@_asset("examples", "1")
+@_asset("examples", "2")
 def examples(
     context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
@@ -282,54 +337,48 @@ def _result(
     )
 
 
-@_asset(
-    "raft",
-    f"1-{PROMPTS_VERSION}",
-    deps=[neighbours],
-    check_specs=[dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "raft"]), blocking=True)],
-)
+def _budget_check(name: str) -> list:
+    return [dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, name]), blocking=True)]
+
+
+@_asset("raft", f"2-{PROMPTS_VERSION}", deps=[neighbours], check_specs=_budget_check("raft"))
 def raft_rows(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
     """Variant 1 (``<source>_raft``): oracle + nearest passages up to the token budget, shuffled."""
     partition = context.partition_key
+    names = (RAFT, RAFT_LINEAGE, STAGE_RAFT)
+    config_name = build.config_names(partition)[raft.VARIANT]
+    # the translation (variant 5) reads variant 1's rows: built whenever either is wanted
+    if not (_wanted(config, partition, raft.VARIANT) or _wanted(config, partition, translate.VARIANT)):
+        yield from _not_built(context, store, names, build.RAFT_SCHEMA, config_name)
+        return
     t0 = time.monotonic()
     exs, rows, nb, keys = _inputs(store, partition)
     counter = _counter(config)
     out = raft.raft_examples(exs, rows, nb, counter, _raft_config(config), embedding_keys=keys)
-    config_name = build.config_names(partition)[raft.VARIANT]
-    table = build.rows_table(out.rows, build.RAFT_SCHEMA)
-    path = store.write(table, partition, RAFT)
-    store.write(build.lineage_table(out.lineage, config_name), partition, RAFT_LINEAGE)
-    store.write_ledger(
-        _ledger(partition, config_name, STAGE_RAFT, [r["source_id"] for r in out.rows], out),
-        partition,
-        STAGE_RAFT,
-    )
-    context.log.info(
-        f"{partition}: {len(out.rows)} RAFT row(s), {len(out.rejections)} rejected, "
-        f"{time.monotonic() - t0:.1f}s"
-    )
-    yield from _result(
-        context,
-        [path],
-        table.schema,
-        out.rows,
-        out.rejections,
-        config.budget_tokens,
-        {"config_name": config_name, "tokenizer": str(counter.model_dir)},
-    )
+    extra = {
+        "tokenizer": str(counter.model_dir),
+        "p_oracle": config.p_oracle,
+        "oracle_kept": sum(1 for x in out.lineage if x["oracle_kept"]),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "built": _wanted(config, partition, raft.VARIANT),  # else only the translation's input
+    }
+    yield from _write_variant(
+        context, store, names, build.RAFT_SCHEMA, out, config_name, config.budget_tokens, extra,
+        kept_ids=[r["source_id"] for r in out.rows],
+    )  # fmt: skip
 
 
 @_asset(
-    "raft_syntactic",
-    f"1-{PROMPTS_VERSION}",
-    deps=[neighbours],
-    check_specs=[
-        dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "raft_syntactic"]), blocking=True)
-    ],
+    "raft_syntactic", f"2-{PROMPTS_VERSION}", deps=[neighbours], check_specs=_budget_check("raft_syntactic")
 )
 def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
     """Variant 2 (``<source>_raft_syntactic``): a RAFT context and five exact syntactic QA pairs, a row each."""
     partition = context.partition_key
+    names = (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC)
+    config_name = build.config_names(partition)[build.SYNTACTIC_VARIANT]
+    if not _wanted(config, partition, build.SYNTACTIC_VARIANT):
+        yield from _not_built(context, store, names, build.SYNTACTIC_SCHEMA, config_name)
+        return
     exs, rows, nb, keys = _inputs(store, partition)
     counter = _counter(config)
     reserve = max(0, config.syntactic_reserve_tokens)
@@ -339,40 +388,25 @@ def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig,
     texts = dict(zip(rows.ids, rows.texts, strict=True))
     out = build.syntactic_examples(contexts, texts, counter, config.budget_tokens, config.seed)
     out.rejections = contexts.rejections + out.rejections
-    config_name = build.config_names(partition)[build.SYNTACTIC_VARIANT]
-    table = build.rows_table(out.rows, build.SYNTACTIC_SCHEMA)
-    path = store.write(table, partition, SYNTACTIC)
-    store.write(build.lineage_table(out.lineage, config_name), partition, SYNTACTIC_LINEAGE)
-    store.write_ledger(
-        _ledger(partition, config_name, STAGE_SYNTACTIC, [r["id"] for r in out.rows], out),
-        partition,
-        STAGE_SYNTACTIC,
-    )
-    yield from _result(
-        context,
-        [path],
-        table.schema,
-        out.rows,
-        out.rejections,
-        config.budget_tokens,
-        {
-            "config_name": config_name,
-            "contexts": len(contexts.rows),
-            "skipped_questions": dg.MetadataValue.json(dict(sorted(out.skipped.items()))),
-            "question_types": dg.MetadataValue.json(
-                dict(sorted(Counter(r["question_type"] for r in out.rows).items()))
-            ),
-        },
+    extra = {
+        "contexts": len(contexts.rows),
+        "skipped_questions": dg.MetadataValue.json(dict(sorted(out.skipped.items()))),
+        "question_types": dg.MetadataValue.json(
+            dict(sorted(Counter(r["question_type"] for r in out.rows).items()))
+        ),
+    }
+    yield from _write_variant(
+        context, store, names, build.SYNTACTIC_SCHEMA, out, config_name, config.budget_tokens, extra
     )
 
 
 @_asset(
     "clustered",
-    f"1-{PROMPTS_VERSION}",
+    f"2-{PROMPTS_VERSION}",
     deps=[passage_embeddings],
     pool="gpu",
     retry_policy=LLM_RETRY_POLICY,
-    check_specs=[dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, "clustered"]), blocking=True)],
+    check_specs=_budget_check("clustered"),
 )
 def clustered(
     context: dg.AssetExecutionContext,
@@ -385,6 +419,11 @@ def clustered(
     from ragsft_assets.long_context.clustered import ClusterConfig, clustered_examples
 
     partition = context.partition_key
+    names = (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED)
+    config_name = build.config_names(partition)[build.CLUSTERED_VARIANT]
+    if not _wanted(config, partition, build.CLUSTERED_VARIANT):
+        yield from _not_built(context, store, names, build.CLUSTERED_SCHEMA, config_name)
+        return
     exs, rows, _, keys = _inputs(store, partition, neighbours_too=False)
     vectors = _vectors(store.read(partition, EMBEDDINGS))
     # an example's passage vector: the mean of its oracle passages' vectors (normalised later)
@@ -404,36 +443,95 @@ def clustered(
         passage_keys=dict(zip(rows.ids, keys, strict=True)),
         question_keys=questions.keys,
     )
-    config_name = build.config_names(partition)[build.CLUSTERED_VARIANT]
-    table = build.rows_table(out.rows, build.CLUSTERED_SCHEMA)
-    path = store.write(table, partition, CLUSTERED)
-    store.write(build.lineage_table(out.lineage, config_name), partition, CLUSTERED_LINEAGE)
-    store.write_ledger(
-        _ledger(partition, config_name, STAGE_CLUSTERED, [r["source_id"] for r in out.rows], out),
-        partition,
-        STAGE_CLUSTERED,
+    extra = {
+        "clusters": dg.MetadataValue.json({k: len(set(v.tolist())) for k, v in labels.items()}),
+        "qa_pairs_per_row": dg.MetadataValue.json(
+            raft.length_stats([len(r["qa_source_ids"]) for r in out.rows])
+        ),
+        **questions.stats.as_metadata("embedder_questions"),
+    }
+    yield from _write_variant(
+        context, store, names, build.CLUSTERED_SCHEMA, out, config_name, config.budget_tokens, extra,
+        kept_ids=[r["source_id"] for r in out.rows],
+    )  # fmt: skip
+
+
+@_asset(
+    "raft_translated",
+    f"1-{TRANSLATE_VERSION}",
+    deps=[raft_rows],
+    pool="gpu",
+    retry_policy=LLM_RETRY_POLICY,
+    check_specs=_budget_check("raft_translated"),
+)
+def raft_translated(
+    context: dg.AssetExecutionContext,
+    config: LongContextConfig,
+    store: ArtifactStore,
+    generator: LLMResource,
+):  # noqa: ANN201
+    """Variant 5 (``<source>_raft_<lang>``, ``rag_tge_raft_zh``): variant 1 translated piece by piece
+    by the generator role, recounted within the budget."""
+    from ragsft_assets.llm.types import SamplingParams
+
+    partition = context.partition_key
+    names = (TRANSLATED, TRANSLATED_LINEAGE, STAGE_TRANSLATED)
+    config_name = build.config_names(partition, config.translate_language)[translate.VARIANT]
+    if not _wanted(config, partition, translate.VARIANT):
+        yield from _not_built(context, store, names, build.RAFT_SCHEMA, config_name)
+        return
+    exs = build.examples_from_table(store.read(partition, EXAMPLES))
+    rows = raft.passage_rows(exs)
+    texts = dict(zip(rows.ids, rows.texts, strict=True))
+    stats = {}
+    params = SamplingParams(temperature=0.0, max_tokens=config.translate_max_tokens, seed=config.seed)
+
+    def run(pieces: list[str]) -> list[str | None]:
+        batch = generator.chat(
+            [translate.translation_request(t, config.translate_language) for t in pieces],
+            params,
+            template_version=translate.prompt_version(),
+            log=context.log,
+        )
+        stats["llm"] = batch.stats
+        return [r.text.strip() if r.ok and r.text.strip() else None for r in batch.results]
+
+    out = translate.translate_rows(
+        store.read(partition, RAFT).to_pylist(),
+        store.read(partition, RAFT_LINEAGE).to_pylist(),
+        texts,
+        run,
+        _counter(config),
+        translate.TranslateConfig(
+            language=config.translate_language,
+            budget_tokens=config.budget_tokens,
+            max_tokens=config.translate_max_tokens,
+        ),
     )
-    yield from _result(
-        context,
-        [path],
-        table.schema,
-        out.rows,
-        out.rejections,
-        config.budget_tokens,
-        {
-            "config_name": config_name,
-            "clusters": dg.MetadataValue.json({k: len(set(v.tolist())) for k, v in labels.items()}),
-            "qa_pairs_per_row": dg.MetadataValue.json(
-                raft.length_stats([len(r["qa_source_ids"]) for r in out.rows])
-            ),
-            **questions.stats.as_metadata("embedder_questions"),
-        },
-    )
+    extra = {
+        "language": config.translate_language,
+        "pieces": out.texts,
+        "dropped_distractors": out.dropped_distractors,
+        "generator/model": dg.MetadataValue.json(generator.model_identity()),
+        **(stats["llm"].to_metadata("generator") if "llm" in stats else {}),
+    }
+    yield from _write_variant(
+        context, store, names, build.RAFT_SCHEMA, out, config_name, config.budget_tokens, extra,
+        kept_ids=[r["source_id"] for r in out.rows],
+    )  # fmt: skip
 
 
 UPSTREAM = [
     dg.AssetKey([PREFIX, n])
-    for n in ("examples", "passage_embeddings", "neighbours", "raft", "raft_syntactic", "clustered")
+    for n in (
+        "examples",
+        "passage_embeddings",
+        "neighbours",
+        "raft",
+        "raft_syntactic",
+        "clustered",
+        "raft_translated",
+    )
 ]
 
 
@@ -448,13 +546,18 @@ def release_folder(store: ArtifactStore, partition: str):  # noqa: ANN201
     partitions_def=qa_source_partitions,
     group_name=GROUP,
     code_version="1",
-    deps=[raft_rows, raft_syntactic, clustered],
+    deps=[raft_rows, raft_syntactic, clustered, raft_translated],
     kinds={"parquet", "huggingface"},
     check_specs=[
         dg.AssetCheckSpec("release_verifies", asset=dg.AssetKey([PREFIX, "release"]), blocking=True)
     ],
 )
-def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: EmbeddingResource):  # noqa: ANN201
+def release(  # noqa: ANN201
+    context: dg.AssetExecutionContext,
+    config: LongContextReleaseConfig,
+    store: ArtifactStore,
+    embedder: EmbeddingResource,
+):
     """``releases/long_context/<key>/``: the RAFT configs with card, decisions, lineage, manifests."""
     from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
     from ragsft_assets.release.decisions import ledger_files
@@ -462,14 +565,31 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
     from ragsft_assets.release.verify import verify_release
 
     partition = context.partition_key
-    names = build.config_names(partition)
+    known = {
+        k: a
+        for a in (
+            examples,
+            passage_embeddings,
+            neighbours,
+            raft_rows,
+            raft_syntactic,
+            clustered,
+            raft_translated,
+        )
+        for k in a.keys
+    }
+    run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM, known)
+    language = run_config.get("raft_translated", {}).get("translate_language", translate.DEFAULT_LANGUAGE)
+    names = build.config_names(partition, language)
     # variant -> (store name, lineage store name, ledger stage, asset name)
     variants = {
         raft.VARIANT: (RAFT, RAFT_LINEAGE, STAGE_RAFT, "raft"),
         build.SYNTACTIC_VARIANT: (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC, "raft_syntactic"),
         build.CLUSTERED_VARIANT: (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED, "clustered"),
+        translate.VARIANT: (TRANSLATED, TRANSLATED_LINEAGE, STAGE_TRANSLATED, "raft_translated"),
     }
-    # A variant never materialized for this key is left out, and the card says so.
+    # A variant never materialized for this key, or not built for its source, is left out, and the
+    # card says so.
     notes = [
         f"`{names[v]}` is not built: `long_context/{a}` was never materialized for `{partition}`."
         for v, (t, _, _, a) in variants.items()
@@ -477,13 +597,14 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
     ]
     variants = {v: x for v, x in variants.items() if store.files(partition, x[0])}
     tables = {names[v]: store.read(partition, t) for v, (t, _, _, _) in variants.items()}
+    notes += [
+        f"`{c}` is not built for `{partition}` (the source's variants)."
+        for c, t in tables.items()
+        if not t.num_rows
+    ]
+    tables = {c: t for c, t in tables.items() if t.num_rows}
+    variants = {v: x for v, x in variants.items() if names[v] in tables}
     lineage = {names[v]: store.read(partition, x) for v, (_, x, _, _) in variants.items()}
-    known = {
-        k: a
-        for a in (examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, clustered)
-        for k in a.keys
-    }
-    run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM, known)
     stats = {}
     for variant, (_, _, stage, asset_name) in variants.items():
         config_name = names[variant]
@@ -510,7 +631,14 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
         tables,
         lineage,
         ours,
-        build.card_body(partition, stats, notes),
+        build.card_body(
+            partition,
+            stats,
+            notes,
+            license=config.license,
+            translation_license=config.translation_license,
+            language=language,
+        ),
         source=source,
         run_config=run_config,
         resources=resource_settings(context),
@@ -537,4 +665,13 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore, embedder: E
     )
 
 
-ALL_ASSETS = [examples, passage_embeddings, neighbours, raft_rows, raft_syntactic, clustered, release]
+ALL_ASSETS = [
+    examples,
+    passage_embeddings,
+    neighbours,
+    raft_rows,
+    raft_syntactic,
+    clustered,
+    raft_translated,
+    release,
+]
