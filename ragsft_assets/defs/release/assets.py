@@ -231,6 +231,14 @@ def rag_sft_sections(store: ArtifactStore, partition: str, folder: Path) -> list
     names = [c for c in layout.release_files(folder) if c in shipped and shipped[c].asset == "rag_sft"]
     if not names:
         return []
+    missing = [a for a in ("rag_sft", "rag_prompts", INPUT_ASSET) if not store.files(partition, a)]
+    if missing:  # a release built from copied files (no chain artifacts): say so, never fail the card
+        return [
+            f"### `{names[0]}`: citations and answers",
+            "",
+            f"Not computed: {', '.join(missing)} missing.",
+            "",
+        ]
     return card_section(card_statistics(store, partition, INPUT_ASSET), names[0])
 
 
