@@ -249,6 +249,7 @@ def build_prompts(
     shares: PromptShares = PromptShares(),
     pool_records: Sequence[HotpotRecord] | None = None,
     instructions_lang: str = "",
+    multi_answer: bool = False,
 ) -> PromptBuild:
     """Prompts for every record: the answerable example, and for a drawn share its unanswerable twin.
 
@@ -262,6 +263,9 @@ def build_prompts(
         instructions_lang: language of the system instructions and citation/refusal rules
             (default ``lang``); the refusal phrases, the prompt's ``language`` and so the judges
             stay in ``lang``.
+        multi_answer: the multi-answer recipe (trust_align): a record whose ``level`` is
+            ``unanswerable`` (no supporting document, no answer) becomes one unanswerable example
+            with every document a distractor; no twin is drawn when ``shares.twin`` is 0.
 
     Returns:
         the prompts (unsorted), one ledger decision per question (kept, or dropped with a reason)
@@ -271,7 +275,7 @@ def build_prompts(
     pool = replacement_pool(pool_records if pool_records is not None else records)
     for rec in records:
         out.funnel["questions"] += 1
-        decision = _build_one(rec, seed, lang, shares, pool, out, instructions_lang or lang)
+        decision = _build_one(rec, seed, lang, shares, pool, out, instructions_lang or lang, multi_answer)
         out.decisions.append(decision)
         out.funnel[f"{decision.verdict}:{decision.reason}" if decision.verdict != KEPT else "kept"] += 1
     out.funnel["examples"] = len(out.prompts)
@@ -288,11 +292,16 @@ def _build_one(
     pool: Sequence[_PoolEntry],
     out: PromptBuild,
     instructions_lang: str,
+    multi_answer: bool = False,
 ) -> Decision:
     qid = rec.id
     pid = ids.pair_id(qid)
     titles_in_context = [t for t, _ in rec.context]
-    if not rec.question.strip() or not rec.answer.strip() or not rec.supporting_titles:
+    # A multi-answer source brings its own unanswerable rows: no answer, no supporting document.
+    own_unanswerable = multi_answer and rec.level == UNANSWERABLE and not rec.supporting_titles
+    if not rec.question.strip() or (
+        not own_unanswerable and (not rec.answer.strip() or not rec.supporting_titles)
+    ):
         return Decision(qid, DROPPED, "bad_record", {"pair_id": pid})
     if len(set(titles_in_context)) != len(titles_in_context):
         return Decision(qid, DROPPED, "duplicate_titles", {"pair_id": pid})
@@ -349,7 +358,9 @@ def _build_one(
             distractors_dropped=n_drop,
         )
 
-    made = [make(ANSWERABLE, "", docs, golds, [])]
+    made = [
+        make(UNANSWERABLE, "", docs, [], []) if own_unanswerable else make(ANSWERABLE, "", docs, golds, [])
+    ]
     detail: dict[str, object] = {
         "pair_id": pid,
         "citation_style": citation_style,

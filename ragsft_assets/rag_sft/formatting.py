@@ -263,6 +263,7 @@ def format_examples(
     rewrite_refusals: bool = False,
     drop_answer_only_in_ref: bool = False,
     drop_wrong_language: bool = False,
+    multi_answer: bool = False,
 ) -> Formatted:
     """Chat rows for the kept examples; drops (with the twin) answers naming untagged sources.
 
@@ -276,6 +277,10 @@ def format_examples(
             appears only inside a tag (:func:`answer_only_in_ref`).
         drop_wrong_language: drop (with the twin) a response whose own words are not in the
             prompt's language (:func:`response_language`); the strict phrase is the data's.
+        multi_answer: the multi-answer recipe (trust_align, ``multi_answer.py``): an elided
+            excerpt becomes consecutive tags instead of being joined; a response naming a
+            document by number outside a tag, or an answerable one without any ``<ref>``, is
+            dropped (counted, in the ledger).
     """
     out = Formatted()
     staged: dict[str, dict] = {}
@@ -286,6 +291,18 @@ def format_examples(
         text = responses[p.id].strip()
         text, n_clean = clean_excerpts(text, p.paragraphs)
         out.funnel["excerpts_ellipsis_removed"] += n_clean
+        if multi_answer:
+            from ragsft_assets.rag_sft import multi_answer as ma
+
+            text, n_split = ma.split_elided_tags(text, p.paragraphs)
+            out.funnel["excerpts_split"] += n_split
+            numbers = ma.named_document_numbers(text)
+            if numbers:
+                out.decisions.append(Decision(p.id, DROPPED, ma.NAMES_DOCUMENT, {"documents": numbers}))
+                continue
+            if p.kind == ANSWERABLE and not ma.has_ref(text):
+                out.decisions.append(Decision(p.id, DROPPED, ma.NO_REF))
+                continue
         named = named_untagged_sources(text)
         if named:
             bad_pairs.add(p.pair_id)
@@ -333,6 +350,9 @@ def format_examples(
     out.funnel[f"dropped:{WRONG_LANGUAGE}"] = sum(d.reason == WRONG_LANGUAGE for d in out.decisions)
     out.funnel[f"dropped:{ANSWER_ONLY_IN_REF}"] = sum(d.reason == ANSWER_ONLY_IN_REF for d in out.decisions)
     out.funnel["dropped:twin_dropped"] = sum(d.reason == "twin_dropped" for d in out.decisions)
+    if multi_answer:
+        for reason in ("names_document_number", "answerable_without_ref"):
+            out.funnel[f"dropped:{reason}"] = sum(d.reason == reason for d in out.decisions)
     return out
 
 

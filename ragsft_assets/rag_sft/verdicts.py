@@ -186,6 +186,7 @@ def judge_examples(
     strict_quotes: bool = True,
     min_quote_words: int = MIN_WORDS,
     language_scope: str = "all",
+    multi_answer: bool = False,
 ) -> JudgeRun:
     """Decide every example: deterministic checks first, judges only on what passed them.
 
@@ -197,6 +198,8 @@ def judge_examples(
         min_quote_words: the fewest words of a quoted fragment under ``strict_quotes``.
         language_scope: which non-English examples the language-quality judge gates: ``all``,
             or ``answerable`` (refusals are not language-judged; hotpotqa_fr_abstracts_v2's card).
+        multi_answer: the multi-answer recipe (trust_align): the factual judge grades on the
+            multi-answer rubric (``rag_judge_factual_multi``) and no citation F1 is required.
     """
     if language_scope not in LANGUAGE_SCOPES:
         raise ValueError(f"language_scope must be one of {LANGUAGE_SCOPES}, not {language_scope!r}")
@@ -217,7 +220,7 @@ def judge_examples(
         v.citations = orjson.dumps({**rep.to_dict(), "cited_ids": rep.cited_ids}).decode()
         if not rep.tags_valid:
             v.reason = "citations_invalid"
-        elif p.kind == ANSWERABLE and rep.f1 != 1.0:
+        elif p.kind == ANSWERABLE and rep.f1 != 1.0 and not multi_answer:
             v.reason = "citation_f1"
         else:
             need.append((p, r["response"]))
@@ -255,7 +258,8 @@ def judge_examples(
             "language_name": LANGUAGE_NAMES.get(p.language, p.language),
         }
 
-    for (p, _), res in zip(factual, run("rag_judge_factual", factual, SCORE_SCHEMA), strict=True):
+    factual_task = "rag_judge_factual_multi" if multi_answer else "rag_judge_factual"
+    for (p, _), res in zip(factual, run(factual_task, factual, SCORE_SCHEMA), strict=True):
         v = verdicts[p.id]
         v.cache_keys.append(res.cache_key)
         v.factual_score = _score(res, "score")

@@ -1,0 +1,190 @@
+"""The multi-answer recipe of the SFT chain: ``trust_align`` (Trust-Align's ASQA/QAMPARI rows).
+
+The same stages as ``hotpotqa_cite`` (``defs/rag_sft/assets.build_sft_chain``), with what the
+card changes: no twins (the source brings its own unanswerable rows, ``sources/trust_align.py``),
+inline citations only, the strict refusal rule on about 4% of examples, a factual judge on a
+multi-answer rubric and no citation-F1 requirement; in formatting, an ``A ... B`` excerpt becomes
+consecutive tags, and a response naming a document by number outside a tag, or an answerable one
+without any ``<ref>``, is a counted, recorded drop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from statistics import mean
+from typing import Any
+
+from ragsft_assets.rag_sft.citations import (
+    ELLIPSIS_RE,
+    INLINE,
+    TAG_MARKUP_RE,
+    normalize,
+    parse_refs,
+)
+
+PRODUCT = "trust_align"
+SOURCE = "trust_align"  # the qa_source whose keys (trust_align.<lang>) get this recipe
+STRICT_SHARE = 0.04  # the card: the strict refusal rule on about 4% of examples, answerable or not
+FACTUAL_TASK = "rag_judge_factual_multi"
+NAMES_DOCUMENT = "names_document_number"
+NO_REF = "answerable_without_ref"
+
+# "Document 3", "document [3]", "Doc. 3", a bare "[5]" (the source's own citation style).
+_DOCUMENT_NUMBER_RE = re.compile(
+    r"\b(?:documents?|docs?\.?)\s*\[?\s*(\d+)\s*\]?|\[\s*(\d+)\s*\]", re.IGNORECASE
+)
+
+
+def is_multi_answer(partition: str) -> bool:
+    """Whether a partition key is a source of this recipe (``trust_align.<lang>``)."""
+    return partition.split(".", 1)[0] == SOURCE
+
+
+def answers(answer: str) -> list[str]:
+    """The reference answers of a prompt (``sources/trust_align`` joins them with ``; ``)."""
+    return [a for a in (x.strip() for x in answer.split(";")) if a]
+
+
+def split_elided_tags(response: str, documents: Sequence[str]) -> tuple[str, int]:
+    """Each inline ``<ref id="N">A ... B</ref>`` as consecutive tags ``<ref id="N">A</ref><ref id="N">B</ref>``.
+
+    Every fragment keeps its text verbatim (only the ellipsis and the space around it go); a
+    response with markup defects, or a tag whose id is no document, is left as it is (the
+    verifier rejects it). Returns the response and the number of tags split.
+    """
+    parsed = parse_refs(response)
+    if parsed.defects:
+        return response, 0
+    edits = []
+    for t in parsed.tags:
+        if t.style != INLINE or t.excerpt is None or t.id is None or not 1 <= t.id <= len(documents):
+            continue
+        parts = [p.strip() for p in ELLIPSIS_RE.split(t.excerpt)]
+        parts = [p for p in parts if p]
+        if len(parts) < 2:
+            continue
+        edits.append((t.start, t.end, "".join(f'<ref id="{t.id}">{p}</ref>' for p in parts)))
+    for start, end, new in sorted(edits, reverse=True):
+        response = response[:start] + new + response[end:]
+    return response, len(edits)
+
+
+def named_document_numbers(response: str) -> list[int]:
+    """Document numbers named outside tags (``Document 3``, ``[5]``): the reader never sees numbers."""
+    text = TAG_MARKUP_RE.sub(" ", _without_excerpts(response))
+    found = set()
+    for m in _DOCUMENT_NUMBER_RE.finditer(text):
+        found.add(int(m.group(1) or m.group(2)))
+    return sorted(found)
+
+
+def _without_excerpts(response: str) -> str:
+    """The response with every well-formed tag (and its quoted excerpt) blanked out."""
+    parsed = parse_refs(response)
+    out = response
+    for t in sorted(parsed.tags, key=lambda t: t.start, reverse=True):
+        out = out[: t.start] + " " + out[t.end :]
+    return out
+
+
+def has_ref(response: str) -> bool:
+    """Whether the response holds any ``<ref>`` tag."""
+    return bool(parse_refs(response).tags)
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether ``answer`` occurs in ``text`` (normalized, on word boundaries)."""
+    a = normalize(answer).lower()
+    return bool(a) and re.search(rf"(?<!\w){re.escape(a)}(?!\w)", normalize(text).lower()) is not None
+
+
+def card_statistics(
+    rows: Sequence[Mapping[str, Any]],
+    prompts: Sequence[Mapping[str, Any]],
+    questions: Sequence[Mapping[str, Any]],
+    verdicts: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The trust_align card's statistics.
+
+    Args:
+        rows: the ``rag_sft`` rows (chat messages; ``id``).
+        prompts: ``rag_prompts`` rows (``id``, ``question_id``, ``kind``).
+        questions: ``qa/questions`` rows (``id``, ``type``, ``gold_answers``, ``answers_present``).
+        verdicts: ``rag_verdicts`` rows (``id``, ``kept``).
+
+    Returns:
+        ``partial_answer_share`` (answerable kept rows whose documents hold only some of the
+        expected answers), ``cited_documents`` (distinct cited documents per kept answer: mean,
+        share citing 1, share citing 3 or more), ``refusals_quoting`` (kept refusals with a tag
+        before they decline), ``pass_rate_by_answers_present`` (verdicts kept / judged, by the
+        number of expected answers present) and ``subsets`` (ASQA vs QAMPARI, generated and kept).
+    """
+    by_prompt = {p["id"]: p for p in prompts}
+    by_question = {q["id"]: q for q in questions}
+    kept_rows = [r for r in rows if r["id"] in by_prompt]
+    answered = [r for r in kept_rows if by_prompt[r["id"]]["kind"] == "answerable"]
+    refusals = [r for r in kept_rows if by_prompt[r["id"]]["kind"] != "answerable"]
+
+    def q_of(eid: str) -> Mapping[str, Any]:
+        return by_question.get(by_prompt[eid]["question_id"], {})
+
+    partial = [
+        r
+        for r in answered
+        if 0 < (q_of(r["id"]).get("answers_present") or 0) < len(q_of(r["id"]).get("gold_answers") or [])
+    ]
+    cited = [len({t.id for t in parse_refs(r["messages"][2]["content"]).tags}) for r in answered]
+    quoting = [r for r in refusals if has_ref(r["messages"][2]["content"])]
+    judged: Counter = Counter()
+    passed: Counter = Counter()
+    for v in verdicts:
+        if v["id"] not in by_prompt:
+            continue
+        n = int(q_of(v["id"]).get("answers_present") or 0)
+        judged[n] += 1
+        passed[n] += bool(v["kept"])
+    gen = Counter(q_of(p["id"]).get("type", "") for p in prompts)
+    kept = Counter(q_of(r["id"]).get("type", "") for r in kept_rows)
+    return {
+        "rows": len(kept_rows),
+        "answerable": len(answered),
+        "refusals": len(refusals),
+        "partial_answer_share": round(len(partial) / len(answered), 4) if answered else None,
+        "cited_documents": {
+            "mean": round(mean(cited), 4) if cited else None,
+            "one": round(sum(c == 1 for c in cited) / len(cited), 4) if cited else None,
+            "three_or_more": round(sum(c >= 3 for c in cited) / len(cited), 4) if cited else None,
+        },
+        "refusals_quoting": round(len(quoting) / len(refusals), 4) if refusals else None,
+        "pass_rate_by_answers_present": {str(n): round(passed[n] / judged[n], 4) for n in sorted(judged)},
+        "subsets": {"generated": dict(sorted(gen.items())), "kept": dict(sorted(kept.items()))},
+    }
+
+
+def card_section(stats: Mapping[str, Any]) -> list[str]:
+    """The trust_align statistics as Markdown lines for the release card."""
+    cd = stats["cited_documents"]
+    lines = [
+        "## trust_align statistics",
+        "",
+        f"- rows: {stats['rows']} ({stats['answerable']} answers, {stats['refusals']} refusals)",
+        f"- partial answers (the documents hold only some expected answers): {stats['partial_answer_share']}",
+        f"- distinct cited documents per answer: mean {cd['mean']}; share citing 1: {cd['one']}; "
+        f"3 or more: {cd['three_or_more']}",
+        f"- refusals that quote before declining: {stats['refusals_quoting']}",
+        "",
+        "| expected answers present | pass rate |",
+        "|---|---|",
+        *(f"| {n} | {r} |" for n, r in stats["pass_rate_by_answers_present"].items()),
+        "",
+        "| subset | generated | kept |",
+        "|---|---|---|",
+        *(
+            f"| {s} | {stats['subsets']['generated'].get(s, 0)} | {stats['subsets']['kept'].get(s, 0)} |"
+            for s in sorted(set(stats["subsets"]["generated"]) | set(stats["subsets"]["kept"]))
+        ),
+        "",
+    ]
+    return lines

@@ -1,0 +1,319 @@
+"""trust_align: the Trust-Align SFT rows (ALCE / Trust-Score layout) through the QA chain's multi-answer recipe.
+
+The real Trust-Align rows are on the hub only; the tests use the real ALCE and Trust-Align demos
+(real questions, passages and cited answers, positive and refusal), whose gold lists are made from
+the demo answers (the shared ASQA and QAMPARI records are other questions), and the ASQA/QAMPARI
+gold join on constructed rows around the real ASQA and QAMPARI records.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ragsft_assets.ids import DEFAULT_SEED
+from ragsft_assets.rag_sft import multi_answer
+from ragsft_assets.rag_sft.citations import check_response
+from ragsft_assets.rag_sft.examples import ANSWERABLE, UNANSWERABLE, PromptShares, build_prompts
+from ragsft_assets.rag_sft.formatting import format_examples
+from ragsft_assets.rag_sft.hotpot_input import records_from_table
+from ragsft_assets.sources import trust_align as ta
+from ragsft_assets.sources.read import PRESETS, SourceError, read_source
+
+DATA = Path(__file__).resolve().parent / "data"
+# Gold answers of the demos whose answer is prose (ASQA) or a refusal: strings of the ALCE demo
+# answers of the same questions; the QAMPARI demo answers are lists, split below.
+DEMO_GOLD = {
+    "Which is the most rainy place on earth?": [
+        ["Mawsynram"],
+        ["Lloró"],
+        ["López de Micay"],
+        ["Cherrapunji", "Sohra"],
+    ],
+    "When did the us break away from england?": [["July 2, 1776"], ["September 3, 1783"]],
+    "Who set the record for longest field goal?": [["Matt Prater"], ["Ove Johansson"]],
+    "Who played galen in planet of the apes?": [["Wright King"], ["Roddy McDowall"]],
+    "The Ronettes performed which work?": [["Be My Baby"]],
+    "Which film has Glenn Ford as a member of its cast and was directed by Henry Levin?": [
+        ["The Man from Colorado"]
+    ],
+}
+
+
+def _demos(name: str) -> list[dict]:
+    d = json.loads((DATA / name).read_text(encoding="utf-8"))
+    return [x for k in ("demos", "positive_demos", "refusal_demos") for x in d.get(k, [])]
+
+
+def _gold(demo: dict) -> list[list[str]]:
+    if demo["question"] in DEMO_GOLD:
+        return DEMO_GOLD[demo["question"]]
+    return [[re.sub(r"\s*\[\d+\]", "", a).strip().rstrip(".")] for a in demo["answer"].split(", ")]
+
+
+def demo_source(folder: Path) -> Path:
+    """A source folder from the demos: train = the Trust-Align demos (+ ELI5, left out), test = ALCE's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "trust_align_train.jsonl").open("w", encoding="utf-8") as out:
+        for f in ("trust_align/asqa_refusal_demos.json", "trust_align/qampari_refusal_demos.json"):
+            for x in _demos(f):
+                out.write(
+                    json.dumps({**x, "answers": _gold(x), "dataset": f.split("/")[1].split("_")[0]}) + "\n"
+                )
+        for x in _demos("alce/eli5_default_demos.json"):
+            out.write(json.dumps({**x, "dataset": "eli5"}) + "\n")
+    with (folder / "trust_align_test.jsonl").open("w", encoding="utf-8") as out:
+        for f in ("alce/asqa_default_demos.json", "alce/qampari_default_demos.json"):
+            for x in _demos(f):
+                out.write(
+                    json.dumps({**x, "answers": _gold(x), "dataset": f.split("/")[1].split("_")[0]}) + "\n"
+                )
+    return folder
+
+
+def _item(i: int, question: str, docs: list[tuple[str, str]], target: str, gold=(), split="train") -> ta.Item:
+    return ta.Item(f"q{i}", "asqa", question, tuple(docs), target, tuple(tuple(g) for g in gold), split)
+
+
+def test_gold_join_on_the_real_asqa_and_qampari_schemas(tmp_path: Path) -> None:
+    asqa = json.loads((DATA / "asqa_raw" / "asqa_dev_5_with_answers.jsonl").read_text().splitlines()[0])
+    qampari = json.loads((DATA / "qampari" / "qampari_dev_1000_answers.json").read_text())[0]
+    # Trust-Align rows for those two questions (constructed: the real rows are on the hub only).
+    rows = [
+        {
+            "question": asqa["ambiguous_question"],
+            "docs": [
+                {"title": "Ali Daei", "text": "Ali Daei scored 109 goals for Iran, a men's record."},
+                {"title": "Christine Sinclair", "text": "Christine Sinclair holds the overall record."},
+            ],
+            "answer": "Among men, Ali Daei holds the record [1]; overall it is Christine Sinclair [2].",
+            "dataset": "asqa",
+        },
+        {
+            "question": qampari["question"],
+            "docs": [{"title": "Ryoichi Ikegami", "text": "Ikegami drew Crying Freeman and Sanctuary."}],
+            "answer": "Crying Freeman [1], Sanctuary [1].",
+            "dataset": "qampari",
+        },
+    ]
+    (tmp_path / "sft_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # The gold records, verbatim in their own schemas, beside the rows.
+    (tmp_path / "asqa_gold.jsonl").write_text(json.dumps(asqa) + "\n")
+    (tmp_path / "qampari_gold.json").write_text(json.dumps([qampari]))
+    read = read_source(tmp_path, PRESETS["trust_align"])
+    rows_out = {r["type"]: r for r in read.table.to_pylist()}
+    assert read.rows_per_file["gold_records"] == 2
+    a, q = rows_out["asqa"], rows_out["qampari"]
+    assert [g[0] for g in a["gold_answers"]] == [p["short_answers"][0] for p in asqa["qa_pairs"]]
+    # the reference answers are the gold answers the target contains (any alias: "Ali Daei")
+    assert a["reference_answers"] == [["Daei", "Ali Daei"], ["Sinclair", "Christine Sinclair"]]
+    assert a["supporting_facts"]["title"] == ["Ali Daei", "Christine Sinclair"]  # the cited passages
+    assert a["level"] == "answerable" and a["answer"] == "Daei; Sinclair"
+    assert q["reference_answers"] == [["Sanctuary"], ["Crying Freeman"]]  # gold order
+    assert q["answers_present"] == 2 and len(q["gold_answers"]) == 6
+
+
+def test_demo_rows_eli5_out_validation_without_train_and_unanswerable_share(tmp_path: Path) -> None:
+    read = read_source(demo_source(tmp_path / "src"), PRESETS["trust_align"])
+    funnel = read.rows_per_file
+    rows = read.table.to_pylist()
+    assert funnel["eli5_left_out"] == 4
+    assert {r["type"] for r in rows} == {"asqa", "qampari"}
+    train = [r for r in rows if r["split"] == "train"]
+    val = [r for r in rows if r["split"] == "validation"]
+    train_q = {r["question"] for r in train}
+    assert val and not train_q & {r["question"] for r in val}
+    assert funnel["rejected:validation_question_in_train"] == 6
+    # 4 answerable train rows: at most 20% unanswerable = 1 of the 4 refusal demos kept.
+    assert sum(r["level"] == "unanswerable" for r in train) == 1
+    assert funnel["rejected:unanswerable_over_share"] == 3
+    for r in rows:
+        assert len(r["context"]["title"]) == 5 + ta.N_DISTRACTORS  # 5 passages + 4 BM25 distractors
+        assert len(set(r["context"]["title"])) == len(r["context"]["title"])
+    again = read_source(tmp_path / "src", PRESETS["trust_align"])
+    assert again.table.equals(read.table)  # deterministic
+
+
+def test_unanswerable_kept_only_without_gold_in_passages() -> None:
+    refusal = "I apologize, but I couldn't find an answer to your question in the search results."
+    docs_with = [("A", "The record is held by Matt Prater, 64 yards."), ("B", "Kicking is hard.")]
+    docs_without = [("A", "Field goals are kicked."), ("B", "Kicking is hard.")]
+    items = [
+        _item(1, "Who kicked?", docs_with, refusal, [["Matt Prater"]]),
+        _item(2, "Who kicked far?", docs_without, refusal, [["Matt Prater"]]),
+        *(
+            _item(10 + i, f"q {i}", [("T", f"answer {i} here")], f"answer {i} [1]", [[f"answer {i}"]])
+            for i in range(8)
+        ),
+    ]
+    built = ta.build_rows(items, unanswerable_share=0.2)
+    assert ("q1", "unanswerable_but_gold_in_passages") in built.rejected
+    kept = {r["id"]: r for r in built.rows}
+    assert kept["q2"]["level"] == "unanswerable" and kept["q2"]["supporting_facts"]["title"] == []
+    assert "q1" not in kept
+
+
+def test_unanswerable_sampling_share_and_seed() -> None:
+    ans = [f"a{i}" for i in range(100)]
+    una = [f"u{i}" for i in range(100)]
+    kept, dropped = ta.sample_unanswerable(ans, una, 0.2, DEFAULT_SEED)
+    assert len(kept) == 25 and len(dropped) == 75  # 25 / (100 + 25) = 20%
+    assert ta.sample_unanswerable(list(reversed(ans)), list(reversed(una)), 0.2, DEFAULT_SEED)[0] == kept
+    assert ta.sample_unanswerable(ans, una, 0.2, DEFAULT_SEED + 1)[0] != kept
+    assert len(ta.sample_unanswerable(ans, una, 0.5, DEFAULT_SEED)[0]) == 100
+    with pytest.raises(ValueError):
+        ta.sample_unanswerable(ans, una, 1.0, DEFAULT_SEED)
+
+
+def test_bm25_distractors_skip_top_ranks_gold_and_own_passages() -> None:
+    query = _item(
+        0, "volcano eruption lava", [("Own", "volcano lava eruption own passage")], "x [1]", [["Krakatoa"]]
+    )
+    others = [
+        _item(i, f"other {i}", [(f"T{i}", text)], "y [1]", [["zzz"]])
+        for i, text in enumerate(
+            [
+                "volcano eruption lava flows rank",  # the best matches: ranks 1-4, skipped
+                "volcano eruption lava ash rank",
+                "volcano eruption lava cloud rank",
+                "volcano eruption lava rock rank",
+                "volcano eruption Krakatoa gold",  # holds the query's gold answer: skipped
+                "volcano eruption five",
+                "volcano six",
+                "lava seven",
+                "eruption eight",
+                "unrelated nine",
+            ],
+            1,
+        )
+    ]
+    got = ta.bm25_distractors([query, *others])[query.id]
+    texts = [t for _, t in got]
+    assert len(texts) == 4
+    assert not any("rank" in t for t in texts)
+    assert not any("Krakatoa" in t for t in texts)
+    assert "volcano lava eruption own passage" not in texts
+    assert texts[0] == "volcano eruption five"
+
+
+def test_trust_align_reader_errors(tmp_path: Path) -> None:
+    (tmp_path / "bad.jsonl").write_text(
+        json.dumps({"question": "q", "answer": "a [1]", "docs": [{"t": 1}]}) + "\n"
+    )
+    with pytest.raises(SourceError, match=r"bad.jsonl, line 1: field 'docs' is malformed"):
+        read_source(tmp_path, PRESETS["trust_align"])
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"question": "q", "docs": []}) + "\n")
+    with pytest.raises(SourceError, match=r"line 1: missing field 'answer'"):
+        read_source(tmp_path, PRESETS["trust_align"])
+
+
+def test_elided_excerpts_become_consecutive_verbatim_tags() -> None:
+    doc = "Mawsynram in India has an average annual rainfall of 11,872 mm, the official record."
+    resp = 'Mawsynram holds it <ref id="1">Mawsynram in India has ... annual rainfall of 11,872 mm</ref>.'
+    out, n = multi_answer.split_elided_tags(resp, [doc])
+    assert n == 1
+    assert out == (
+        'Mawsynram holds it <ref id="1">Mawsynram in India has</ref><ref id="1">annual rainfall of 11,872 mm</ref>.'
+    )
+    assert check_response(out, [doc]).tags_valid
+    assert multi_answer.split_elided_tags('<ref id="1">Mawsynram in India has</ref>', [doc]) == (
+        '<ref id="1">Mawsynram in India has</ref>',
+        0,
+    )
+
+
+def test_document_numbers_outside_tags_and_missing_refs() -> None:
+    assert multi_answer.named_document_numbers("As Document 3 says, it rains.") == [3]
+    assert multi_answer.named_document_numbers("It rains [5].") == [5]
+    assert multi_answer.named_document_numbers('It rains <ref id="2">a lot in [2] here</ref>.') == []
+    assert multi_answer.named_document_numbers("It rains a lot in 1861.") == []
+    assert multi_answer.has_ref('x <ref id="1">a b c</ref>') and not multi_answer.has_ref("x")
+
+
+def _prompts(n_answerable: int = 30, n_unanswerable: int = 10):
+    rows = []
+    for i in range(n_answerable + n_unanswerable):
+        una = i >= n_answerable
+        docs = [
+            (f"T{i}-{k}", f"passage {k} of question {i} says Answer{i}x{k} plainly here") for k in range(6)
+        ]
+        cited = [] if una else [docs[0][0], docs[1][0]]
+        rows.append(
+            {
+                "id": f"{i:04d}",
+                "question": f"Question {i}?",
+                "answer": "" if una else f"Answer{i}x0; Answer{i}x1",
+                "type": "asqa",
+                "level": "unanswerable" if una else "answerable",
+                "supporting_facts": {"title": cited, "sent_id": [0] * len(cited)},
+                "context": {"title": [t for t, _ in docs], "sentences": [[x] for _, x in docs]},
+                "split": "train",
+                "gold_answers": [],
+                "reference_answers": [],
+                "answers_present": 0,
+            }
+        )
+    records, bad = records_from_table(ta.rows_table(rows))
+    assert not bad
+    shares = PromptShares(0.0, 0.0, 0.0, multi_answer.STRICT_SHARE, 0.7)
+    return build_prompts(records, shares=shares, multi_answer=True), records
+
+
+def test_multi_answer_prompts_keep_source_unanswerables_no_twins_inline() -> None:
+    build, records = _prompts()
+    kinds = [p.kind for p in build.prompts]
+    assert kinds.count(ANSWERABLE) == 30 and kinds.count(UNANSWERABLE) == 10
+    assert all(p.twin_kind == "" and p.citation_style == "inline" for p in build.prompts)
+    for p in build.prompts:
+        if p.kind == ANSWERABLE:
+            assert set(p.gold_titles) <= set(p.titles)  # supporting documents never dropped
+        assert p.chunks_total >= 2
+    # without the recipe, a row without supporting documents is a bad record (hotpotqa_cite's rule)
+    plain = build_prompts(records, shares=PromptShares(0.0, 0.0, 0.0, 0.04, 0.7))
+    assert sum(d.reason == "bad_record" for d in plain.decisions) == 10
+
+
+def test_multi_answer_formatting_drops_are_counted_and_recorded() -> None:
+    build, _ = _prompts(3, 0)
+    p0, p1, p2 = sorted(build.prompts, key=lambda p: p.id)
+
+    def quote(p, k: int) -> str:
+        return p.paragraphs[k]
+
+    responses = {
+        p0.id: f'It is so <ref id="1">{quote(p0, 0)}</ref>.',
+        p1.id: f"As Document 2 says, it is {p1.answer}.",
+        p2.id: f"It is {p2.answer}.",
+    }
+    fmt = format_examples(build.prompts, responses, set(responses), multi_answer=True)
+    reasons = {d.candidate_id: d.reason for d in fmt.decisions}
+    assert reasons == {p0.id: "formatted", p1.id: "names_document_number", p2.id: "answerable_without_ref"}
+    assert fmt.funnel["dropped:names_document_number"] == 1
+    assert fmt.funnel["dropped:answerable_without_ref"] == 1
+    plain = format_examples(build.prompts, responses, set(responses))
+    assert len(plain.rows) == 3  # hotpotqa_cite's cleanup keeps them
+
+
+def test_multi_answer_judging_has_no_citation_f1_requirement() -> None:
+    from ragsft_assets.rag_sft.verdicts import judge_examples
+    from ragsft_assets_tests.llm_double import ScriptedChatModel
+
+    build, _ = _prompts(1, 0)
+    (p,) = build.prompts
+    n = p.titles.index(p.gold_titles[0]) + 1
+    # cites one of the two supporting documents only: F1 < 1, still a full multi-answer answer
+    resp = f'{p.answer} <ref id="{n}">{p.paragraphs[n - 1]}</ref>'
+    rows = [{"id": p.id, "response": resp, "status": "ok", "cache_key": "k"}]
+    seen = []
+
+    def judge(messages) -> str:
+        seen.append(messages[0]["content"])
+        return json.dumps({"score": 5, "reason": "scripted"})
+
+    multi = judge_examples([p], rows, ScriptedChatModel(judge), multi_answer=True)
+    assert multi.verdicts[0].kept and "each must be given" in seen[0]
+    plain = judge_examples([p], rows, ScriptedChatModel(judge))
+    assert plain.verdicts[0].reason == "citation_f1"
