@@ -317,3 +317,167 @@ def test_multi_answer_judging_has_no_citation_f1_requirement() -> None:
     assert multi.verdicts[0].kept and "each must be given" in seen[0]
     plain = judge_examples([p], rows, ScriptedChatModel(judge))
     assert plain.verdicts[0].reason == "citation_f1"
+
+
+# --- the QA chain on a trust_align.en source made of the demos, with scripted models -------------
+
+KEY = "trust_align.en"
+BACKEND = "trust-align-scripted"
+REFUSAL = "The documents do not allow me to answer this question."
+NAMES_A_DOCUMENT = "Which film has Gong Li as a member of its cast?"  # its answer names "Document 2"
+ELIDED = "Which is the most rainy place on earth?"  # its first excerpt is elided: A ... B
+
+
+def _window(doc: str, answer: str) -> str | None:
+    """Whole words of ``doc`` around the first occurrence of ``answer`` (3 words either side)."""
+    at = doc.lower().find(answer.lower())
+    if at < 0:
+        return None
+    words, spans, pos = doc.split(" "), [], 0
+    for w in words:
+        spans.append((pos, pos + len(w)))
+        pos += len(w) + 1
+    first = next(k for k, (a, b) in enumerate(spans) if b > at)
+    last = next(k for k, (a, b) in enumerate(spans) if b >= at + len(answer))
+    return " ".join(words[max(0, first - 3) : last + 4])
+
+
+def ta_generator(messages) -> str:
+    from ragsft_assets.rag_sft.layout import parse_documents
+
+    system, question = messages[0]["content"], messages[1]["content"]
+    refs = REFERENCES.get(question) or []
+    docs = [t for _, t in parse_documents(system)]
+    parts = []
+    for k, answer in enumerate(refs):
+        for n, doc in enumerate(docs, 1):
+            excerpt = _window(doc, answer)
+            if excerpt:
+                if question == ELIDED and k == 0:  # an elided excerpt: the recipe splits it into two tags
+                    words = doc.split(" ")
+                    excerpt = f"{' '.join(words[:4])} ... {' '.join(words[6:10])}"
+                parts.append(f'{answer} <ref id="{n}">{excerpt}</ref>.')
+                break
+    if not parts:
+        return REFUSAL
+    tail = " See Document 2." if question == NAMES_A_DOCUMENT else ""
+    return " ".join(parts) + tail
+
+
+def ta_judge(messages) -> str:
+    text = messages[0]["content"]
+    if "Reference answers (each must be given):" in text:
+        answers = re.search(r"Reference answers \(each must be given\): (.*)\n", text).group(1).split("; ")
+        reply = text.split("Assistant's answer", 1)[1]
+        return json.dumps({"score": 5 if all(a in reply for a in answers) else 2, "reason": "scripted"})
+    if "declines to answer" in text:
+        return json.dumps({"refuses": "do not allow me" in text, "reason": "scripted"})
+    return json.dumps({"score": 5, "reason": "scripted"})
+
+
+REFERENCES: dict[str, list[str]] = {}
+RESPONDERS = {"ta-gen": ta_generator, "ta-judge": ta_judge}
+
+
+class ResponderBackend:
+    """The scripted responders as a backend, so every call goes through the real LLMResource client."""
+
+    def __init__(self, model: str) -> None:
+        self.model, self.responder = model, RESPONDERS[model]
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": BACKEND, "model": self.model, "weights_sha256": "0" * 64}
+
+    def generate(self, requests, on_result) -> None:
+        from ragsft_assets.llm.backends.base import Completion
+
+        for i, r in enumerate(requests):
+            text = self.responder(r.messages)
+            on_result(i, Completion(text=text, prompt_tokens=1, completion_tokens=len(text.split())))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def ta_run(tmp_path_factory: pytest.TempPathFactory):
+    import dagster as dg
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+    from ragsft_assets.definitions import build_definitions
+    from ragsft_assets.defs.resources import default_resources
+    from ragsft_assets.llm import engines
+    from ragsft_assets.resources.llm import LLMResource
+    from ragsft_assets.resources.store import ArtifactStore
+
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAGSFT_HOME", str(home))
+    mp.delenv("DAGSTER_HOME", raising=False)
+    src = demo_source(home.parent / f"{home.name}-trust_align_demos")
+    added = CliRunner().invoke(main, ["sources", "add", KEY, "--from", str(src)], catch_exceptions=False)
+    for r in read_source(src, PRESETS["trust_align"]).table.to_pylist():
+        REFERENCES[r["question"]] = [g[0] for g in r["reference_answers"]]
+    store = ArtifactStore(home=str(home))
+    engines.register_backend(BACKEND, ResponderBackend)
+    cache = str(home / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": store,
+        "generator": LLMResource(backend=BACKEND, model="ta-gen", cache_dir=cache, role="generator"),
+        "judge": LLMResource(backend=BACKEND, model="ta-judge", cache_dir=cache, role="judge"),
+    }
+    job = build_definitions(resources).get_job_def("qa_sft_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [KEY])
+    config = {"tokenizer": "whitespace"}
+    ops = {
+        f"qa__{n}": {"config": config} for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+    }
+    result = job.execute_in_process(partition_key=KEY, instance=instance, run_config={"ops": ops})
+    yield home, added, result, store
+    mp.undo()
+
+
+def test_qa_sft_job_writes_a_trust_align_release(ta_run) -> None:
+    import datasets
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    home, added, result, store = ta_run
+    assert added.exit_code == 0, added.output
+    assert result.success
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {
+        "twins_together": True,
+        "citations_verified": True,
+        "layout_intact": True,
+        "release_verifies": True,
+    }
+    prompts = store.read(KEY, "rag_prompts").to_pylist()
+    assert {p["twin_kind"] for p in prompts} == {""} and {p["citation_style"] for p in prompts} == {"inline"}
+    assert sorted({p["split"] for p in prompts}) == ["train", "validation"]
+    assert sum(p["kind"] == "unanswerable" for p in prompts) == 1
+    folder = home / "releases" / KEY
+    ds = datasets.load_dataset(str(folder), "trust_align")
+    assert sorted(ds) == ["train", "validation"]
+    rows = [r for s in ds for r in ds[s]]
+    by_question = {r["messages"][1]["content"]: r["messages"][2]["content"] for r in rows}
+    assert NAMES_A_DOCUMENT not in by_question  # dropped: names "Document 2" outside a tag
+    elided = by_question[ELIDED]  # the elided excerpt split into two consecutive tags, verbatim
+    assert '<ref id="1">Mawsynram Mawsynram () is</ref><ref id="1">in the East Khasi</ref>' in elided
+    assert " ... " not in elided
+    assert any(REFUSAL in a for a in by_question.values())  # the kept unanswerable row
+    verified = CliRunner().invoke(main, ["verify", str(folder)], catch_exceptions=False)
+    assert verified.exit_code == 0, verified.output
+    ledger = store.read(KEY, "rag_sft").num_rows
+    assert ledger == len(rows)
+    decisions = datasets.load_dataset("parquet", data_files=str(folder / "provenance" / "decisions.parquet"))
+    reasons = set(decisions["train"]["reason"])
+    assert "names_document_number" in reasons
+    card = (folder / "README.md").read_text()
+    assert "trust_align statistics" in card and "| asqa |" in card
+    manifest = json.loads((folder / "provenance" / "trust_align" / "manifest.json").read_text())
+    assert manifest["asset"] == "rag_sft" and manifest["snapshot"] == KEY

@@ -23,7 +23,7 @@ from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.prompts import templates_version
-from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
+from ragsft_assets.rag_sft import citations, examples, formatting, multi_answer, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS
@@ -33,7 +33,7 @@ QA_GROUP = "qa_sft"
 QA_PREFIX = "qa"
 INPUT_ASSET = "multihop_questions"
 QA_INPUT_ASSET = "questions"  # store name of qa/questions
-JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language")
+JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language", multi_answer.FACTUAL_TASK)
 # The question configurations the snapshot chain can read: config name -> store name of its asset.
 SNAPSHOT_INPUTS = {
     "default": INPUT_ASSET,
@@ -101,8 +101,11 @@ def _token_counter(config: RagSftConfig) -> tuple[statistics.TokenCounter, str]:
     return statistics.default_token_counter()
 
 
-def product_name(lang: str) -> str:
-    """The seed dataset this reproduces: French input is ``hotpotqa_fr_abstracts_v2``."""
+def product_name(lang: str, partition: str = "") -> str:
+    """The seed dataset this reproduces: a ``trust_align.<lang>`` source is ``trust_align`` (the
+    multi-answer recipe, ``rag_sft/multi_answer.py``); French input is ``hotpotqa_fr_abstracts_v2``."""
+    if multi_answer.is_multi_answer(partition):
+        return multi_answer.PRODUCT
     return "hotpotqa_fr_abstracts_v2" if lang == "fr" else "hotpotqa_cite"
 
 
@@ -187,8 +190,12 @@ def sft_checks(
     *,
     strict_quotes: bool = True,
     min_quote_words: int = citations.MIN_WORDS,
+    require_f1: bool = True,
 ) -> list[dg.AssetCheckResult]:
-    """The invariants of the final rows, as check results (computed in the materialization)."""
+    """The invariants of the final rows, as check results (computed in the materialization).
+
+    ``require_f1=False`` (the multi-answer recipe) checks the tags only, no citation F1.
+    """
     from ragsft_assets.rag_sft.layout import parse_documents
 
     pair_sizes: dict[str, int] = {}
@@ -208,7 +215,7 @@ def sft_checks(
             assistant,
             [d for _, d in docs],
             [t for t, _ in docs],
-            r["supporting_facts_titles"] or None,
+            (r["supporting_facts_titles"] or None) if require_f1 else None,
             strict=strict_quotes,  # the check re-verifies with the settings the verdicts used
             min_words=min_quote_words,
         )
@@ -280,7 +287,7 @@ def build_sft_chain(
         records, bad = records_from_table(read_questions(store, partition, name, source, splits))
         records.sort(key=lambda r: r.id)
         selected = records[: config.max_questions] if config.max_questions > 0 else records
-        budget = examples.document_token_budget(config.max_document_tokens, product_name(lang))
+        budget = examples.document_token_budget(config.max_document_tokens, product_name(lang, partition))
         over: list[Decision] = []
         if budget > 0:
             counter, tokenizer = _token_counter(config)
@@ -288,12 +295,17 @@ def build_sft_chain(
             context.log.info(f"{partition}: {len(over)} question(s) over {budget} {tokenizer} tokens dropped")
         shares = examples.PromptShares(
             config.twin_share,
-            examples.twin_both_share(config.twin_both_share, product_name(lang)),
+            examples.twin_both_share(config.twin_both_share, product_name(lang, partition)),
             config.references_share,
             config.strict_share,
             config.max_drop_fraction,
         )
-        ilang = examples.instructions_language(config.instructions_language, lang, product_name(lang))
+        multi = multi_answer.is_multi_answer(partition)
+        if multi:  # trust_align's card: no twins, inline citations only, the strict rule on ~4%
+            shares = examples.PromptShares(0.0, 0.0, 0.0, multi_answer.STRICT_SHARE, config.max_drop_fraction)
+        ilang = examples.instructions_language(
+            config.instructions_language, lang, product_name(lang, partition)
+        )
         build = examples.build_prompts(
             selected,
             seed=config.seed,
@@ -301,6 +313,7 @@ def build_sft_chain(
             shares=shares,
             pool_records=records,
             instructions_lang=ilang,
+            multi_answer=multi,
         )
         decisions = (
             build.decisions
@@ -313,7 +326,9 @@ def build_sft_chain(
         table = examples.prompts_table(build.prompts)
         paths = store.write_splits(table, partition, "rag_prompts")
         store.write_ledger(
-            ledger_table(partition, product_name(lang), "rag_prompts", decisions), partition, "rag_prompts"
+            ledger_table(partition, product_name(lang, partition), "rag_prompts", decisions),
+            partition,
+            "rag_prompts",
         )
         files = [paths[s] for s in sorted(paths)]
         return dg.MaterializeResult(
@@ -391,7 +406,7 @@ def build_sft_chain(
             for r in table.to_pylist()
         ]
         store.write_ledger(
-            ledger_table(partition, product_name(lang), "rag_responses", decisions),
+            ledger_table(partition, product_name(lang, partition), "rag_responses", decisions),
             partition,
             "rag_responses",
         )
@@ -441,13 +456,16 @@ def build_sft_chain(
             log=context.log,
             strict_quotes=config.strict_quotes,
             min_quote_words=config.min_quote_words,
-            language_scope=verdicts.language_judge_scope(config.language_judge_scope, product_name(lang)),
+            language_scope=verdicts.language_judge_scope(
+                config.language_judge_scope, product_name(lang, partition)
+            ),
+            multi_answer=multi_answer.is_multi_answer(partition),
         )
         run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
         table = verdicts.verdicts_table(run.verdicts)
         paths = store.write_splits(table, partition, "rag_verdicts")
         ledger = ledger_table(
-            partition, product_name(lang), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
+            partition, product_name(lang, partition), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
         )
         store.write_ledger(ledger, partition, "rag_verdicts")
         files = [paths[s] for s in sorted(paths)]
@@ -486,10 +504,10 @@ def build_sft_chain(
         kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
         only_in_ref = config.drop_answer_only_in_ref
         if only_in_ref is None:
-            only_in_ref = formatting.PRODUCT_DROP_ANSWER_ONLY_IN_REF.get(product_name(lang), False)
+            only_in_ref = formatting.PRODUCT_DROP_ANSWER_ONLY_IN_REF.get(product_name(lang, partition), False)
         wrong_lang = config.drop_wrong_language
         if wrong_lang is None:
-            wrong_lang = formatting.PRODUCT_DROP_WRONG_LANGUAGE.get(product_name(lang), False)
+            wrong_lang = formatting.PRODUCT_DROP_WRONG_LANGUAGE.get(product_name(lang, partition), False)
         fmt = formatting.format_examples(
             prompts,
             responses,
@@ -498,11 +516,14 @@ def build_sft_chain(
             rewrite_refusals=config.rewrite_refusals,
             drop_answer_only_in_ref=only_in_ref,
             drop_wrong_language=wrong_lang,
+            multi_answer=multi_answer.is_multi_answer(partition),
         )
         table = formatting.sft_table(fmt.rows)
         paths = store.write_splits(table, partition, "rag_sft")
         store.write_ledger(
-            ledger_table(partition, product_name(lang), "rag_sft", fmt.decisions), partition, "rag_sft"
+            ledger_table(partition, product_name(lang, partition), "rag_sft", fmt.decisions),
+            partition,
+            "rag_sft",
         )
         files = [paths[s] for s in sorted(paths)]
         counter, name = _token_counter(config)
@@ -542,6 +563,7 @@ def build_sft_chain(
                 prompts,
                 strict_quotes=config.strict_quotes,
                 min_quote_words=config.min_quote_words,
+                require_f1=not multi_answer.is_multi_answer(partition),
             ),
         )
 

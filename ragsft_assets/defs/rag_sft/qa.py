@@ -20,6 +20,8 @@ from ragsft_assets.defs.rag_sft.assets import (
     qa_rag_sft,
     qa_rag_verdicts,
 )
+from ragsft_assets.rag_sft import multi_answer
+from ragsft_assets.release.layout import ReleaseConfig
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -51,11 +53,16 @@ def questions(
         s: int(pc.sum(pc.equal(table["split"], s)).as_py() or 0)
         for s in sorted(set(table["split"].to_pylist()))
     }
-    table = table.filter(pc.is_in(table["split"], value_set=pa.array(config.splits)))
-    # One output split: the chain's `train`, whatever the source called the kept splits.
-    table = table.set_column(
-        table.schema.get_field_index("split"), "split", pa.array(["train"] * table.num_rows)
-    )
+    if multi_answer.is_multi_answer(partition):
+        # trust_align's card: train, and a validation split made of the source's test split (its
+        # questions shared with train already removed by the reader), names kept.
+        table = table.filter(pc.is_in(table["split"], value_set=pa.array([*config.splits, "validation"])))
+    else:
+        table = table.filter(pc.is_in(table["split"], value_set=pa.array(config.splits)))
+        # One output split: the chain's `train`, whatever the source called the kept splits.
+        table = table.set_column(
+            table.schema.get_field_index("split"), "split", pa.array(["train"] * table.num_rows)
+        )
     path = store.write(table, partition, QA_INPUT_ASSET)
     context.log.info(f"{partition}: {table.num_rows} question(s) kept of {read.table.num_rows} in {folder}")
     return dg.MaterializeResult(
@@ -67,6 +74,13 @@ def questions(
         }
     )
 
+
+TRUST_ALIGN_CONFIG = ReleaseConfig(
+    multi_answer.PRODUCT,
+    "rag_sft",
+    "rag_sft",
+    "Multi-answer RAG SFT chat examples (Trust-Align ASQA/QAMPARI) with verified inline citations and refusals.",
+)
 
 # The QA chain's assets whose effective run config and model roles go into the manifests.
 QA_UPSTREAM = [
@@ -111,7 +125,8 @@ def card_statistics(store: ArtifactStore, partition: str, questions_store: str =
     ],
 )
 def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
-    """``releases/<key>/``: the ``hotpotqa_cite`` config with its card, decisions, lineage, manifests."""
+    """``releases/<key>/``: the ``hotpotqa_cite`` config (``trust_align`` for a trust_align source)
+    with its card, decisions, lineage, manifests."""
     from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
     from ragsft_assets.rag_sft.statistics import card_section
     from ragsft_assets.release import build
@@ -119,11 +134,25 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
 
     partition = context.partition_key
     target = store.home_path / "releases" / partition
-    built = build.build_release(store.root, partition, target)
+    multi = multi_answer.is_multi_answer(partition)
+    # trust_align ships the chain's rag_sft under its own config name (the card's), alone.
+    configs = [TRUST_ALIGN_CONFIG] if multi else None
+    built = build.build_release(store.root, partition, target, configs=configs)
     for note in built.notes:
         context.log.info(note)
     stats = card_statistics(store, partition)
-    build.write_card(target, partition, sections=card_section(stats, "hotpotqa_cite"))
+    sections = card_section(stats, multi_answer.PRODUCT if multi else "hotpotqa_cite")
+    if multi:
+        stats[multi_answer.PRODUCT] = multi_answer.card_statistics(
+            store.read(partition, "rag_sft").to_pylist(),
+            store.read(partition, "rag_prompts").select(["id", "question_id", "kind"]).to_pylist(),
+            store.read(partition, QA_INPUT_ASSET)
+            .select(["id", "type", "gold_answers", "answers_present"])
+            .to_pylist(),
+            store.read(partition, "rag_verdicts").select(["id", "kept"]).to_pylist(),
+        )
+        sections = [*sections, *multi_answer.card_section(stats[multi_answer.PRODUCT])]
+    build.write_card(target, partition, sections=sections)
     # The same provenance as the snapshot release: each QA stage's effective config (Dagster's
     # config resolution, defaults included) and {stage: {role: {backend, model, ...}}}.
     chain = [questions, qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft]
