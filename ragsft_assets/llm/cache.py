@@ -110,22 +110,30 @@ STATS_COLUMNS = (
 )
 
 
-class LLMCache:
-    """The cache database at ``<folder>/calls.sqlite``; one connection per thread.
+class SQLiteCache:
+    """A content-addressed SQLite database in WAL mode, one connection per thread (a base class).
+
+    What the LLM call cache and the embedding cache (``resources.embedder``) share: the file
+    ``<folder>/<db_name>``, the schema created on open, the per-thread connections (SQLite
+    connections must not cross threads), keyed lookups in bounded batches, ``len`` and ``close``.
 
     Args:
         folder: the cache folder (created if absent).
         busy_timeout_s: how long a writer waits for another process's write lock.
     """
 
+    DB_NAME = ""  # the database file, set by each cache
+    TABLE = ""  # its table, keyed by ``key``
+    SCHEMA = ""  # CREATE statements run on open
+
     def __init__(self, folder: str | Path, busy_timeout_s: float = 60.0) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / DB_NAME
+        self.path = self.folder / self.DB_NAME
         self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         with self._conn() as c:
-            c.executescript(_SCHEMA)
+            c.executescript(self.SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -137,17 +145,40 @@ class LLMCache:
             self._local.conn = conn
         return conn
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """Responses of the keys present (key -> response dict)."""
+    def _values(self, column: str, keys: Iterable[str]) -> Iterable[tuple[str, Any]]:
+        """(key, column value) of the keys present, each key once."""
         keys = list(dict.fromkeys(keys))
-        out: dict[str, dict[str, Any]] = {}
         conn = self._conn()
         for start in range(0, len(keys), 500):  # SQLite caps bound parameters
             part = keys[start : start + 500]
             marks = ",".join("?" * len(part))
-            for key, resp in conn.execute(f"SELECT key, response FROM calls WHERE key IN ({marks})", part):
-                out[key] = orjson.loads(resp)
-        return out
+            yield from conn.execute(f"SELECT key, {column} FROM {self.TABLE} WHERE key IN ({marks})", part)
+
+    def __len__(self) -> int:
+        return self._conn().execute(f"SELECT count(*) FROM {self.TABLE}").fetchone()[0]
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class LLMCache(SQLiteCache):
+    """The cache database at ``<folder>/calls.sqlite``; one connection per thread.
+
+    Args:
+        folder: the cache folder (created if absent).
+        busy_timeout_s: how long a writer waits for another process's write lock.
+    """
+
+    DB_NAME = DB_NAME
+    TABLE = "calls"
+    SCHEMA = _SCHEMA
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Responses of the keys present (key -> response dict)."""
+        return {key: orjson.loads(resp) for key, resp in self._values("response", keys)}
 
     def put(self, key: str, request: Mapping[str, Any], response: Mapping[str, Any]) -> None:
         """Persist one completed call now (its own transaction: durable as soon as this returns)."""
@@ -197,12 +228,3 @@ class LLMCache:
             " GROUP BY 1, 2, 3, 4 ORDER BY 5 DESC, 2, 4"
         )
         return [dict(zip(STATS_COLUMNS, r, strict=True)) for r in rows]
-
-    def __len__(self) -> int:
-        return self._conn().execute("SELECT count(*) FROM calls").fetchone()[0]
-
-    def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None

@@ -31,8 +31,6 @@ import importlib.util
 import json
 import logging
 import random
-import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +48,7 @@ from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.openai_backend import RETRY_STATUS, OpenAIBackend, _Retryable
 from ragsft_assets.llm.backends.vllm_backend import engine_started, shutdown_engine
+from ragsft_assets.llm.cache import SQLiteCache
 from ragsft_assets.resources.llm import ModelEndpoint
 
 _log = logging.getLogger(__name__)
@@ -112,41 +111,20 @@ CREATE TABLE IF NOT EXISTS embeddings (
 """
 
 
-class EmbeddingCache:
+class EmbeddingCache(SQLiteCache):
     """Vectors by content address in ``<folder>/embeddings.sqlite``; one connection per thread.
 
     Vectors are stored as little-endian float32 bytes, exactly as the backend returned them
     (normalisation is applied on the way out, so it is not part of the key).
     """
 
-    def __init__(self, folder: str | Path, busy_timeout_s: float = 60.0) -> None:
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.path = self.folder / DB_NAME
-        self.busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._conn().executescript(_SCHEMA)
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")  # survives a process crash in WAL mode
-            self._local.conn = conn
-        return conn
+    DB_NAME = DB_NAME
+    TABLE = "embeddings"
+    SCHEMA = _SCHEMA
 
     def get_many(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
         """The vectors of the keys present (key -> float32 vector)."""
-        keys = list(dict.fromkeys(keys))
-        out: dict[str, np.ndarray] = {}
-        conn = self._conn()
-        for start in range(0, len(keys), 500):  # SQLite caps bound parameters
-            part = keys[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for key, blob in conn.execute(f"SELECT key, vector FROM embeddings WHERE key IN ({marks})", part):
-                out[key] = np.frombuffer(blob, dtype="<f4")
-        return out
+        return {key: np.frombuffer(blob, dtype="<f4") for key, blob in self._values("vector", keys)}
 
     def put_many(
         self, identity: dict[str, str], keys: Sequence[str], vectors: np.ndarray, tokens: Sequence[int]
@@ -174,15 +152,6 @@ class EmbeddingCache:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-
-    def __len__(self) -> int:
-        return self._conn().execute("SELECT count(*) FROM embeddings").fetchone()[0]
-
-    def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
 
 
 @dataclass(slots=True)
