@@ -1,6 +1,6 @@
 """Test-only: the graph's stages run in a subprocess that the fault-injection tests SIGKILL.
 
-``python -m ragsft_assets_tests.fault_runner HOME DELAY_S MAX_PAIRS MODE`` materializes, for the sample
+``python -m ragsft_assets_tests.fault_runner HOME DELAY_S MAX_PAIRS MODE [MODEL]`` materializes, for the sample
 snapshot into HOME, in ``$DAGSTER_HOME``'s instance, the way the CLI runs (dead-run clean-up, process
 tags, stoppable):
 
@@ -12,8 +12,10 @@ tags, stoppable):
 - ``corpus``: ``abstracts`` alone; DELAY_S is slept once the chunk files are written and before
   they are merged, so a kill lands while they exist.
 
-The model is the oracle double behind a registered backend, so every call goes through the real
-``LLMResource`` client and its cache (HOME/llm_cache): the parent counts cache entries.
+The model (MODEL) is ``oracle``, the oracle double behind a registered backend, or ``embedded``, the
+real embedded vLLM model (DELAY_S then slows each result handed back by the engine loop). Either way
+every call goes through the real ``LLMResource`` client and its cache (HOME/llm_cache): the parent
+counts cache entries. :func:`run` is also called in process by the tests (the session's engine).
 """
 
 from __future__ import annotations
@@ -57,6 +59,34 @@ class OracleBackend:
 
 RELEASE_ASSETS = ("release", "dataset_card", "release_manifest")
 MODES = ("reference", "stage", "release", "corpus")
+MODELS = ("oracle", "embedded")
+
+
+class _CountedVLLM:
+    """Counts (and, with ``delay_s``, slows) the results the embedded engine loop hands back."""
+
+    calls = 0
+
+    @classmethod
+    def install(cls, delay_s: float) -> None:
+        from ragsft_assets.llm.backends import vllm_backend
+
+        generate = vllm_backend.VLLMBackend.generate
+        if getattr(generate, "_fault_counted", False):  # in process: installed once per test session
+            cls.delay_s = delay_s
+            return
+        cls.delay_s = delay_s
+
+        def counted(self, requests, on_result):  # noqa: ANN001, ANN202 - VLLMBackend.generate's signature
+            def slow(i, completion):  # noqa: ANN001, ANN202
+                on_result(i, completion)  # committed to the cache first: the kill lands after a commit
+                cls.calls += 1
+                time.sleep(cls.delay_s)
+
+            return generate(self, requests, slow)
+
+        counted._fault_counted = True
+        vllm_backend.VLLMBackend.generate = counted
 
 
 def _slow_down(mode: str, delay_s: float) -> None:
@@ -86,7 +116,7 @@ def _slow_down(mode: str, delay_s: float) -> None:
         build.merge_chunks = slow_merge
 
 
-def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> bool:
+def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference", model: str = "oracle") -> bool:
     """Run ``mode``'s stages into ``home`` the way the CLI does; True when every run succeeded."""
     from ragsft_assets.cli.runs import clean_before_run
     from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
@@ -101,6 +131,8 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> 
 
     if mode not in MODES:
         raise SystemExit(f"mode must be one of {MODES}, not {mode!r}")
+    if model not in MODELS:
+        raise SystemExit(f"model must be one of {MODELS}, not {model!r}")
     # the delay is not in the options: the engine registry keys on them, the cache on identity()
     backends: list[OracleBackend] = []
 
@@ -113,7 +145,13 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> 
     install_snapshot(KEY, sample_folder(), home)
 
     def llm(role: str) -> LLMResource:
+        if model == "embedded":
+            return LLMResource(backend="embedded", cache_dir=str(home / "llm_cache"), role=role)
         return LLMResource(backend=BACKEND, model="oracle", cache_dir=str(home / "llm_cache"), role=role)
+
+    if model == "embedded":
+        _CountedVLLM.install(delay_s if mode == "stage" else 0.0)
+    calls_before = _CountedVLLM.calls
 
     resources = {
         "store": ArtifactStore(home=str(home)),
@@ -153,7 +191,7 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference") -> 
         )
         ok = ok and result.success
     # the parent checks that a rerun makes only the missing calls
-    print(f"backend calls: {sum(b.calls for b in backends)}", flush=True)
+    print(f"backend calls: {sum(b.calls for b in backends) + _CountedVLLM.calls - calls_before}", flush=True)
     return ok
 
 
@@ -163,5 +201,6 @@ if __name__ == "__main__":
         float(sys.argv[2]),
         int(sys.argv[3]),
         sys.argv[4] if len(sys.argv) > 4 else "reference",
+        sys.argv[5] if len(sys.argv) > 5 else "oracle",
     )
     sys.exit(0 if ok else 1)
