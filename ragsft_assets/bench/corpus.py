@@ -222,17 +222,16 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     """
     from ragsft_assets import storage, table_stats
     from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
+    from ragsft_assets.corpus.ledgers import abstracts_ledger, link_graph_ledger
     from ragsft_assets.corpus.link_graph import LINK_GRAPH_SCHEMA
     from ragsft_assets.defs.corpus.assets import PRODUCT, _funnel_rows, _reason_table
     from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
-    from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table, write_ledger
+    from ragsft_assets.ledger import write_ledger
 
     started = time.perf_counter()
     paths = storage.write_split_asset(build.table, PARTITION, "abstracts", root=root)
-    decisions = [Decision(i, DROPPED, reason, {"title": title}) for i, reason, title in build.rejected]
-    decisions += [Decision(i, KEPT) for i in build.table.column("id").to_pylist()]
     ledger = write_ledger(
-        ledger_table(PARTITION, PRODUCT, "abstracts", decisions), PARTITION, "abstracts", root
+        abstracts_ledger(PARTITION, PRODUCT, build.table, build.rejected), PARTITION, "abstracts", root
     )
     md = table_metadata(
         [paths[s] for s in ("train", "validation", "test")],
@@ -244,20 +243,9 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     md["rejections_by_reason"] = _reason_table([ledger])
 
     path = storage.write_asset(graph.table, PARTITION, "link_graph", storage.ALL, root)
-    decisions = [
-        Decision(f"{s}>{t}#{n}", DROPPED, reason, {"alias": alias})
-        for s, t, alias, n, reason in graph.dropped
-    ]
-    decisions += [
-        Decision(f"{s}>{t}#{n}", KEPT)
-        for s, t, n in zip(
-            graph.table.column("source_id").to_pylist(),
-            graph.table.column("target_id").to_pylist(),
-            graph.table.column("sentence").to_pylist(),
-            strict=True,
-        )
-    ]
-    write_ledger(ledger_table(PARTITION, PRODUCT, "link_graph", decisions), PARTITION, "link_graph", root)
+    write_ledger(
+        link_graph_ledger(PARTITION, PRODUCT, graph.table, graph.dropped), PARTITION, "link_graph", root
+    )
     md = table_metadata(
         [path],
         LINK_GRAPH_SCHEMA,

@@ -21,6 +21,7 @@ from ragsft_assets.corpus.bridge_pairs import (
 )
 from ragsft_assets.corpus.build import build_abstracts, check_bad_share, default_workers
 from ragsft_assets.corpus.hub_snapshot import describe_files, exports_from_hub, hub_dataset, snapshot_revision
+from ragsft_assets.corpus.ledgers import abstracts_ledger, link_graph_ledger
 from ragsft_assets.corpus.link_graph import (
     DEFAULT_BRIDGE_TOP_K,
     DEFAULT_IN_DEGREE_CAP,
@@ -181,9 +182,9 @@ def abstracts(
         context.log.warning(f"skipped {f}:{n}: {reason} ({detail})")
 
     paths = store.write_splits(build.table, key, "abstracts")
-    decisions = [Decision(i, DROPPED, reason, {"title": title}) for i, reason, title in build.rejected]
-    decisions += [Decision(i, KEPT) for i in build.table.column("id").to_pylist()]
-    ledger_path = store.write_ledger(ledger_table(key, PRODUCT, "abstracts", decisions), key, "abstracts")
+    ledger_path = store.write_ledger(
+        abstracts_ledger(key, PRODUCT, build.table, build.rejected), key, "abstracts"
+    )
 
     files_out = [paths[s] for s in ("train", "validation", "test")]
     md = table_metadata(
@@ -254,20 +255,9 @@ def link_graph(
     )
     build = build_link_graph(table, cfg, workers=config.workers or default_workers())
     path = store.write(build.table, key, "link_graph")
-    decisions = [
-        Decision(f"{s}>{t}#{n}", DROPPED, reason, {"alias": alias})
-        for s, t, alias, n, reason in build.dropped
-    ]
-    decisions += [
-        Decision(f"{s}>{t}#{n}", KEPT)
-        for s, t, n in zip(
-            build.table.column("source_id").to_pylist(),
-            build.table.column("target_id").to_pylist(),
-            build.table.column("sentence").to_pylist(),
-            strict=True,
-        )
-    ]
-    ledger_path = store.write_ledger(ledger_table(key, PRODUCT, "link_graph", decisions), key, "link_graph")
+    ledger_path = store.write_ledger(
+        link_graph_ledger(key, PRODUCT, build.table, build.dropped), key, "link_graph"
+    )
 
     md = table_metadata(
         [path],

@@ -1,0 +1,75 @@
+"""The decision ledgers of the corpus stages, built from columns (Dagster-free).
+
+``abstracts`` decides every record (kept, or dropped with its reason and title) and ``link_graph``
+every in-corpus edge (kept, or dropped with its reason and alias): hundreds of thousands of rows for
+a real snapshot, most of them kept. The kept rows are made in Arrow from the output table's columns;
+only the dropped rows, with a JSON detail each, pass through Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ragsft_assets.ledger import DROPPED, KEPT, ledger_table_from_arrays
+
+
+def _details(key: str, values: Sequence[str]) -> pa.Array:
+    """``{"<key>": value}`` as JSON text per value (what :func:`ragsft_assets.ledger.ledger_table` writes)."""
+    return pa.array(
+        [orjson.dumps({key: v}, option=orjson.OPT_SORT_KEYS).decode() for v in values], pa.string()
+    )
+
+
+def kept_and_dropped_ledger(
+    partition: str,
+    product: str,
+    stage: str,
+    kept_ids: pa.Array | pa.ChunkedArray,
+    dropped: Sequence[tuple[str, str, str]],
+    detail_key: str,
+) -> pa.Table:
+    """The ledger of a stage: ``dropped`` ``(candidate id, reason, detail value)`` rows, then ``kept_ids``.
+
+    Equal to ``ledger_table`` of ``[Decision(i, DROPPED, r, {detail_key: v}) for i, r, v in dropped]``
+    followed by ``[Decision(i, KEPT) for i in kept_ids]``.
+    """
+    kept_ids = kept_ids.combine_chunks() if isinstance(kept_ids, pa.ChunkedArray) else kept_ids
+    n_kept, n_dropped = len(kept_ids), len(dropped)
+    drop_cols = list(zip(*dropped, strict=True)) if dropped else [(), (), ()]
+    return ledger_table_from_arrays(
+        partition,
+        product,
+        stage,
+        pa.concat_arrays([pa.array(drop_cols[0], pa.string()), kept_ids.cast(pa.string())]),
+        pa.concat_arrays([pa.repeat(pa.scalar(DROPPED), n_dropped), pa.repeat(pa.scalar(KEPT), n_kept)]),
+        pa.concat_arrays([pa.array(drop_cols[1], pa.string()), pa.repeat(pa.scalar(""), n_kept)]),
+        pa.concat_arrays([_details(detail_key, drop_cols[2]), pa.nulls(n_kept, pa.string())]),
+    )
+
+
+def abstracts_ledger(
+    partition: str, product: str, table: pa.Table, rejected: Sequence[tuple[str, str, str]]
+) -> pa.Table:
+    """The ``abstracts`` ledger: every rejected ``(id, reason, title)``, then every kept row's id."""
+    return kept_and_dropped_ledger(partition, product, "abstracts", table.column("id"), rejected, "title")
+
+
+def edge_ids(source_id: pa.Array, target_id: pa.Array, sentence: pa.Array) -> pa.Array:
+    """``f"{source_id}>{target_id}#{sentence}"`` per edge, in Arrow."""
+    return pc.binary_join_element_wise(
+        source_id, pa.scalar(">"), target_id, pa.scalar("#"), pc.cast(sentence, pa.string()), pa.scalar("")
+    )
+
+
+def link_graph_ledger(
+    partition: str, product: str, table: pa.Table, dropped: Sequence[tuple[str, str, str, int, str]]
+) -> pa.Table:
+    """The ``link_graph`` ledger: every dropped ``(source, target, alias, sentence, reason)`` edge, then
+    every kept edge of ``table``, each named ``source>target#sentence``."""
+    kept = edge_ids(table.column("source_id"), table.column("target_id"), table.column("sentence"))
+    rows = [(f"{s}>{t}#{n}", reason, alias) for s, t, alias, n, reason in dropped]
+    return kept_and_dropped_ledger(partition, product, "link_graph", kept, rows, "alias")
