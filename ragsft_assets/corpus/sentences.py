@@ -112,6 +112,9 @@ def _ends_sentence_anyway(text: str, end: int, after: int, rules: AbbreviationRu
     return False
 
 
+_INITIALS_SEP = re.compile(r"[.\-]")
+
+
 def _is_abbreviation(text: str, end: int, abbreviations: frozenset[str]) -> bool:
     """Whether the period ending at ``end`` closes an abbreviation or an initial."""
     start = text.rfind(" ", 0, end) + 1
@@ -128,8 +131,10 @@ def _is_abbreviation(text: str, end: int, abbreviations: frozenset[str]) -> bool
         return True  # an initial: "J. Verne", "Charles M. Schulz"
     if word in abbreviations or word.lower() in abbreviations:
         return True
+    if "." not in word and "-" not in word:
+        return False  # one part ("1953", "l'Orbelle" cut to "Orbelle"): not dotted initials
     # Dotted initials and acronyms: "J.-C", "U.S", "R.F.A" — each part one or two letters.
-    parts = [p for p in re.split(r"[.\-]", word) if p]
+    parts = [p for p in _INITIALS_SEP.split(word) if p]
     return len(parts) > 1 and all(len(p) <= 2 and p.isalpha() for p in parts)
 
 
