@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ragsft_assets.corpus import sentences
+from ragsft_assets.corpus import abstracts, sentences
 from ragsft_assets.corpus.sentences import split_sentences
 
 
@@ -49,3 +49,29 @@ def test_a_number_or_a_cut_word_before_a_period_ends_the_sentence() -> None:
         "Elle passe d'env. 5 km au nord de Saint-Aven-sur-Mer.",
         "Fin.",
     ]
+
+
+DISAMBIGUATION_TEXTS = [
+    "Paris peut désigner : la capitale ; un prénom.",
+    "PARIS PEUVENT FAIRE RÉFÉRENCE À : x",
+    "Mercury may refer to: a planet.",
+    "MERCURY MAY ALSO REFER TO : an element.",
+    "Mercury may refer to the following things, among them one: x",
+    "Marchal est un nom de famille notamment PORTÉ PAR : Jean.",
+    "Voir : cette page d'homonymie.",
+    "Thiſ diſambiguation page lists: x",  # ſ folds onto s under re.I: only the regex sees it
+    "Mercury MAY REFER TO: x, with a Kelvin sign \u212a.",
+    "Une ville : elle est peuplée de 3 000 habitants.",
+    "Une ville : rien à voir.",
+    "Une ville sans deux-points, cette page d'homonymie.",
+    "",
+]
+
+
+def test_disambiguation_check_matches_the_regex() -> None:
+    for text in DISAMBIGUATION_TEXTS:
+        bare = abstracts._DISAMBIGUATION_TEXT.search(text) is not None
+        if ":" not in text and "homonymie" not in text and "isambiguation" not in text:
+            bare = False  # the check's first, literal step (unchanged)
+        assert abstracts.is_disambiguation_text(text) == bare, text
+    assert abstracts.is_disambiguation_text("Thiſ diſambiguation page lists: x")

@@ -295,7 +295,18 @@ def is_disambiguation_text(text: str) -> bool:
     # Every pattern needs a colon or the word "homonymie"/"disambiguation": skip the regex otherwise.
     if ":" not in text and "homonymie" not in text and "isambiguation" not in text:
         return False
+    # The regex is slow (tens of µs an abstract: no literal prefix to scan for) and each alternative
+    # holds one of these words; case-folded, they are found in the lowered text unless it holds one
+    # of the four letters that re.I folds onto ASCII ones (İ ı ſ K), where the regex decides.
+    if not any(c in text for c in _ASCII_FOLDS):
+        low = text.lower()
+        if not any(word in low for word in _DISAMBIGUATION_WORDS):
+            return False
     return _DISAMBIGUATION_TEXT.search(text) is not None
+
+
+_DISAMBIGUATION_WORDS = ("peu", "may", "porté", "homonymie", "disambiguation")
+_ASCII_FOLDS = "\u0130\u0131\u017f\u212a"
 
 
 # Per-process caches (bounded: cleared when full) for work that repeats across records: the host of a
