@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import re
 
-from ragsft_assets.corpus import abstracts, sentences
+from ragsft_assets.corpus import abstracts, enumeration, sentences
 from ragsft_assets.corpus.sentences import split_sentences
 
 
@@ -75,3 +76,15 @@ def test_disambiguation_check_matches_the_regex() -> None:
             bare = False  # the check's first, literal step (unchanged)
         assert abstracts.is_disambiguation_text(text) == bare, text
     assert abstracts.is_disambiguation_text("Thiſ diſambiguation page lists: x")
+
+
+def test_separator_lookahead_finds_the_same_separators() -> None:
+    plain = re.compile(enumeration._SEPARATOR_SRC, re.I)
+    rng = random.Random(7)
+    pieces = [" ", "  ", "\u00a0", "\t", ",", " , ", "et", "ou", "ET", "and", "or", "ainsi", "que", "as",
+              "well", "Paris", "Rome", "é", "ſ", "K", ";", "x"]  # fmt: skip
+    texts = ["Paris, Rome et Londres ainsi que Berlin", " ,et ou, AND x as  well as y", ""]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    for text in texts:
+        expected = [(m.span(), m.group(0)) for m in plain.finditer(text)]
+        assert [(m.span(), m.group(0)) for m in enumeration._SEPARATOR.finditer(text)] == expected, text

