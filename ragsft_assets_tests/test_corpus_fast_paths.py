@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 
 from ragsft_assets.corpus import abstracts, enumeration, sentences
 from ragsft_assets.corpus.sentences import split_sentences
@@ -88,3 +89,49 @@ def test_separator_lookahead_finds_the_same_separators() -> None:
     for text in texts:
         expected = [(m.span(), m.group(0)) for m in plain.finditer(text)]
         assert [(m.span(), m.group(0)) for m in enumeration._SEPARATOR.finditer(text)] == expected, text
+
+
+def test_an_abstract_shorter_than_min_chars_is_too_short_without_splitting(monkeypatch) -> None:
+    calls = []
+    real_split = abstracts.split_sentences
+
+    def counting_split(text: str, lang: str = "fr") -> list[str]:
+        calls.append(text)
+        return real_split(text, lang)
+
+    monkeypatch.setattr(abstracts, "split_sentences", counting_split)
+    cfg = abstracts.AbstractsConfig(min_chars=41, min_sentences=2)
+    record = {"name": "Valrenne", "url": "https://fr.wikipedia.org/wiki/Valrenne"}
+    short = "Valrenne est une ville. Elle est petite."  # 40 characters
+    assert abstracts._process_record({**record, "abstract": short}, cfg, Counter()) == abstracts.TOO_SHORT
+    assert calls == []
+    # Long only through its whitespace: split, then too short once normalised.
+    spaced = "Valrenne   est une ville.\n\n Elle   est petite."
+    assert len(spaced) >= 41
+    assert abstracts._process_record({**record, "abstract": spaced}, cfg, Counter()) == abstracts.TOO_SHORT
+    assert calls == [spaced]
+    kept = abstracts._process_record({**record, "abstract": short + "!"}, cfg, Counter())
+    assert isinstance(kept, tuple) and kept[6] == short + "!"
+
+
+def test_joined_sentences_are_never_longer_than_the_text() -> None:
+    rng = random.Random(11)
+    pieces = [
+        "Il part",
+        ".",
+        " ",
+        "  ",
+        "\n",
+        "\u00a0",
+        "\t",
+        "J.",
+        "M.",
+        "etc.",
+        "« Oui. »",
+        "!",
+        "A",
+        "1953",
+    ]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 25)))
+        assert len(" ".join(split_sentences(text, "fr"))) <= len(text), text

@@ -535,6 +535,10 @@ def _process_record(record: dict[str, Any], cfg: AbstractsConfig, link_counts: C
         return DISAMBIGUATION
     if _MONTH_YEAR_TITLE.match(title) and is_chronology_text(abstract):
         return DATE_PAGE
+    if len(abstract) < cfg.min_chars:
+        # The joined sentences are never longer than the abstract (whitespace runs become one space):
+        # too short already, without splitting (a third of real leads are stubs under 300 characters).
+        return TOO_SHORT
     sentences = split_sentences(abstract, cfg.lang)
     text = " ".join(sentences)
     if len(text) < cfg.min_chars or len(sentences) < cfg.min_sentences:
