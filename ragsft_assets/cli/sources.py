@@ -42,11 +42,20 @@ def _check_key(key: str, home: Path | None) -> None:
         raise ValueError(f"{key!r} is already a snapshot key: a key belongs to one partition set only")
 
 
-def _write_config(target: Path, key: str, preset: str | None, mapping: dict, rows_per_file: dict) -> None:
+def _write_config(
+    target: Path,
+    key: str,
+    preset: str | None,
+    mapping: dict,
+    rows_per_file: dict,
+    origin: dict | None = None,
+) -> None:
     from ragsft_assets.sources.read import SOURCE_CONFIG
     from ragsft_assets.storage import atomic_write_bytes
 
     cfg = {"key": key, "preset": preset, "mapping": None if preset else mapping, "files": rows_per_file}
+    if origin is not None:  # a source exported from this project's own store (--from-snapshot)
+        cfg["origin"] = origin
     atomic_write_bytes(target / SOURCE_CONFIG, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
 
 
@@ -71,6 +80,68 @@ def install_source(
     for f in source_files(source):
         shutil.copy2(f, target / f.name)
     _write_config(target, key, preset, mapping, read.rows_per_file)
+    return target, read.table.num_rows
+
+
+# The snapshot assets in the HotpotQA layout, split files ``<split>.parquet``: the default
+# configuration and the filtered ones (rows of the default's, unchanged).
+SNAPSHOT_QUESTIONS = (
+    "multihop_questions",
+    "multihop_filtered",
+    "multihop_filtered_qwen",
+    "multihop_filtered_qwen_v2",
+)
+
+
+def install_snapshot_source(
+    key: str, snapshot: str, *, questions: str = SNAPSHOT_QUESTIONS[0], home: Path | None = None
+) -> tuple[Path, int]:
+    """Install a snapshot's multi-hop questions (this project's own corpus) as source ``key``.
+
+    Copies the split files (``train/validation/test.parquet``) of the store asset ``questions`` of
+    snapshot ``snapshot`` (HotpotQA layout: each question with its two gold abstracts, the
+    supporting paragraphs, among distractor abstracts) into the source folder, reads them through
+    the ``hotpotqa`` preset like ``install_source``, and records where they came from in
+    ``source.json`` (``origin``: snapshot, asset, each file's SHA-256 and the snapshot's article
+    revisions), so a later re-materialization of the snapshot does not pass for the same source.
+    Returns ``(folder, rows)``.
+
+    Raises:
+        ValueError: unknown ``questions`` asset, or the snapshot has no materialized split file.
+    """
+    from ragsft_assets.home import assets_dir
+    from ragsft_assets.ids import sha256_hex
+    from ragsft_assets.release.manifest import source_info
+    from ragsft_assets.sources.read import load_mapping, read_source
+    from ragsft_assets.storage import SPLITS
+
+    if questions not in SNAPSHOT_QUESTIONS:
+        raise ValueError(f"unknown snapshot questions {questions!r}; known: {', '.join(SNAPSHOT_QUESTIONS)}")
+    _check_key(key, home)
+    root = assets_dir(home)
+    folder = root / snapshot / questions
+    files = [folder / f"{s}.parquet" for s in SPLITS if (folder / f"{s}.parquet").is_file()]
+    if not files:
+        raise ValueError(
+            f"snapshot {snapshot!r} has no {questions} split file in {folder}:"
+            f" materialize {questions} for it first (multihop_job)"
+        )
+    mapping = load_mapping("hotpotqa")
+    target = sources_dir(home) / key
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for f in files:  # the split is the file's name, as for every source file
+        shutil.copy2(f, target / f.name)
+    read = read_source(target, mapping)
+    origin = {
+        "source": "snapshot",
+        "snapshot": snapshot,
+        "asset": questions,
+        "files_sha256": {f.name: sha256_hex((target / f.name).read_bytes()) for f in files},
+        "revisions": source_info(root, None, snapshot).get("revisions"),
+    }
+    _write_config(target, key, "hotpotqa", mapping, read.rows_per_file, origin)
     return target, read.table.num_rows
 
 
@@ -129,6 +200,17 @@ def sources() -> None:
 @click.argument("key")
 @click.option("--from", "source", type=click.Path(path_type=Path), help="File or folder.")
 @click.option(
+    "--from-snapshot",
+    "snapshot",
+    metavar="SNAP",
+    help="A snapshot's multi-hop questions from the store (preset hotpotqa; see --questions).",
+)
+@click.option(
+    "--questions",
+    type=click.Choice(SNAPSHOT_QUESTIONS),
+    help="With --from-snapshot: which configuration (default multihop_questions).",
+)
+@click.option(
     "--hub", "hub", metavar="ID", help="Stream a hub dataset (or a local folder laid out like one)."
 )
 @click.option(
@@ -144,6 +226,8 @@ def sources() -> None:
 def add(
     key: str,
     source: Path | None,
+    snapshot: str | None,
+    questions: str | None,
     hub: str | None,
     hub_config: str | None,
     splits: tuple[str, ...],
@@ -159,10 +243,14 @@ def add(
     """
     from ragsft_assets.sources.read import SourceError
 
-    if (source is None) == (hub is None):
-        raise click.UsageError("give exactly one of --from PATH, --hub ID")
+    if [source, hub, snapshot].count(None) != 2:
+        raise click.UsageError("give exactly one of --from PATH, --hub ID, --from-snapshot SNAP")
     if hub is None and (hub_config or splits or revision or lines_per_file):
         raise click.UsageError("--config, --split, --revision and --lines-per-file go with --hub")
+    if questions is not None and snapshot is None:
+        raise click.UsageError("--questions goes with --from-snapshot")
+    if snapshot is not None and (preset is not None or mapping_file is not None):
+        raise click.UsageError("--from-snapshot reads the HotpotQA layout: no --preset or --mapping")
     if preset is None and mapping_file is None:
         preset = key.split(".", 1)[0]  # hotpotqa.en -> the hotpotqa preset
     elif preset is not None and mapping_file is not None:
@@ -179,6 +267,10 @@ def add(
                 revision=revision,
                 lines_per_file=lines_per_file,
                 progress=click.echo,
+            )
+        elif snapshot is not None:
+            folder, rows = install_snapshot_source(
+                key, snapshot, questions=questions or SNAPSHOT_QUESTIONS[0]
             )
         else:
             assert source is not None
@@ -203,7 +295,8 @@ def source_origin(folder: Path) -> str:
     """Where an installed source came from, on one line, from its ``hub.json`` and ``source.json``.
 
     A hub source gives its dataset id, config, splits and pinned revision (``unpinned`` for a local
-    folder laid out like the hub, which has no revision); a local install says ``local``. The column
+    folder laid out like the hub, which has no revision); one exported with ``--from-snapshot`` gives
+    ``snapshot SNAP ASSET``; a local install says ``local``. The column
     mapping follows (``preset NAME`` or ``mapping``) with the rows read per file. A file that is
     missing or not JSON is named rather than failing the listing.
     """
@@ -222,7 +315,10 @@ def source_origin(folder: Path) -> str:
 
     hub, cfg = read(HUB_MANIFEST), read(SOURCE_CONFIG)
     parts = []
-    if hub is None:
+    own = (cfg or {}).get("origin") if isinstance((cfg or {}).get("origin"), dict) else None
+    if own is not None and own.get("source") == "snapshot":
+        parts.append(f"snapshot {own.get('snapshot')} {own.get('asset')}")
+    elif hub is None:
         parts.append("local")
     elif "error" in hub:
         parts.append(hub["error"])
