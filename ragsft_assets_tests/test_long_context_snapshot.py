@@ -88,7 +88,7 @@ def snapshot_runs(tmp_path_factory: pytest.TempPathFactory):
     }
     inputs = dg.define_asset_job(
         "lc_snapshot_inputs",
-        selection=dg.AssetSelection.assets("multihop_questions").upstream(),
+        selection=dg.AssetSelection.assets("multihop_filtered").upstream(),  # multihop_questions too
         partitions_def=snapshot_partitions,
     )
     defs = dg.Definitions.merge(build_definitions(snapshot_resources), dg.Definitions(jobs=[inputs]))
@@ -99,6 +99,9 @@ def snapshot_runs(tmp_path_factory: pytest.TempPathFactory):
     )
     missing = _cli("sources", "add", "other.fr", "--from-snapshot", "nosuch.fr")
     added = _cli("sources", "add", KEY, "--from-snapshot", SNAP)
+    filtered = _cli(
+        "sources", "add", "samplefilt.fr", "--from-snapshot", SNAP, "--questions", "multihop_filtered"
+    )
     listed = _cli("sources", "list")
     lc_resources = {
         **snapshot_resources,
@@ -110,7 +113,15 @@ def snapshot_runs(tmp_path_factory: pytest.TempPathFactory):
     run_config = {"ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic", "clustered")}}
     NoChat.calls = 0
     result = job.execute_in_process(partition_key=KEY, instance=instance, run_config=run_config)
-    yield {"home": home, "built": built, "missing": missing, "added": added, "listed": listed, "lc": result}
+    yield {
+        "home": home,
+        "built": built,
+        "missing": missing,
+        "added": added,
+        "filtered": filtered,
+        "listed": listed,
+        "lc": result,
+    }
     mp.undo()
 
 
@@ -136,6 +147,12 @@ def test_sources_add_from_snapshot_copies_the_questions_and_names_their_origin(s
     assert origin["files_sha256"] == {f.name: sha256_hex(f.read_bytes()) for f in files}
     assert origin["revisions"]["articles"] > 0  # the snapshot's article revisions at export time
     assert f"snapshot {SNAP} multihop_questions" in snapshot_runs["listed"].output
+    # a filtered configuration: its rows (the oracle keeps them all), its own origin
+    kept = sum(pq.read_metadata(f).num_rows for f in store.files(SNAP, "multihop_filtered"))
+    assert 0 < kept <= n and f"{kept} question(s)" in snapshot_runs["filtered"].output
+    cfg = json.loads((home / "sources" / "samplefilt.fr" / "source.json").read_text())
+    assert cfg["origin"]["asset"] == "multihop_filtered"
+    assert f"snapshot {SNAP} multihop_filtered" in snapshot_runs["listed"].output
 
 
 def test_long_context_job_on_the_snapshot_questions(snapshot_runs) -> None:
