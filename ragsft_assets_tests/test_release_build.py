@@ -388,3 +388,27 @@ def test_verify_catches_an_added_a_removed_and_a_flipped_file(tmp_path: Path) ->
     assert not report.ok and report.mismatched == [victim.relative_to(folder).as_posix()]
     victim.write_bytes(data)
     assert verify_release(folder).ok
+
+
+def test_a_plot_interrupted_mid_write_leaves_no_png(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_histograms renders in memory and renames: a write cut short leaves no truncated PNG."""
+    import matplotlib.figure
+
+    from ragsft_assets.release import card
+
+    def cut_short(self, fname, **kwargs) -> None:  # noqa: ANN001 - Figure.savefig's signature
+        data = b"\x89PNG\r\n\x1a\n truncated"
+        if hasattr(fname, "write"):
+            fname.write(data)
+        else:
+            Path(fname).write_bytes(data)
+        raise KeyboardInterrupt  # the process is stopped in the middle of the plot
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        card.write_histograms(tmp_path, "default", {"words": [1, 2, 3]})
+    assert sorted(p.name for p in (tmp_path / layout.PLOTS).iterdir()) == []
+    monkeypatch.undo()
+    rels = card.write_histograms(tmp_path, "default", {"words": [1, 2, 3]})
+    assert [(tmp_path / r).read_bytes()[:8] for r in rels] == [b"\x89PNG\r\n\x1a\n"]
+    assert sorted(p.name for p in (tmp_path / layout.PLOTS).iterdir()) == [Path(rels[0]).name]

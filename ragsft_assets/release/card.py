@@ -8,6 +8,7 @@ citation block. No timestamps: the same release gives the same bytes.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ragsft_assets.release.layout import PLOTS, PROVENANCE, default_name, read_c
 from ragsft_assets.release.lineage import FILENAME_SQL, whitespace_class
 from ragsft_assets.release.stream import unified_schema
 from ragsft_assets.sql import sql_list, sql_literal
+from ragsft_assets.storage import atomic_write_bytes
 from ragsft_assets.table_stats import markdown_table
 
 # Metadata keys of multihop_audit that the card renders as sentences (see defs/multihop/assets.py).
@@ -160,8 +162,11 @@ def write_histograms(folder: Path, config: str, series: Mapping[str, Sequence[fl
         ax.set_ylabel("rows")
         ax.set_title(f"{config}: {name} (n={len(values)})")
         fig.tight_layout()
-        fig.savefig(folder / rel, format="png", metadata={"Software": None})
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
         plt.close(fig)
+        # atomic: a card killed mid-plot leaves no truncated PNG in the live release folder
+        atomic_write_bytes(folder / rel, png.getvalue())
         out.append(rel)
     return out
 
