@@ -16,9 +16,11 @@ table itself memory does not grow with the input.
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing as mp
 import os
 import tempfile
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
@@ -162,28 +164,64 @@ def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None =
 
 def _ordered_results(
     tasks: Iterator[tuple[Path, tuple[Any, ...]]], cfg: AbstractsConfig, workers: int, out_dir: str | None
-) -> Iterator[tuple[Path, ChunkResult]]:
-    """Results in task order, at most ``2 * workers`` tasks in flight (bounded memory)."""
+) -> Iterator[tuple[Path, ChunkResult, bool]]:
+    """Results in task order, at most ``2 * workers`` tasks in flight (bounded memory).
+
+    Each result comes with whether it ran in a pool worker. While the pool starts (its fork server
+    imports pyarrow, the corpus code and pandas: most of a second during which this process would only
+    wait), the first chunks run here; the pool takes the rest. The chunk files and the order of the
+    results are the same either way.
+    """
 
     def out_path(n: int) -> str | None:
         return os.path.join(out_dir, f"chunk-{n:07d}.arrow") if out_dir else None
 
     if workers <= 1:
         for n, (path, task) in enumerate(tasks):
-            yield path, run_task(task, cfg, out_path(n))
+            yield path, run_task(task, cfg, out_path(n)), False
         return
     global _FORK_SERVER_UP
     _FORK_SERVER_UP = True  # the pool below starts the fork server (it lives as long as this process)
-    with worker_context().Pool(workers) as pool:
+    started: dict[str, Any] = {}
+
+    def start_pool() -> None:
+        try:
+            started["pool"] = worker_context().Pool(workers)
+        except BaseException as exc:  # re-raised in the caller's thread, below
+            started["error"] = exc
+
+    starter = threading.Thread(target=start_pool, name="corpus-pool-start", daemon=True)
+    starter.start()
+    numbered = enumerate(tasks)
+    # The last 2 * workers chunks are always left to the pool, started anyway (a small input does not
+    # wait for it for nothing, and a pool's workers always report their CPU).
+    ahead: deque[tuple[int, tuple[Path, tuple[Any, ...]]]] = deque()
+    try:
+        while starter.is_alive():
+            while len(ahead) <= 2 * workers and (item := next(numbered, None)) is not None:
+                ahead.append(item)
+            if len(ahead) <= 2 * workers:
+                break
+            n, (path, task) = ahead.popleft()
+            yield path, run_task(task, cfg, out_path(n)), False
+    except BaseException:  # a chunk failed here, or the caller stopped: no pool left behind
+        starter.join()
+        if "pool" in started:
+            started["pool"].terminate()
+        raise
+    starter.join()
+    if "error" in started:
+        raise started["error"]
+    with started["pool"] as pool:
         pending: deque[tuple[Path, Any]] = deque()
-        for n, (path, task) in enumerate(tasks):
+        for n, (path, task) in itertools.chain(ahead, numbered):
             pending.append((path, pool.apply_async(run_task, (task, cfg, out_path(n)))))
             if len(pending) >= 2 * workers:
                 p, res = pending.popleft()
-                yield p, res.get()
+                yield p, res.get(), True
         while pending:
             p, res = pending.popleft()
-            yield p, res.get()
+            yield p, res.get(), True
 
 
 # Output columns gathered together: the narrow ones at once, each wide one alone (bounded pages mapped).
@@ -320,14 +358,14 @@ def _build_abstracts(
     line_base: dict[Path, int] = {}
     records = 0
     worker_cpu = 0.0
-    for path, res in _ordered_results(_tasks(files, chunk_bytes), cfg, workers, out_dir):
+    for path, res, in_pool in _ordered_results(_tasks(files, chunk_bytes), cfg, workers, out_dir):
         base = line_base.get(path, 0)
         for n, reason, detail in res.bad:
             if len(bad) < 50:
                 bad.append((path.name, base + n, reason, detail))
         line_base[path] = base + res.lines
         records += res.lines - res.reasons.get(BLANK_LINE, 0)
-        worker_cpu += res.cpu_s if workers > 1 else 0.0
+        worker_cpu += res.cpu_s if in_pool else 0.0  # this process's own clock has the others
         reasons.update(res.reasons)
         link_reasons.update(res.link_reasons)
         rejected.extend(res.rejected)
