@@ -107,3 +107,19 @@ def test_llm_roles_per_stage_and_nothing_else() -> None:
         "cache_hits": 2,
     }
     assert roles["rag_responses"]["generator"]["calls"] == 7  # stats under "llm/" for one-role stages
+
+
+def test_source_info_names_a_snapshot_export_as_origin(tmp_path: Path) -> None:
+    """Every release over a source folder (QA chain and long context) gets the export's origin."""
+    import json
+
+    from ragsft_assets.release.manifest import source_info
+    from ragsft_assets.sources.read import SOURCE_CONFIG
+
+    origin = {"source": "snapshot", "snapshot": "sample.fr", "asset": "multihop_questions"}
+    for key, config in (("exported.fr", {"preset": "hotpotqa", "origin": origin}), ("plain.en", {})):
+        (tmp_path / "sources" / key).mkdir(parents=True)
+        (tmp_path / "sources" / key / SOURCE_CONFIG).write_text(json.dumps(config), encoding="utf-8")
+        (tmp_path / "sources" / key / "train.jsonl").write_text("{}\n", encoding="utf-8")
+    assert source_info(tmp_path / "assets", tmp_path / "sources", "exported.fr")["origin"] == origin
+    assert source_info(tmp_path / "assets", tmp_path / "sources", "plain.en")["origin"] == {"source": "local"}

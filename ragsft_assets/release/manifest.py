@@ -85,13 +85,25 @@ def source_info(assets_root: Path, snapshots_root: Path | None, partition: str) 
                 for p in sorted(folder.rglob("*"))
                 if p.is_file() and not p.name.startswith(".")
             }
-            # Where the dump came from: the pinned hub dataset revision (hub.json), or "local".
-            info["origin"] = snapshot_revision(folder)
+            # Where the dump came from: the pinned hub dataset revision (hub.json), or "local";
+            # a source exported from a snapshot (`sources add --from-snapshot`) names it instead.
+            info["origin"] = exported_origin(folder) or snapshot_revision(folder)
     abstracts = assets_root / partition / "abstracts"
     files = sorted(abstracts.glob("*.parquet")) if abstracts.is_dir() else []
     if files:
         info["revisions"] = _revisions(files)
     return info
+
+
+def exported_origin(folder: Path) -> dict[str, Any] | None:
+    """The ``origin`` that ``sources add --from-snapshot`` wrote in a source's ``source.json``."""
+    import json
+
+    from ragsft_assets.sources.read import SOURCE_CONFIG
+
+    path = folder / SOURCE_CONFIG
+    origin = json.loads(path.read_text(encoding="utf-8")).get("origin") if path.is_file() else None
+    return origin if isinstance(origin, dict) else None
 
 
 def _revisions(files: list[Path]) -> dict[str, Any]:

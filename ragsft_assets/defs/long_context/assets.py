@@ -623,9 +623,6 @@ def release(  # noqa: ANN201
     ours = [f for f in ledger_files(store.root, partition) if f.stem.startswith("long_context")]
     target = release_folder(store, partition)
     source = source_info(store.root, store.home_path / "sources", partition)
-    exported = _exported_origin(store, partition)
-    if exported:  # `sources add --from-snapshot`: the snapshot and its files, not "local"
-        source["origin"] = exported
     # The embedder's identity (not its calls: those depend on the cache, and the release must not)
     source["embedder"] = embedder.model_identity()
     written = build.write_release(
@@ -666,17 +663,6 @@ def release(  # noqa: ANN201
         passed=report.ok,
         metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
     )
-
-
-def _exported_origin(store: ArtifactStore, partition: str) -> dict | None:
-    """The ``origin`` that ``sources add --from-snapshot`` wrote in the source's ``source.json``."""
-    import json
-
-    from ragsft_assets.sources.read import SOURCE_CONFIG
-
-    path = store.home_path / "sources" / partition / SOURCE_CONFIG
-    origin = json.loads(path.read_text(encoding="utf-8")).get("origin") if path.is_file() else None
-    return origin if isinstance(origin, dict) else None
 
 
 ALL_ASSETS = [
