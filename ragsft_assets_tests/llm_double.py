@@ -99,3 +99,36 @@ class ScriptedChatModel:
             stats.completion_tokens += res.completion_tokens
             results.append(res)
         return BatchResult(results=results, stats=stats)
+
+
+class ScriptedBackend:
+    """A chat backend for ``engines.register_backend``: a test's calls go through the real
+    ``LLMResource`` client and its cache, and the text comes from :meth:`respond`.
+
+    Subclasses set ``NAME`` (the backend in the identity, so in every cache key) and override
+    ``respond``; the default fails the test, for runs that must make no chat call. ``calls``
+    counts the requests of all instances of the subclass (reset it between runs).
+    """
+
+    NAME = "scripted"
+    calls = 0
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def identity(self) -> dict[str, str]:
+        return {"backend": self.NAME, "model": self.model, "weights_sha256": "0" * 64}
+
+    def respond(self, messages: Sequence[Message]) -> str:
+        raise AssertionError(f"{self.NAME}: this run must make no chat call")
+
+    def generate(self, requests: Sequence[Any], on_result: Callable[[int, Any], None]) -> None:
+        from ragsft_assets.llm.backends.base import Completion
+
+        for i, r in enumerate(requests):
+            type(self).calls += 1
+            text = self.respond(r.messages)
+            on_result(i, Completion(text=text, prompt_tokens=1, completion_tokens=len(text.split())))
+
+    def close(self) -> None:
+        pass

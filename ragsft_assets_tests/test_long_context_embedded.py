@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -24,10 +23,10 @@ from ragsft_assets.cli import main
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.base import Completion, OnResult, Request
 from ragsft_assets.resources.embedder import EMBEDDED_EMBEDDER_NAME, EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets_tests.llm_double import ScriptedBackend
 
 pytestmark = pytest.mark.integration
 
@@ -39,24 +38,13 @@ TRANSLATOR = "lc-embedded-translator"
 CONFIGS = ("narrativeqa_raft", "narrativeqa_raft_syntactic", "narrativeqa_clustered", "narrativeqa_raft_zh")
 
 
-class Translator:
+class Translator(ScriptedBackend):
     """A chat backend that 'translates' by marking the text; counts its calls."""
 
-    calls = 0
+    NAME = TRANSLATOR
 
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def identity(self) -> dict[str, str]:
-        return {"backend": TRANSLATOR, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        for i, r in enumerate(requests):
-            Translator.calls += 1
-            on_result(i, Completion(text=f"译 {r.messages[-1]['content']}", completion_tokens=1))
-
-    def close(self) -> None:
-        pass
+    def respond(self, messages) -> str:  # noqa: ANN001
+        return f"译 {messages[-1]['content']}"
 
 
 def _cli(*args: str):

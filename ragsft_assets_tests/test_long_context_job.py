@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -25,12 +24,12 @@ from ragsft_assets.cli import main
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.base import OnResult, Request
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
 from ragsft_assets_tests import embedder_double
+from ragsft_assets_tests.llm_double import ScriptedBackend
 
 DATA = Path(__file__).parent / "data" / "narrativeqa" / "narrativeqa_test_tiny_50.jsonl"
 KEY = "narrativeqa.en"
@@ -38,23 +37,10 @@ CHAT = "lc-no-chat"
 BUDGET = 4000  # small enough that the budget, not the 46 other summaries, ends most contexts
 
 
-class NoChatBackend:
+class NoChatBackend(ScriptedBackend):
     """A chat backend that counts its calls: the long-context job must make none."""
 
-    calls = 0
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def identity(self) -> dict[str, str]:
-        return {"backend": CHAT, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        NoChatBackend.calls += len(requests)
-        raise AssertionError("long_context_job called a chat model")
-
-    def close(self) -> None:
-        pass
+    NAME = CHAT
 
 
 def _cli(*args: str):

@@ -8,7 +8,6 @@ embedder double behind the real ``EmbeddingResource`` and a chat backend that mu
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -21,7 +20,6 @@ from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.partitions import snapshot_partitions
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.base import OnResult, Request
 from ragsft_assets.long_context.build import join_sentences
 from ragsft_assets.resources.catalog import CatalogResource
 from ragsft_assets.resources.embedder import EmbeddingResource
@@ -29,7 +27,7 @@ from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests import embedder_double
-from ragsft_assets_tests.llm_double import ScriptedChatModel
+from ragsft_assets_tests.llm_double import ScriptedBackend, ScriptedChatModel
 from ragsft_assets_tests.oracle_double import Oracle
 
 SNAP = "sample.fr"
@@ -39,23 +37,10 @@ BUDGET = 3000
 CONFIGS = ("samplewiki_clustered", "samplewiki_raft", "samplewiki_raft_syntactic")
 
 
-class NoChat:
+class NoChat(ScriptedBackend):
     """A chat backend that must never be called (the long-context job makes no chat call here)."""
 
-    calls = 0
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def identity(self) -> dict[str, str]:
-        return {"backend": CHAT, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        NoChat.calls += len(requests)
-        raise AssertionError("long_context_job called a chat model")
-
-    def close(self) -> None:
-        pass
+    NAME = CHAT
 
 
 def _cli(*args: str):

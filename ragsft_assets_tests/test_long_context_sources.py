@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -24,13 +23,13 @@ from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.ids import item_uniform
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.base import Completion, OnResult, Request
 from ragsft_assets.long_context import raft
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
 from ragsft_assets_tests import embedder_double
+from ragsft_assets_tests.llm_double import ScriptedBackend
 
 DATA = Path(__file__).parent / "data"
 TRANSLATOR = "lc-translator"
@@ -41,26 +40,15 @@ P_ORACLE = 0.5
 LICENSE = "Translations by the generator model: Llama 3.1 Community License, non-commercial."
 
 
-class TranslatorBackend:
+class TranslatorBackend(ScriptedBackend):
     """A chat backend that 'translates' by marking and doubling the text; counts its calls."""
 
-    calls = 0
+    NAME = TRANSLATOR
 
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def identity(self) -> dict[str, str]:
-        return {"backend": TRANSLATOR, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        for i, r in enumerate(requests):
-            TranslatorBackend.calls += 1
-            text = r.messages[-1]["content"]
-            assert "Chinese" in r.messages[0]["content"]  # the configured target language
-            on_result(i, Completion(text=f"译 {text} {text}", completion_tokens=len(text.split())))
-
-    def close(self) -> None:
-        pass
+    def respond(self, messages) -> str:  # noqa: ANN001
+        text = messages[-1]["content"]
+        assert "Chinese" in messages[0]["content"]  # the configured target language
+        return f"译 {text} {text}"
 
 
 def convqa_rows() -> list[dict]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
@@ -26,12 +25,11 @@ from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.base import Completion, OnResult, Request
 from ragsft_assets.rag_sft.layout import parse_documents
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
-from ragsft_assets_tests.llm_double import ScriptedChatModel
+from ragsft_assets_tests.llm_double import ScriptedBackend, ScriptedChatModel
 from ragsft_assets_tests.test_rag_sft_assets import DATA, RECORDS, generator_responder, judge_responder
 
 KEY = "hotpotqa.en"
@@ -39,22 +37,13 @@ BACKEND = "qa-scripted"
 RESPONDERS = {"gen-double": generator_responder, "judge-double": judge_responder}
 
 
-class ResponderBackend:
+class ResponderBackend(ScriptedBackend):
     """The scripted responders of test_rag_sft_assets as a backend (one per model name)."""
 
-    def __init__(self, model: str) -> None:
-        self.model, self.responder = model, RESPONDERS[model]
+    NAME = BACKEND
 
-    def identity(self) -> dict[str, str]:
-        return {"backend": BACKEND, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        for i, r in enumerate(requests):
-            text = self.responder(r.messages)
-            on_result(i, Completion(text=text, prompt_tokens=1, completion_tokens=len(text.split())))
-
-    def close(self) -> None:
-        pass
+    def respond(self, messages) -> str:  # noqa: ANN001
+        return RESPONDERS[self.model](messages)
 
 
 def _cli(*args: str):

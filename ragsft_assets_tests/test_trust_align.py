@@ -22,6 +22,7 @@ from ragsft_assets.rag_sft.formatting import format_examples
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.sources import trust_align as ta
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
+from ragsft_assets_tests.llm_double import ScriptedBackend
 
 DATA = Path(__file__).resolve().parent / "data"
 # Gold answers of the demos whose answer is prose (ASQA) or a refusal: strings of the ALCE demo
@@ -379,24 +380,13 @@ REFERENCES: dict[str, list[str]] = {}
 RESPONDERS = {"ta-gen": ta_generator, "ta-judge": ta_judge}
 
 
-class ResponderBackend:
+class ResponderBackend(ScriptedBackend):
     """The scripted responders as a backend, so every call goes through the real LLMResource client."""
 
-    def __init__(self, model: str) -> None:
-        self.model, self.responder = model, RESPONDERS[model]
+    NAME = BACKEND
 
-    def identity(self) -> dict[str, str]:
-        return {"backend": BACKEND, "model": self.model, "weights_sha256": "0" * 64}
-
-    def generate(self, requests, on_result) -> None:
-        from ragsft_assets.llm.backends.base import Completion
-
-        for i, r in enumerate(requests):
-            text = self.responder(r.messages)
-            on_result(i, Completion(text=text, prompt_tokens=1, completion_tokens=len(text.split())))
-
-    def close(self) -> None:
-        pass
+    def respond(self, messages) -> str:  # noqa: ANN001
+        return RESPONDERS[self.model](messages)
 
 
 @pytest.fixture(scope="module")
