@@ -32,7 +32,7 @@ Matching rules (the same everywhere: the data build, the verdicts and ``ragsft c
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 OK = "ok"
@@ -189,6 +189,33 @@ def parse_refs(response: str) -> ParsedResponse:
     out.tags.sort(key=lambda t: t.start)
     out.defects.sort(key=lambda d: (d.start, d.kind))
     return out
+
+
+def rewrite_inline_tags(
+    response: str,
+    documents: Sequence[str],
+    rewrite: Callable[[RefTag, str], tuple[int, int, str] | None],
+) -> tuple[str, int]:
+    """Apply ``rewrite(tag, its document) -> (start, end, text) or None`` to every inline tag.
+
+    Only a response without markup defects is touched, and only tags whose id names one of
+    ``documents`` (the verifier rejects the others as they are). Edits are applied from the end,
+    so their offsets (into the original response) stay valid. Returns the response and the number
+    of edits.
+    """
+    parsed = parse_refs(response)
+    if parsed.defects:
+        return response, 0
+    edits = []
+    for t in parsed.tags:
+        if t.style != INLINE or t.excerpt is None or t.id is None or not 1 <= t.id <= len(documents):
+            continue
+        edit = rewrite(t, documents[t.id - 1])
+        if edit is not None:
+            edits.append(edit)
+    for start, end, new in sorted(edits, reverse=True):
+        response = response[:start] + new + response[end:]
+    return response, len(edits)
 
 
 def split_fragments(excerpt: str) -> list[str]:

@@ -29,13 +29,14 @@ from ragsft_assets import ids
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_PATTERN,
-    INLINE,
     OK,
     REFERENCES_HEADING_RE,
     TAG_MARKUP_RE,
+    RefTag,
     match_excerpt,
     normalize,
     parse_refs,
+    rewrite_inline_tags,
 )
 from ragsft_assets.rag_sft.examples import ANSWERABLE, STRICT, UNANSWERABLE, RagPrompt
 
@@ -119,19 +120,12 @@ def remove_idle_ellipses(excerpt: str, document: str) -> str:
 
 def clean_excerpts(response: str, documents: Sequence[str]) -> tuple[str, int]:
     """The response with idle ellipses removed from its ``ok`` inline excerpts; and how many changed."""
-    parsed = parse_refs(response)
-    if parsed.defects:
-        return response, 0
-    edits = []
-    for t in parsed.tags:
-        if t.style != INLINE or t.excerpt is None or t.id is None or not 1 <= t.id <= len(documents):
-            continue
-        new = remove_idle_ellipses(t.excerpt, documents[t.id - 1])
-        if new != t.excerpt:
-            edits.append((t.excerpt_start, t.excerpt_end, new))
-    for start, end, new in sorted(edits, reverse=True):
-        response = response[:start] + new + response[end:]
-    return response, len(edits)
+
+    def clean(t: RefTag, document: str) -> tuple[int, int, str] | None:
+        new = remove_idle_ellipses(t.excerpt, document)
+        return (t.excerpt_start, t.excerpt_end, new) if new != t.excerpt else None
+
+    return rewrite_inline_tags(response, documents, clean)
 
 
 def named_untagged_sources(response: str) -> list[int]:

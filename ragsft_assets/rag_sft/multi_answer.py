@@ -18,10 +18,11 @@ from typing import Any
 
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_RE,
-    INLINE,
     TAG_MARKUP_RE,
+    RefTag,
     normalize,
     parse_refs,
+    rewrite_inline_tags,
 )
 
 PRODUCT = "trust_align"
@@ -54,21 +55,14 @@ def split_elided_tags(response: str, documents: Sequence[str]) -> tuple[str, int
     response with markup defects, or a tag whose id is no document, is left as it is (the
     verifier rejects it). Returns the response and the number of tags split.
     """
-    parsed = parse_refs(response)
-    if parsed.defects:
-        return response, 0
-    edits = []
-    for t in parsed.tags:
-        if t.style != INLINE or t.excerpt is None or t.id is None or not 1 <= t.id <= len(documents):
-            continue
-        parts = [p.strip() for p in ELLIPSIS_RE.split(t.excerpt)]
-        parts = [p for p in parts if p]
+
+    def split(t: RefTag, _document: str) -> tuple[int, int, str] | None:
+        parts = [p for p in (x.strip() for x in ELLIPSIS_RE.split(t.excerpt)) if p]
         if len(parts) < 2:
-            continue
-        edits.append((t.start, t.end, "".join(f'<ref id="{t.id}">{p}</ref>' for p in parts)))
-    for start, end, new in sorted(edits, reverse=True):
-        response = response[:start] + new + response[end:]
-    return response, len(edits)
+            return None
+        return t.start, t.end, "".join(f'<ref id="{t.id}">{p}</ref>' for p in parts)
+
+    return rewrite_inline_tags(response, documents, split)
 
 
 def named_document_numbers(response: str) -> list[int]:
