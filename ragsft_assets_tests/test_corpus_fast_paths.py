@@ -135,3 +135,18 @@ def test_joined_sentences_are_never_longer_than_the_text() -> None:
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 25)))
         assert len(" ".join(split_sentences(text, "fr"))) <= len(text), text
+
+
+def test_top_linked_equals_select_bridges() -> None:
+    import pyarrow as pa
+
+    from ragsft_assets.corpus.link_graph import select_bridges, top_linked
+
+    rng = random.Random(3)
+    alphabet = ["a", "b", "Z", "é", "\u4e2d", "\U0001f600", "0"]
+    ids = sorted({"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(400)})
+    rng.shuffle(ids)
+    degrees = [rng.choice([0, 1, 1, 2, 3, 5]) for _ in ids]  # many ties, some zeros
+    for k in (0, 1, 7, 50, len(ids), len(ids) + 5, -1):
+        expected = select_bridges(dict(zip(ids, degrees, strict=True)), (), k)
+        assert top_linked(pa.array(ids), pa.array(degrees, pa.int64()), k) == expected, k

@@ -91,6 +91,17 @@ def select_bridges(in_degree: dict[str, int], titles: Iterable[str], top_k: int)
     return set(ranked[: max(0, top_k)])
 
 
+def top_linked(target_ids: pa.Array, in_degree: pa.Array, top_k: int) -> set[str]:
+    """:func:`select_bridges` without titles, in Arrow: the ``top_k`` ids of highest in-degree (ties by id).
+
+    Arrow orders strings by their UTF-8 bytes, as Python orders them (by code point), so the set is the
+    one ``sorted`` gives; no Python object per target is built.
+    """
+    ranked = pa.table({"id": target_ids, "degree": in_degree}).filter(pc.greater(in_degree, 0))
+    order = pc.sort_indices(ranked, sort_keys=[("degree", "descending"), ("id", "ascending")])
+    return set(ranked.column("id").take(order[: max(0, top_k)]).to_pylist())
+
+
 def use_pool(n_pairs: int, workers: int, warm: bool) -> bool:
     """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up)."""
     return workers > 1 and n_pairs >= (WARM_PARALLEL_MIN_EDGES if warm else PARALLEL_MIN_EDGES)
@@ -216,14 +227,14 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
         .group_by("target")
         .aggregate([("source", "count_distinct")])
     )
-    in_degree = dict(
-        zip(
-            pc.take(ids, kept_degree.column("target")).to_pylist(),
-            kept_degree.column("source_count_distinct").to_pylist(),
-            strict=True,
+    if cfg.bridge_titles:
+        bridges = select_bridges({}, cfg.bridge_titles, cfg.bridge_top_k)
+    else:
+        bridges = top_linked(
+            pc.take(ids, kept_degree.column("target")),
+            kept_degree.column("source_count_distinct"),
+            cfg.bridge_top_k,
         )
-    )
-    bridges = select_bridges(in_degree, cfg.bridge_titles, cfg.bridge_top_k)
     degree_col = pc.cast(
         pc.take(
             kept_degree.column("source_count_distinct"),
