@@ -186,19 +186,24 @@ CRITERIA_FILTER = "criteria_annotation"
 NOT_ANNOTATED = "not_annotated"
 
 
-def _criteria_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The share of failures per criterion among annotated questions, and the never-annotated apart."""
-    per: dict[str, list[int]] = {}
-    for r in rows:
-        if r["filter"].startswith(CRITERIA_FILTER + "/"):
-            fails_total = per.setdefault(r["filter"].split("/", 1)[1], [0, 0])
-            fails_total[0] += r["verdict"] == "fails"
-            fails_total[1] += 1
-    overall = [r for r in rows if r["filter"] == CRITERIA_FILTER]
-    if not overall:
+def _criteria_lines(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The share of failures per criterion among annotated questions, and the never-annotated apart.
+
+    Over the view ``v`` (the config's verdict rows, ``rn`` their file order); criteria in the order
+    they first appear.
+    """
+    total, skipped = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE verdict = {sql_literal(NOT_ANNOTATED)}) FROM v "
+        f"WHERE filter = {sql_literal(CRITERIA_FILTER)}"
+    ).fetchone()
+    if not total:
         return []
-    skipped = sum(r["verdict"] == NOT_ANNOTATED for r in overall)
-    table = [(f"`{c}`", f, n, round(f / n, 4) if n else "-") for c, (f, n) in per.items()]
+    prefix = CRITERIA_FILTER + "/"
+    per = con.execute(
+        f"SELECT filter[{len(prefix) + 1}:], count(*) FILTER (WHERE verdict = 'fails'), count(*) FROM v "
+        f"WHERE starts_with(filter, {sql_literal(prefix)}) GROUP BY filter ORDER BY min(rn)"
+    ).fetchall()
+    table = [(f"`{c}`", f, n, round(f / n, 4) if n else "-") for c, f, n in per]
     shares = [
         "Share of failures per criterion (of the annotated questions; a question can fail several):",
         "",
@@ -207,26 +212,30 @@ def _criteria_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     return [
         *(shares if table else []),
-        f"{skipped} of {len(overall)} questions were never annotated (`not_annotated`: interrupted run, "
+        f"{skipped} of {total} questions were never annotated (`not_annotated`: interrupted run, "
         "budget, failed call or unreadable reply): excluded from the config and not counted as rejected.",
         "",
     ]
 
 
-def _topic_lines(rows: Sequence[Mapping[str, Any]], kept_ids: set[str]) -> list[str]:
-    """Keep rate by topic (the bridge's category) of the questions the config's filters saw."""
-    topic_of = {r["id"]: r.get("topic") for r in rows}
-    seen: dict[str, list[int]] = {}
-    for qid, topic in topic_of.items():
-        if topic is None:
-            continue
-        kept_total = seen.setdefault(topic, [0, 0])
-        kept_total[0] += qid in kept_ids
-        kept_total[1] += 1
+def _topic_lines(con: duckdb.DuckDBPyConnection, kept_files: Sequence[Path], has_topic: bool) -> list[str]:
+    """Keep rate by topic (the bridge's category) of the questions the config's filters saw.
+
+    A question's topic is that of its last verdict row; kept = its id is in the config's data files.
+    """
+    topics = "arg_max_null(topic, rn)" if has_topic else "NULL::VARCHAR"
+    kept = f"id IN (SELECT id FROM read_parquet({sql_list(kept_files)}))" if kept_files else "false"
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW q AS SELECT id, {topics} AS topic, {kept} AS kept FROM v GROUP BY id"
+    )
+    seen = con.execute(
+        "SELECT topic, count(*) FILTER (WHERE kept), count(*) FROM q WHERE topic IS NOT NULL "
+        "GROUP BY topic ORDER BY topic"
+    ).fetchall()
     if not seen:
         return ["Keep rate by topic: no topic categories are known for this snapshot.", ""]
-    unknown = sum(t is None for t in topic_of.values())
-    table = [(t, k, n, round(k / n, 4)) for t, (k, n) in sorted(seen.items())]
+    unknown = con.execute("SELECT count(*) FROM q WHERE topic IS NULL").fetchone()[0]
+    table = [(t, k, n, round(k / n, 4)) for t, k, n in seen]
     return [
         "Keep rate by topic (the bridge document's category):",
         "",
@@ -239,44 +248,45 @@ def _topic_lines(rows: Sequence[Mapping[str, Any]], kept_ids: set[str]) -> list[
 def filter_sections(folder: Path, files: Mapping[str, Mapping[str, str]]) -> list[str]:
     """Per filtered config (``provenance/<config>/verdicts.parquet``): the verdict table of every
     filter, the share of failures per criterion, the keep rate by topic where topics are known, and
-    the notes on how the config differs from the HotpotQA-fr card's."""
+    the notes on how the config differs from the HotpotQA-fr card's.
+
+    Counted in DuckDB over the Parquet files: the verdict rows (questions times filters) never
+    become Python rows.
+    """
     parts: list[str] = []
     shipped = read_configs(folder)
     for config, splits in files.items():
         path = folder / "provenance" / config / "verdicts.parquet"
         if not path.is_file():
             continue
-        table = pq.read_table(path)
-        rows = table.select(
-            [c for c in ("id", "filter", "verdict", "kept", "topic") if c in table.schema.names]
-        )
-        data = rows.to_pylist()
-        counts: dict[tuple[str, str, bool], int] = {}
-        order: dict[str, int] = {}
-        for r in data:
-            order.setdefault(r["filter"], len(order))
-            k = (r["filter"], r["verdict"], r["kept"])
-            counts[k] = counts.get(k, 0) + 1
-        if not parts:
-            parts += ["## Filters", ""]
-        parts += [f"### `{config}`: verdicts of each filter, in the order they ran", ""]
-        note = FILTER_NOTES.get(default_name(shipped[config])) if config in shipped else None
-        if note:  # the card's name (a renamed config keeps its note)
-            parts += [note, ""]
-        table_rows = [
-            (f, v, "kept" if kept else "dropped", n)
-            for (f, v, kept), n in sorted(
-                counts.items(), key=lambda kv: (order[kv[0][0]], not kv[0][2], kv[0][1])
+        has_topic = "topic" in pq.read_schema(path).names
+        con = duckdb.connect()
+        try:
+            con.execute(
+                "CREATE TEMP VIEW v AS SELECT id, filter, verdict, kept"
+                f"{', topic' if has_topic else ''}, file_row_number AS rn "
+                f"FROM read_parquet({sql_literal(str(path))}, file_row_number=true)"
             )
-        ]
-        parts += [markdown_table(["filter", "verdict", "outcome", "questions"], table_rows), ""]
-        parts += _criteria_lines(data)
-        kept_ids = {
-            i
-            for rel in splits.values()
-            for i in pq.read_table(folder / rel, columns=["id"])["id"].to_pylist()
-        }
-        parts += _topic_lines(data, kept_ids)
+            # filters in the order they ran (first appearance), kept before dropped, then verdict
+            counts = con.execute(
+                'SELECT c."filter", c.verdict, c.kept, c.n FROM '
+                '(SELECT "filter", verdict, kept, count(*) AS n FROM v GROUP BY 1, 2, 3) c JOIN '
+                '(SELECT "filter", min(rn) AS first FROM v GROUP BY 1) f USING ("filter") '
+                "ORDER BY f.first, NOT c.kept, c.verdict"
+            ).fetchall()
+            if not parts:
+                parts += ["## Filters", ""]
+            parts += [f"### `{config}`: verdicts of each filter, in the order they ran", ""]
+            note = FILTER_NOTES.get(default_name(shipped[config])) if config in shipped else None
+            if note:  # the card's name (a renamed config keeps its note)
+                parts += [note, ""]
+            table_rows = [(f, v, "kept" if kept else "dropped", n) for f, v, kept, n in counts]
+            parts += [markdown_table(["filter", "verdict", "outcome", "questions"], table_rows), ""]
+            parts += _criteria_lines(con)
+            kept_files = [folder / rel for rel in splits.values()]
+            parts += _topic_lines(con, kept_files, has_topic)
+        finally:
+            con.close()
     return parts
 
 
