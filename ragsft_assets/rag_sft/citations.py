@@ -410,3 +410,15 @@ def check_response(
 def strip_tags(response: str) -> str:
     """The response with ref markup removed (inline excerpts kept as plain text)."""
     return _TOKEN_RE.sub("", response)
+
+
+def outside_tags(response: str) -> str:
+    """The response's own words: every tag (opening to closing, excerpt included) cut out, stray
+    ref markup blanked, whitespace normalized."""
+    parsed = parse_refs(response)
+    outside, pos = [], 0
+    for t in sorted(parsed.tags, key=lambda t: t.start):
+        outside.append(response[pos : t.start])
+        pos = max(pos, t.end)
+    outside.append(response[pos:])
+    return normalize(TAG_MARKUP_RE.sub(" ", " ".join(outside)))

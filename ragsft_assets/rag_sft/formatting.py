@@ -35,6 +35,7 @@ from ragsft_assets.rag_sft.citations import (
     RefTag,
     match_excerpt,
     normalize,
+    outside_tags,
     parse_refs,
     rewrite_inline_tags,
 )
@@ -148,18 +149,7 @@ def answer_only_in_ref(response: str, answer: str) -> bool:
     if not needle:
         return False
     inside = " ".join(t.excerpt for t in parse_refs(response).tags if t.excerpt)
-    return needle not in _outside_tags(response).casefold() and needle in normalize(inside).casefold()
-
-
-def _outside_tags(response: str) -> str:
-    """The response's own words: every tag (opening to closing, excerpt included) cut out."""
-    parsed = parse_refs(response)
-    outside, pos = [], 0
-    for t in sorted(parsed.tags, key=lambda t: t.start):
-        outside.append(response[pos : t.start])
-        pos = max(pos, t.end)
-    outside.append(response[pos:])
-    return normalize(_TAG_MARKUP_RE.sub(" ", " ".join(outside)))
+    return needle not in outside_tags(response).casefold() and needle in normalize(inside).casefold()
 
 
 @cache
@@ -178,7 +168,7 @@ def response_language(response: str, lang: str) -> str | None:
     if lang == "en":
         return None
     m = REFERENCES_HEADING_RE.search(response)
-    text = _outside_tags(response[: m.start()] if m else response)
+    text = outside_tags(response[: m.start()] if m else response)
     if len(text.split()) < MIN_LANGUAGE_WORDS:
         return None
     return str(_identifier((lang, "en")).classify(text)[0])

@@ -18,9 +18,8 @@ from typing import Any
 
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_RE,
-    TAG_MARKUP_RE,
     RefTag,
-    normalize,
+    outside_tags,
     parse_refs,
     rewrite_inline_tags,
 )
@@ -67,31 +66,16 @@ def split_elided_tags(response: str, documents: Sequence[str]) -> tuple[str, int
 
 def named_document_numbers(response: str) -> list[int]:
     """Document numbers named outside tags (``Document 3``, ``[5]``): the reader never sees numbers."""
-    text = TAG_MARKUP_RE.sub(" ", _without_excerpts(response))
+    text = outside_tags(response)
     found = set()
     for m in _DOCUMENT_NUMBER_RE.finditer(text):
         found.add(int(m.group(1) or m.group(2)))
     return sorted(found)
 
 
-def _without_excerpts(response: str) -> str:
-    """The response with every well-formed tag (and its quoted excerpt) blanked out."""
-    parsed = parse_refs(response)
-    out = response
-    for t in sorted(parsed.tags, key=lambda t: t.start, reverse=True):
-        out = out[: t.start] + " " + out[t.end :]
-    return out
-
-
 def has_ref(response: str) -> bool:
     """Whether the response holds any ``<ref>`` tag."""
     return bool(parse_refs(response).tags)
-
-
-def contains_answer(text: str, answer: str) -> bool:
-    """Whether ``answer`` occurs in ``text`` (normalized, on word boundaries)."""
-    a = normalize(answer).lower()
-    return bool(a) and re.search(rf"(?<!\w){re.escape(a)}(?!\w)", normalize(text).lower()) is not None
 
 
 def card_statistics(
