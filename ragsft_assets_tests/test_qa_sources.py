@@ -50,6 +50,30 @@ def _cli(*args: str):
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
+def run_qa_sft_job(
+    home: Path, key: str, backend: type[ScriptedBackend], generator: str, judge: str
+) -> tuple[dg.ExecuteInProcessResult, ArtifactStore]:
+    """``qa_sft_job`` in process on the source ``key`` of ``home``: the generator and judge roles are
+    ``backend``'s models ``generator`` and ``judge`` behind one LLM cache there; whitespace tokens."""
+    store = ArtifactStore(home=str(home))
+    engines.register_backend(backend.NAME, backend)
+    cache = str(home / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": store,
+        "generator": LLMResource(backend=backend.NAME, model=generator, cache_dir=cache, role="generator"),
+        "judge": LLMResource(backend=backend.NAME, model=judge, cache_dir=cache, role="judge"),
+    }
+    job = build_definitions(resources).get_job_def("qa_sft_job")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", [key])
+    config = {"tokenizer": "whitespace"}
+    ops = {
+        f"qa__{n}": {"config": config} for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+    }
+    return job.execute_in_process(partition_key=key, instance=instance, run_config={"ops": ops}), store
+
+
 @pytest.fixture(scope="module")
 def qa_run(tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("home")
@@ -59,23 +83,7 @@ def qa_run(tmp_path_factory: pytest.TempPathFactory):
     copy = home.parent / f"{home.name}-hotpot_train.json"
     shutil.copy(DATA, copy)
     added = _cli("sources", "add", KEY, "--from", str(copy))
-    store = ArtifactStore(home=str(home))
-    engines.register_backend(BACKEND, ResponderBackend)
-    cache = str(home / "llm_cache")
-    resources = {
-        **default_resources(),
-        "store": store,
-        "generator": LLMResource(backend=BACKEND, model="gen-double", cache_dir=cache, role="generator"),
-        "judge": LLMResource(backend=BACKEND, model="judge-double", cache_dir=cache, role="judge"),
-    }
-    job = build_definitions(resources).get_job_def("qa_sft_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("qa_source", [KEY])
-    config = {"tokenizer": "whitespace"}
-    ops = {
-        f"qa__{n}": {"config": config} for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
-    }
-    result = job.execute_in_process(partition_key=KEY, instance=instance, run_config={"ops": ops})
+    result, store = run_qa_sft_job(home, KEY, ResponderBackend, "gen-double", "judge-double")
     yield home, added, result, store
     mp.undo()
 

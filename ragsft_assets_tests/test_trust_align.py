@@ -391,15 +391,10 @@ class ResponderBackend(ScriptedBackend):
 
 @pytest.fixture(scope="module")
 def ta_run(tmp_path_factory: pytest.TempPathFactory):
-    import dagster as dg
     from click.testing import CliRunner
 
     from ragsft_assets.cli import main
-    from ragsft_assets.definitions import build_definitions
-    from ragsft_assets.defs.resources import default_resources
-    from ragsft_assets.llm import engines
-    from ragsft_assets.resources.llm import LLMResource
-    from ragsft_assets.resources.store import ArtifactStore
+    from ragsft_assets_tests.test_qa_sources import run_qa_sft_job
 
     home = tmp_path_factory.mktemp("home")
     mp = pytest.MonkeyPatch()
@@ -409,23 +404,7 @@ def ta_run(tmp_path_factory: pytest.TempPathFactory):
     added = CliRunner().invoke(main, ["sources", "add", KEY, "--from", str(src)], catch_exceptions=False)
     for r in read_source(src, PRESETS["trust_align"]).table.to_pylist():
         REFERENCES[r["question"]] = [g[0] for g in r["reference_answers"]]
-    store = ArtifactStore(home=str(home))
-    engines.register_backend(BACKEND, ResponderBackend)
-    cache = str(home / "llm_cache")
-    resources = {
-        **default_resources(),
-        "store": store,
-        "generator": LLMResource(backend=BACKEND, model="ta-gen", cache_dir=cache, role="generator"),
-        "judge": LLMResource(backend=BACKEND, model="ta-judge", cache_dir=cache, role="judge"),
-    }
-    job = build_definitions(resources).get_job_def("qa_sft_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("qa_source", [KEY])
-    config = {"tokenizer": "whitespace"}
-    ops = {
-        f"qa__{n}": {"config": config} for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
-    }
-    result = job.execute_in_process(partition_key=KEY, instance=instance, run_config={"ops": ops})
+    result, store = run_qa_sft_job(home, KEY, ResponderBackend, "ta-gen", "ta-judge")
     yield home, added, result, store
     mp.undo()
 
