@@ -20,13 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from ragsft_assets.cli import main
-from ragsft_assets.definitions import build_definitions
-from ragsft_assets.defs.resources import default_resources
-from ragsft_assets.llm import engines
 from ragsft_assets.resources.embedder import EMBEDDED_EMBEDDER_NAME, EmbeddingResource
-from ragsft_assets.resources.llm import LLMResource
-from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.llm_double import ScriptedBackend
+from ragsft_assets_tests.test_long_context_job import long_context_job
 
 pytestmark = pytest.mark.integration
 
@@ -88,21 +84,9 @@ def test_every_variant_with_the_embedded_embedder_loads_verifies_and_reruns_for_
     added = _cli("sources", "add", KEY, "--from", str(cut))
     assert added.exit_code == 0 and f"{ITEMS} question(s)" in added.output, added.output
 
-    engines.register_backend(TRANSLATOR, Translator)
-    cache = str(home / "llm_cache")
-    resources = {
-        **default_resources(),
-        "store": ArtifactStore(home=str(home)),
-        # the session's engine (the fixture holds it): same options, so the same process-wide handle
-        "embedder": EmbeddingResource(backend="embedded", cache_dir=cache),
-        **{
-            role: LLMResource(backend=TRANSLATOR, model=role, cache_dir=cache, role=role)
-            for role in ("generator", "judge", "annotator", "base_model")
-        },
-    }
-    job = build_definitions(resources).get_job_def("long_context_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("qa_source", [KEY])
+    # the session's engine (the fixture holds it): same options, so the same process-wide handle
+    embedder = EmbeddingResource(backend="embedded", cache_dir=str(home / "llm_cache"))
+    job, instance = long_context_job(home, Translator, [KEY], embedder)
     cfg = {"budget_tokens": BUDGET, "variants": ["raft", "raft_syntactic", "clustered", "raft_translated"]}
     ops = ("raft", "raft_syntactic", "clustered", "raft_translated")
     run_config = {"ops": {f"long_context__{n}": {"config": cfg} for n in ops}}

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import dagster as dg
@@ -55,6 +56,31 @@ def _tree_sha256(folder: Path) -> dict[str, str]:
     }
 
 
+def long_context_job(
+    home: Path,
+    chat: type[ScriptedBackend],
+    keys: Sequence[str],
+    embedder: EmbeddingResource | None = None,
+) -> tuple[dg.JobDefinition, dg.DagsterInstance]:
+    """``long_context_job`` over ``home``: every chat role is ``chat``'s, the embedder the hash double
+    (or ``embedder``), one cache in ``home``; and an ephemeral instance with ``keys`` as sources."""
+    engines.register_backend(chat.NAME, chat)
+    cache = str(home / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "embedder": embedder
+        or EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=cache, batch_size=16),
+        **{
+            role: LLMResource(backend=chat.NAME, model=role, cache_dir=cache, role=role)
+            for role in ("generator", "judge", "annotator", "base_model")
+        },
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("qa_source", list(keys))
+    return build_definitions(resources).get_job_def("long_context_job"), instance
+
+
 @pytest.fixture(scope="module")
 def lc_runs(tmp_path_factory: pytest.TempPathFactory):
     from ragsft_assets.llm.models import embedded_gguf_path
@@ -71,20 +97,7 @@ def lc_runs(tmp_path_factory: pytest.TempPathFactory):
     copy = home.parent / f"{home.name}-narrativeqa.jsonl"
     shutil.copy(DATA, copy)
     added = _cli("sources", "add", KEY, "--from", str(copy))  # preset from the key: narrativeqa
-    engines.register_backend(CHAT, NoChatBackend)
-    cache = str(home / "llm_cache")
-    resources = {
-        **default_resources(),
-        "store": ArtifactStore(home=str(home)),
-        "embedder": EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=cache, batch_size=16),
-        **{
-            role: LLMResource(backend=CHAT, model=role, cache_dir=cache, role=role)
-            for role in ("generator", "judge", "annotator", "base_model")
-        },
-    }
-    job = build_definitions(resources).get_job_def("long_context_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("qa_source", [KEY])
+    job, instance = long_context_job(home, NoChatBackend, [KEY])
     # narrativeqa's default is the card's (clustered only): all three untranslated variants here
     cfg = {"config": {"budget_tokens": BUDGET, "variants": ["raft", "raft_syntactic", "clustered"]}}
     run_config = {

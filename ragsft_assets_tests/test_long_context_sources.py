@@ -13,23 +13,16 @@ import json
 import shutil
 from pathlib import Path
 
-import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from ragsft_assets.cli import main
-from ragsft_assets.definitions import build_definitions
-from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.ids import item_uniform
-from ragsft_assets.llm import engines
 from ragsft_assets.long_context import raft
-from ragsft_assets.resources.embedder import EmbeddingResource
-from ragsft_assets.resources.llm import LLMResource
-from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
-from ragsft_assets_tests import embedder_double
 from ragsft_assets_tests.llm_double import ScriptedBackend
+from ragsft_assets_tests.test_long_context_job import long_context_job
 
 DATA = Path(__file__).parent / "data"
 TRANSLATOR = "lc-translator"
@@ -155,20 +148,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
             "rag_tge",
         ),  # fmt: skip
     ]
-    engines.register_backend(TRANSLATOR, TranslatorBackend)
-    cache = str(home / "llm_cache")
-    resources = {
-        **default_resources(),
-        "store": ArtifactStore(home=str(home)),
-        "embedder": EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=cache, batch_size=16),
-        **{
-            role: LLMResource(backend=TRANSLATOR, model=role, cache_dir=cache, role=role)
-            for role in ("generator", "judge", "annotator", "base_model")
-        },
-    }
-    job = build_definitions(resources).get_job_def("long_context_job")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("qa_source", [CONVQA, TGE])
+    job, instance = long_context_job(home, TranslatorBackend, [CONVQA, TGE])
     cfg = {"config": {"budget_tokens": BUDGET, "p_oracle": P_ORACLE}}  # variants: the card's defaults
     ops = ("raft", "raft_syntactic", "clustered", "raft_translated")
     run_config = {"ops": {f"long_context__{n}": cfg for n in ops}}
