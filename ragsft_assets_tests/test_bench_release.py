@@ -131,6 +131,16 @@ def test_bench_release_small(tmp_path: Path) -> None:
         assert sorted(roles).count("gold_a") == 1 and roles.count("gold_b") == 1 and len(roles) == 10
         assert all(d["url"] and d["revision"] for d in r["documents"])  # every document joined
         assert len(r["cache_keys"]) == 5  # the kept draft's generation + the 4 ablation calls
+    # The rag_sft family at scale: an answerable example and its twin per question, every prompt's
+    # filenames resolved to their documents (10 with both golds, 9 without gold a).
+    assert values["rows_hotpotqa_cite"] == 2 * 375
+    assert not bench_release.verdict({**values, "rows_hotpotqa_cite": 375})
+    cite = pq.read_table(folder / "provenance" / "hotpotqa_cite" / "lineage.parquet").to_pylist()
+    assert {r["resolution"] for r in cite} == {"question_drafts"}
+    shapes = {tuple(sorted(d["role"] for d in r["documents"])) for r in cite}
+    assert shapes == {("context",) * 8 + ("gold_a", "gold_b"), ("context",) * 8 + ("gold_b",)}
+    assert all(d["url"] and d["revision"] for r in cite for d in r["documents"])
+    assert {r["question_id"] for r in cite} == {r["id"] for r in lin}
     card_text = (folder / "README.md").read_text()
     assert "### `corpus` (3000 rows)" in card_text and "| words per abstract |" in card_text
 

@@ -1,18 +1,21 @@
 """``ragsft bench release``: the release path at full scale, in bounded memory.
 
 Generates the upstream assets of one partition in the layout the release reads (``abstracts``
-per split, ``bridge_pairs``, ``question_drafts``, ``multihop_questions`` per split, the ledger of
-``question_checks`` and ``ablation_verdicts`` and the LLM cache behind its keys), by default
-800,000 abstracts and 100,000 questions, then runs the real release steps (``build_release``,
-``write_card``, ``write_manifests``: data files, decisions, lineage, card statistics and plots,
-manifests) in a child process that does nothing else, and reports that process's peak RSS
-(its ``VmHWM``; see ``_peak_mb``) and times. Bar: peak RSS under 2 GiB. ``ragsft verify`` must pass.
+per split, ``bridge_pairs``, ``question_drafts``, ``multihop_questions``, ``rag_prompts`` and
+``rag_sft`` per split, the ledger of ``question_checks`` and ``ablation_verdicts`` and the LLM
+cache behind its keys), by default 800,000 abstracts and 100,000 questions (200,000 ``rag_sft``
+examples: each question's answerable example and its twin), then runs the real release steps
+(``build_release``, ``write_card``, ``write_manifests``: data files, decisions, lineage, card
+statistics and plots, manifests) in a child process that does nothing else, and reports that
+process's peak RSS (its ``VmHWM``; see ``_peak_mb``) and times. Bar: peak RSS under 2 GiB. ``ragsft verify`` must pass.
 
 The generated shapes follow the asset schemas and real sizes: abstract texts are 3-8 real
 sentences of the sample snapshot and frwiki records (about 100 characters each), 2-14 links each,
 questions with 10 context paragraphs (2 gold, 8 distractors of the same split) holding those
-documents' sentences. Everything is generated column-wise with NumPy and Arrow (ids by DuckDB's
-SHA-256), never row by row in Python.
+documents' sentences; the ``rag_sft`` prompts hold the real system message around those
+paragraphs as OpenRAG blocks, whose filenames the ``hotpotqa_cite`` lineage parses. Everything
+is generated column-wise with NumPy and Arrow (ids by DuckDB's SHA-256), never row by row in
+Python.
 """
 
 from __future__ import annotations
@@ -227,6 +230,9 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
             ),
             asset_path(PARTITION, "multihop_questions", split, assets),
         )
+        _write_rag_sft(
+            con, assets, split, qid, question, a, b, a_t, b_t, docs, titles_s, pc.binary_join(ctx_sent, " ")
+        )
         pid = _sql_ids(con, derived_id_sql("'bridge_pair'", "a", "b"), a=a_id, b=b_id)
         pairs_parts.append(
             pa.table(
@@ -311,6 +317,124 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
         n_keys += _fill_cache(root, con, ledger, temperature=0.7 if stage == "question_checks" else 0.0)
     con.close()
     return {"abstracts": n_abstracts, "questions": n_questions, "cache_entries": n_keys}
+
+
+def _system_frame() -> tuple[str, str]:
+    """The real French system message around its documents: the text before and after them."""
+    from ragsft_assets.rag_sft.citations import INLINE
+    from ragsft_assets.rag_sft.examples import GENERIC, REFUSAL_PHRASES, system_message
+    from ragsft_assets.rag_sft.layout import render_documents
+
+    mark = render_documents([("\x00", "\x00")])
+    head, tail = system_message([("\x00", "\x00")], "fr", INLINE, GENERIC, REFUSAL_PHRASES["fr"][0]).split(
+        mark
+    )
+    return head, tail
+
+
+def _numbered_blocks(titles: pa.Array, texts: pa.Array, numbers: np.ndarray) -> pa.Array:
+    """One OpenRAG block per document (``rag_sft.layout.BLOCK_TEMPLATE``), column-wise."""
+    return pc.binary_join_element_wise(
+        "[Source ", pa.array(numbers).cast(pa.string()), "]\n* filename: ", titles,
+        "\n\n[CHUNK_START]\n\n", texts, "\n\n[CHUNK_END]", "",
+    )  # fmt: skip
+
+
+def _write_rag_sft(
+    con: duckdb.DuckDBPyConnection,
+    assets: Path,
+    split: str,
+    qid: pa.Array,
+    question: pa.Array,
+    a: np.ndarray,
+    b: np.ndarray,
+    a_t: pa.Array,
+    b_t: pa.Array,
+    docs: np.ndarray,
+    titles_s: pa.Array,
+    doc_texts: pa.Array,
+) -> None:
+    """The ``rag_prompts`` and ``rag_sft`` split files of one split: per question an answerable
+    example over its 10 paragraphs and its unanswerable twin without gold document a (9 paragraphs),
+    with the real system message around OpenRAG blocks (the lineage parses their filenames)."""
+    from ragsft_assets.rag_sft.examples import ANSWERABLE, PROMPT_SCHEMA, REFUSAL_PHRASES, UNANSWERABLE
+    from ragsft_assets.rag_sft.formatting import SFT_SCHEMA
+    from ragsft_assets.rag_sft.layout import SEPARATOR
+    from ragsft_assets.release.lineage import derived_id_sql
+    from ragsft_assets.storage import asset_path
+
+    q = len(qid)
+    grid = docs.reshape(q, CONTEXT)
+    doc_titles = titles_s.take(pa.array(docs))
+    head, tail = _system_frame()
+    keep_twin = (grid != a[:, None]).ravel()  # the twin loses gold a
+    b_number = (grid == b[:, None]).argmax(axis=1) + 1
+    parts = []
+    for kind, mask, n_docs in ((ANSWERABLE, None, CONTEXT), (UNANSWERABLE, keep_twin, CONTEXT - 1)):
+        sel = pa.array(np.flatnonzero(mask)) if mask is not None else None
+        titles_k = doc_titles.take(sel) if sel is not None else doc_titles
+        texts_k = doc_texts.take(sel) if sel is not None else doc_texts
+        off = np.arange(0, q * n_docs + 1, n_docs)
+        blocks = _numbered_blocks(titles_k, texts_k, np.tile(np.arange(1, n_docs + 1), q))
+        system = pc.binary_join_element_wise(head, pc.binary_join(_lists(off, blocks), SEPARATOR), tail, "")
+        ids_k = _sql_ids(con, derived_id_sql("'rag_example'", "q", f"'{kind}'"), q=qid)
+        pair = _sql_ids(con, derived_id_sql("'pair'", "q"), q=qid)
+        if kind == ANSWERABLE:
+            b_sel = pa.array(np.arange(q) * CONTEXT + b_number - 1)
+            answer = pc.binary_join_element_wise(
+                b_t, " <ref id=\"", pa.array(b_number).cast(pa.string()), "\">",
+                pc.utf8_slice_codeunits(texts_k.take(b_sel), 0, 80), "</ref>", "",
+            )  # fmt: skip
+            gold = _lists(np.arange(0, 2 * q + 1, 2), pa.concat_arrays([a_t, b_t]).take(
+                pa.array(np.stack([np.arange(q), q + np.arange(q)], 1).ravel())
+            ))  # fmt: skip
+            removed = _lists(np.zeros(q + 1, int), pa.array([], pa.string()))
+        else:
+            answer = pa.array([REFUSAL_PHRASES["fr"][0]] * q)
+            gold = _lists(np.arange(q + 1), b_t)
+            removed = _lists(np.arange(q + 1), a_t)
+        roles = pa.array(np.tile(["system", "user", "assistant"], q))
+        contents = pa.concat_arrays([system, question, answer]).take(
+            pa.array(np.stack([np.arange(q), q + np.arange(q), 2 * q + np.arange(q)], 1).ravel())
+        )
+        messages = _lists(
+            np.arange(0, 3 * q + 1, 3),
+            pa.StructArray.from_arrays(
+                [roles, contents], fields=list(SFT_SCHEMA.field("messages").type.value_type)
+            ),
+        )
+
+        def const(value: object, type_: pa.DataType | None = None) -> pa.Array:
+            return pa.array([value] * q, type_ or pa.string())
+
+        parts.append(
+            (
+                pa.table(
+                    {
+                        "id": ids_k, "pair_id": pair, "question_id": qid, "kind": const(kind),
+                        "twin_kind": const("one"), "split": const(split), "language": const("fr"),
+                        "question": question, "answer": b_t, "titles": _lists(off, titles_k),
+                        "paragraphs": _lists(off, texts_k), "gold_titles": gold, "removed_titles": removed,
+                        "citation_style": const("inline"), "refusal_rule": const("generic"),
+                        "refusal_phrase": const(REFUSAL_PHRASES["fr"][0]), "system": system, "user": question,
+                        "chunks_total": const(n_docs, pa.int32()), "distractors_total": const(8, pa.int32()),
+                        "distractors_dropped": const(0, pa.int32()),
+                    },
+                    schema=PROMPT_SCHEMA,
+                ),
+                pa.table(
+                    {
+                        "id": ids_k, "pair_id": pair, "messages": messages, "supporting_facts_titles": gold,
+                        "chunks_total": const(n_docs, pa.int32()), "split": const(split),
+                    },
+                    schema=SFT_SCHEMA,
+                ),
+            )
+        )  # fmt: skip
+    for n, asset in enumerate(("rag_prompts", "rag_sft")):
+        _write(
+            pa.concat_tables([p[n] for p in parts]).sort_by("id"), asset_path(PARTITION, asset, split, assets)
+        )
 
 
 def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, temperature: float) -> int:
@@ -405,6 +529,7 @@ def verdict(values: dict[str, Any], rss_bar_mb: float = RSS_BAR_MB) -> bool:
         and values["lineage_complete"]
         and values["rows_default"] == values["questions"]
         and values["rows_corpus"] == values["abstracts"]
+        and values["rows_hotpotqa_cite"] == 2 * values["questions"]
     )
 
 
@@ -461,6 +586,7 @@ def run(
             "release_mb": round(size_mb),
             "rows_default": rows.get("default", 0),
             "rows_corpus": rows.get("corpus", 0),
+            "rows_hotpotqa_cite": rows.get("hotpotqa_cite", 0),
             "decisions": child["decisions"],
             "cache_entries": generated["cache_entries"],
             "lineage_complete": child["lineage_rows"] == rows,
