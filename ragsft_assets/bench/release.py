@@ -442,6 +442,7 @@ def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, te
     from ragsft_assets.home import llm_cache_dir
     from ragsft_assets.llm.cache import KEY_FORMAT, LLMCache, canonical_json
     from ragsft_assets.llm.types import SamplingParams
+    from ragsft_assets.sql import sql_literal
 
     cache = LLMCache(llm_cache_dir(root))  # creates the schema
     cache.close()
@@ -455,7 +456,7 @@ def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, te
     ).decode()[:-1]
     con.register("bench_ledger", ledger)
     rows = con.sql(
-        "SELECT k, " + "'" + head.replace("'", "''") + '\' || \',"messages":[{"content":"\' || k || '
+        "SELECT k, " + sql_literal(head) + ' || \',"messages":[{"content":"\' || k || '
         '\'","role":"user"}],"template_version":"tmpl0001"}\' AS req '
         "FROM (SELECT DISTINCT unnest(cache_keys) AS k FROM bench_ledger) ORDER BY k"
     ).fetchall()

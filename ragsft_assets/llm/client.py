@@ -282,14 +282,6 @@ class ChatClient:
         stats.wall_s = time.monotonic() - t0
         return BatchResult(results=final, stats=stats)
 
-    def estimate(self, requests: Sequence[Request], template_version: str = "") -> tuple[int, int]:
-        """(calls, tokens) that ``run`` would spend on these requests given the cache now."""
-        identity = self.backend.identity()
-        keys = {sha256_hex(canonical_json(_record(identity, r, template_version))): r for r in requests}
-        hits = self.cache.get_many(keys) if self.cache is not None else {}
-        misses = [r for k, r in keys.items() if k not in hits]
-        return len(misses), estimate_tokens(misses)
-
     def _check_budget(self, misses: Sequence[Request]) -> None:
         if not misses:
             return
