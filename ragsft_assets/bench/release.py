@@ -47,6 +47,7 @@ RSS_BAR_MB = 2048
 SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 CONTEXT = 10  # paragraphs per question: 2 gold + 8 distractors
 CHUNK = 100_000  # abstracts generated and written per row group
+RAG_SFT_CHUNK = 20_000  # rag_sft examples per row group (each holds ~7 KB of prompt text, twice)
 SEED = 20260731
 MODEL = {"backend": "vllm", "model": "bench/model", "weights_sha256": "0" * 64}
 
@@ -356,7 +357,12 @@ def _write_rag_sft(
 ) -> None:
     """The ``rag_prompts`` and ``rag_sft`` split files of one split: per question an answerable
     example over its 10 paragraphs and its unanswerable twin without gold document a (9 paragraphs),
-    with the real system message around OpenRAG blocks (the lineage parses their filenames)."""
+    with the real system message around OpenRAG blocks (the lineage parses their filenames).
+
+    Rows are sorted by id, as the assets write them, and built ``RAG_SFT_CHUNK`` at a time in that order
+    (row r < q: question r's answerable example, else question r - q's twin), so the prompts'
+    gigabyte of text is never all in memory.
+    """
     from ragsft_assets.rag_sft.examples import ANSWERABLE, PROMPT_SCHEMA, REFUSAL_PHRASES, UNANSWERABLE
     from ragsft_assets.rag_sft.formatting import SFT_SCHEMA
     from ragsft_assets.rag_sft.layout import SEPARATOR
@@ -365,76 +371,96 @@ def _write_rag_sft(
 
     q = len(qid)
     grid = docs.reshape(q, CONTEXT)
-    doc_titles = titles_s.take(pa.array(docs))
     head, tail = _system_frame()
-    keep_twin = (grid != a[:, None]).ravel()  # the twin loses gold a
-    b_number = (grid == b[:, None]).argmax(axis=1) + 1
-    parts = []
-    for kind, mask, n_docs in ((ANSWERABLE, None, CONTEXT), (UNANSWERABLE, keep_twin, CONTEXT - 1)):
-        sel = pa.array(np.flatnonzero(mask)) if mask is not None else None
-        titles_k = doc_titles.take(sel) if sel is not None else doc_titles
-        texts_k = doc_texts.take(sel) if sel is not None else doc_texts
-        off = np.arange(0, q * n_docs + 1, n_docs)
-        blocks = _numbered_blocks(titles_k, texts_k, np.tile(np.arange(1, n_docs + 1), q))
-        system = pc.binary_join_element_wise(head, pc.binary_join(_lists(off, blocks), SEPARATOR), tail, "")
-        ids_k = _sql_ids(con, derived_id_sql("'rag_example'", "q", f"'{kind}'"), q=qid)
-        pair = _sql_ids(con, derived_id_sql("'pair'", "q"), q=qid)
-        if kind == ANSWERABLE:
-            b_sel = pa.array(np.arange(q) * CONTEXT + b_number - 1)
-            answer = pc.binary_join_element_wise(
-                b_t, " <ref id=\"", pa.array(b_number).cast(pa.string()), "\">",
-                pc.utf8_slice_codeunits(texts_k.take(b_sel), 0, 80), "</ref>", "",
+    refusal = REFUSAL_PHRASES["fr"][0]
+    ids_all = pa.concat_arrays(
+        [
+            _sql_ids(con, derived_id_sql("'rag_example'", "q", f"'{kind}'"), q=qid)
+            for kind in (ANSWERABLE, UNANSWERABLE)
+        ]
+    )
+    pair = _sql_ids(con, derived_id_sql("'pair'", "q"), q=qid)
+    order = np.argsort(np.asarray(ids_all.to_numpy(zero_copy_only=False)), kind="stable")
+    paths = [asset_path(PARTITION, asset, split, assets) for asset in ("rag_prompts", "rag_sft")]
+    for path in paths:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    options = {"compression": "zstd", "write_statistics": True, "use_dictionary": True}
+    with (
+        pq.ParquetWriter(paths[0], PROMPT_SCHEMA, **options) as prompts_out,
+        pq.ParquetWriter(paths[1], SFT_SCHEMA, **options) as sft_out,
+    ):
+        for c0 in range(0, 2 * q, RAG_SFT_CHUNK):
+            rows = order[c0 : c0 + RAG_SFT_CHUNK]
+            n = len(rows)
+            qi, twin = rows % q, rows >= q
+            g = grid[qi]
+            keep = ~(twin[:, None] & (g == a[qi][:, None]))  # the twin loses gold a
+            n_docs = keep.sum(axis=1)
+            off = _offsets(n_docs)
+            flat = pa.array((qi[:, None] * CONTEXT + np.arange(CONTEXT))[keep])  # positions in doc_texts
+            titles_k = titles_s.take(pa.array(g[keep]))
+            texts_k = doc_texts.take(flat)
+            blocks = _numbered_blocks(titles_k, texts_k, np.cumsum(keep, axis=1)[keep])
+            system = pc.binary_join_element_wise(
+                head, pc.binary_join(_lists(off, blocks), SEPARATOR), tail, ""
+            )
+            b_pos = (g == b[qi][:, None]).argmax(axis=1)  # answerable rows keep all 10: number = pos + 1
+            cited = pc.binary_join_element_wise(
+                b_t.take(pa.array(qi)), " <ref id=\"", pa.array(b_pos + 1).cast(pa.string()), "\">",
+                pc.utf8_slice_codeunits(doc_texts.take(pa.array(qi * CONTEXT + b_pos)), 0, 80), "</ref>", "",
             )  # fmt: skip
-            gold = _lists(np.arange(0, 2 * q + 1, 2), pa.concat_arrays([a_t, b_t]).take(
-                pa.array(np.stack([np.arange(q), q + np.arange(q)], 1).ravel())
-            ))  # fmt: skip
-            removed = _lists(np.zeros(q + 1, int), pa.array([], pa.string()))
-        else:
-            answer = pa.array([REFUSAL_PHRASES["fr"][0]] * q)
-            gold = _lists(np.arange(q + 1), b_t)
-            removed = _lists(np.arange(q + 1), a_t)
-        roles = pa.array(np.tile(["system", "user", "assistant"], q))
-        contents = pa.concat_arrays([system, question, answer]).take(
-            pa.array(np.stack([np.arange(q), q + np.arange(q), 2 * q + np.arange(q)], 1).ravel())
-        )
-        messages = _lists(
-            np.arange(0, 3 * q + 1, 3),
-            pa.StructArray.from_arrays(
-                [roles, contents], fields=list(SFT_SCHEMA.field("messages").type.value_type)
-            ),
-        )
+            is_twin = pa.array(twin)
+            answer = pc.if_else(is_twin, refusal, cited)
+            both = np.stack([np.arange(n), n + np.arange(n)], axis=1)
+            gold = _lists(
+                _offsets(2 - twin),
+                pa.concat_arrays([a_t.take(pa.array(qi)), b_t.take(pa.array(qi))]).take(
+                    pa.array(both[np.stack([~twin, np.ones(n, bool)], axis=1)])
+                ),
+            )
+            removed = _lists(_offsets(twin.astype(int)), a_t.take(pa.array(qi[twin])))
+            q_k = question.take(pa.array(qi))
+            contents = pa.concat_arrays([system, q_k, answer]).take(
+                pa.array(np.stack([np.arange(n), n + np.arange(n), 2 * n + np.arange(n)], 1).ravel())
+            )
+            messages = _lists(
+                np.arange(0, 3 * n + 1, 3),
+                pa.StructArray.from_arrays(
+                    [pa.array(np.tile(["system", "user", "assistant"], n)), contents],
+                    fields=list(SFT_SCHEMA.field("messages").type.value_type),
+                ),
+            )
 
-        def const(value: object, type_: pa.DataType | None = None) -> pa.Array:
-            return pa.array([value] * q, type_ or pa.string())
+            def const(value: object, type_: pa.DataType | None = None, n: int = n) -> pa.Array:
+                return pa.array([value] * n, type_ or pa.string())
 
-        parts.append(
-            (
+            ids_k, pair_k = ids_all.take(pa.array(rows)), pair.take(pa.array(qi))
+            chunks_total = pa.array(n_docs.astype(np.int32))
+            prompts_out.write_table(
                 pa.table(
                     {
-                        "id": ids_k, "pair_id": pair, "question_id": qid, "kind": const(kind),
-                        "twin_kind": const("one"), "split": const(split), "language": const("fr"),
-                        "question": question, "answer": b_t, "titles": _lists(off, titles_k),
+                        "id": ids_k, "pair_id": pair_k, "question_id": qid.take(pa.array(qi)),
+                        "kind": pc.if_else(is_twin, UNANSWERABLE, ANSWERABLE), "twin_kind": const("one"),
+                        "split": const(split), "language": const("fr"), "question": q_k,
+                        "answer": b_t.take(pa.array(qi)), "titles": _lists(off, titles_k),
                         "paragraphs": _lists(off, texts_k), "gold_titles": gold, "removed_titles": removed,
                         "citation_style": const("inline"), "refusal_rule": const("generic"),
-                        "refusal_phrase": const(REFUSAL_PHRASES["fr"][0]), "system": system, "user": question,
-                        "chunks_total": const(n_docs, pa.int32()), "distractors_total": const(8, pa.int32()),
+                        "refusal_phrase": const(refusal), "system": system, "user": q_k,
+                        "chunks_total": chunks_total, "distractors_total": const(8, pa.int32()),
                         "distractors_dropped": const(0, pa.int32()),
                     },
                     schema=PROMPT_SCHEMA,
-                ),
+                )
+            )  # fmt: skip
+            sft_out.write_table(
                 pa.table(
                     {
-                        "id": ids_k, "pair_id": pair, "messages": messages, "supporting_facts_titles": gold,
-                        "chunks_total": const(n_docs, pa.int32()), "split": const(split),
+                        "id": ids_k, "pair_id": pair_k, "messages": messages, "supporting_facts_titles": gold,
+                        "chunks_total": chunks_total, "split": const(split),
                     },
                     schema=SFT_SCHEMA,
-                ),
-            )
-        )  # fmt: skip
-    for n, asset in enumerate(("rag_prompts", "rag_sft")):
-        _write(
-            pa.concat_tables([p[n] for p in parts]).sort_by("id"), asset_path(PARTITION, asset, split, assets)
-        )
+                )
+            )  # fmt: skip
 
 
 def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, temperature: float) -> int:
