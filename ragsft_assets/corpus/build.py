@@ -212,7 +212,8 @@ def _ordered_results(
     starter.join()
     if "error" in started:
         raise started["error"]
-    with started["pool"] as pool:
+    pool = started["pool"]
+    try:
         pending: deque[tuple[Path, Any]] = deque()
         for n, (path, task) in itertools.chain(ahead, numbered):
             pending.append((path, pool.apply_async(run_task, (task, cfg, out_path(n)))))
@@ -222,6 +223,13 @@ def _ordered_results(
         while pending:
             p, res = pending.popleft()
             yield p, res.get(), True
+    except BaseException:
+        pool.terminate()
+        raise
+    # close + join, not the context manager's terminate: SIGTERM to idle workers can leave
+    # terminate() waiting forever in join() (seen as a hung CI run).
+    pool.close()
+    pool.join()
 
 
 # Output columns gathered together: the narrow ones at once, each wide one alone (bounded pages mapped).

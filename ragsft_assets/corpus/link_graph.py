@@ -126,8 +126,14 @@ def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> tuple[list
 
     size = max(1000, len(pairs) // (workers * 4))
     chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
-    with worker_context().Pool(workers) as pool:
+    pool = worker_context().Pool(workers)
+    try:
         parts = pool.map(_timed_flags, chunks)
+    except BaseException:
+        pool.terminate()
+        raise
+    pool.close()  # close + join: terminate() on idle workers can hang in join()
+    pool.join()
     return [flag for flags, _ in parts for flag in flags], sum(cpu for _, cpu in parts)
 
 

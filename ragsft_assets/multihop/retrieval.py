@@ -187,8 +187,16 @@ class SparseIndex:
         if workers <= 1 or n <= batch_size:
             return self._search_range(queries, 0, n, k, eligible, batch_size)
         state = (self, list(queries), k, eligible, batch_size)
-        with worker_context().Pool(workers, initializer=_init_worker, initargs=(state,)) as pool:
+        pool = worker_context().Pool(workers, initializer=_init_worker, initargs=(state,))
+        try:
             parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
+        except BaseException:
+            pool.terminate()
+            raise
+        # close + join, not the context manager's terminate: SIGTERM to idle workers can leave
+        # terminate() waiting forever in join() (seen as a hung CI run).
+        pool.close()
+        pool.join()
         return [hits for part in parts for hits in part]
 
     def _search_range(
