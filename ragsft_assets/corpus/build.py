@@ -53,6 +53,7 @@ from ragsft_assets.corpus.structured_wikipedia import (
     iter_parquet_records,
     iter_xml_dump_records,
 )
+from ragsft_assets.worker_pools import closing_pool
 
 CHUNKS_PREFIX = ".abstracts.chunks-"  # the per-build folder of chunk files (see build_abstracts)
 CHUNK_BYTES = 4 << 20  # 4 MiB of JSON lines per task: large enough to amortise, small enough to stream
@@ -212,8 +213,7 @@ def _ordered_results(
     starter.join()
     if "error" in started:
         raise started["error"]
-    pool = started["pool"]
-    try:
+    with closing_pool(started["pool"]) as pool:
         pending: deque[tuple[Path, Any]] = deque()
         for n, (path, task) in itertools.chain(ahead, numbered):
             pending.append((path, pool.apply_async(run_task, (task, cfg, out_path(n)))))
@@ -223,13 +223,6 @@ def _ordered_results(
         while pending:
             p, res = pending.popleft()
             yield p, res.get(), True
-    except BaseException:
-        pool.terminate()
-        raise
-    # close + join, not the context manager's terminate: SIGTERM to idle workers can leave
-    # terminate() waiting forever in join() (seen as a hung CI run).
-    pool.close()
-    pool.join()
 
 
 # Output columns gathered together: the narrow ones at once, each wide one alone (bounded pages mapped).

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
 from ragsft_assets.ids import doc_id
+from ragsft_assets.worker_pools import closing_pool
 
 TARGET_NOT_IN_CORPUS = "target_not_in_corpus"
 CROSS_SPLIT = "cross_split"
@@ -126,14 +127,8 @@ def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> tuple[list
 
     size = max(1000, len(pairs) // (workers * 4))
     chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
-    pool = worker_context().Pool(workers)
-    try:
+    with closing_pool(worker_context().Pool(workers)) as pool:
         parts = pool.map(_timed_flags, chunks)
-    except BaseException:
-        pool.terminate()
-        raise
-    pool.close()  # close + join: terminate() on idle workers can hang in join()
-    pool.join()
     return [flag for flags, _ in parts for flag in flags], sum(cpu for _, cpu in parts)
 
 

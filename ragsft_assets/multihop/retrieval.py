@@ -27,6 +27,8 @@ from itertools import chain
 import numpy as np
 import scipy.sparse as sp
 
+from ragsft_assets.worker_pools import closing_pool
+
 try:
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
 except ImportError:  # pragma: no cover - another scipy layout
@@ -187,16 +189,10 @@ class SparseIndex:
         if workers <= 1 or n <= batch_size:
             return self._search_range(queries, 0, n, k, eligible, batch_size)
         state = (self, list(queries), k, eligible, batch_size)
-        pool = worker_context().Pool(workers, initializer=_init_worker, initargs=(state,))
-        try:
+        with closing_pool(
+            worker_context().Pool(workers, initializer=_init_worker, initargs=(state,))
+        ) as pool:
             parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
-        except BaseException:
-            pool.terminate()
-            raise
-        # close + join, not the context manager's terminate: SIGTERM to idle workers can leave
-        # terminate() waiting forever in join() (seen as a hung CI run).
-        pool.close()
-        pool.join()
         return [hits for part in parts for hits in part]
 
     def _search_range(
