@@ -21,9 +21,9 @@ class _SlowStart:
     def __init__(self, ctx: Any, delay: float) -> None:
         self._ctx, self._delay = ctx, delay
 
-    def Pool(self, workers: int) -> Any:  # noqa: N802 - multiprocessing's name
+    def Pool(self, workers: int, **kwargs: Any) -> Any:  # noqa: N802 - multiprocessing's name
         time.sleep(self._delay)
-        return self._ctx.Pool(workers)
+        return self._ctx.Pool(workers, **kwargs)
 
 
 def test_chunks_run_here_while_the_pool_starts_give_the_same_build(tmp_path: Path, monkeypatch) -> None:

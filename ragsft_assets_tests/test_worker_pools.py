@@ -1,25 +1,36 @@
-"""closing_pool: a finished pool is closed and joined (workers exit on their own), a failed one terminated."""
+"""worker_pools: a finished pool is closed and joined, a failed one terminated, and its workers die on
+SIGTERM even when the process that started them ignores it (the cause of a hung CI run)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
+from collections.abc import Iterator
 
 import pytest
 
-from ragsft_assets.worker_pools import closing_pool
+from ragsft_assets.worker_pools import closing_pool, start_pool
 
 
 def _square(x: int) -> int:
     return x * x
 
 
-def _pool() -> multiprocessing.pool.Pool:
-    return multiprocessing.get_context("spawn").Pool(2)
+@pytest.fixture
+def pool() -> Iterator[multiprocessing.pool.Pool]:
+    pool = start_pool(multiprocessing.get_context("spawn"), 2)
+    workers = list(pool._pool)  # the worker processes: never left behind, whatever the test did
+    yield pool
+    for w in workers:
+        if w.is_alive():
+            w.kill()
+            w.join()
 
 
-def test_a_finished_pool_is_joined_not_terminated(monkeypatch: pytest.MonkeyPatch) -> None:
-    pool = _pool()
-    workers = list(pool._pool)  # the worker processes, to read their exit codes afterwards
+def test_a_finished_pool_is_joined_not_terminated(
+    pool: multiprocessing.pool.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workers = list(pool._pool)
     terminated = []
     monkeypatch.setattr(pool, "terminate", lambda: terminated.append(True))
     with closing_pool(pool) as p:
@@ -29,8 +40,9 @@ def test_a_finished_pool_is_joined_not_terminated(monkeypatch: pytest.MonkeyPatc
     assert [w.exitcode for w in workers] == [0, 0]
 
 
-def test_a_failed_block_terminates_the_pool_and_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    pool = _pool()
+def test_a_failed_block_terminates_the_pool_and_raises(
+    pool: multiprocessing.pool.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     workers = list(pool._pool)
     terminate = pool.terminate
     terminated = []
@@ -39,3 +51,19 @@ def test_a_failed_block_terminates_the_pool_and_raises(monkeypatch: pytest.Monke
         raise KeyError("boom")
     assert terminated == [True]
     assert all(not w.is_alive() for w in workers)
+
+
+def _sigterm_action(_: int) -> int:
+    return int(signal.getsignal(signal.SIGTERM))
+
+
+def test_workers_die_on_sigterm_even_when_their_starter_ignores_it() -> None:
+    # Ignored signals survive exec: without the reset, workers started now ignore terminate()'s SIGTERM,
+    # and terminate() waits forever for a worker blocked on the task queue's lock (it held by terminate).
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        pool = start_pool(multiprocessing.get_context("spawn"), 2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    with closing_pool(pool):
+        assert pool.map(_sigterm_action, range(4), 1) == [int(signal.SIG_DFL)] * 4

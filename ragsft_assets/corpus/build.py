@@ -53,7 +53,7 @@ from ragsft_assets.corpus.structured_wikipedia import (
     iter_parquet_records,
     iter_xml_dump_records,
 )
-from ragsft_assets.worker_pools import closing_pool
+from ragsft_assets.worker_pools import closing_pool, start_pool
 
 CHUNKS_PREFIX = ".abstracts.chunks-"  # the per-build folder of chunk files (see build_abstracts)
 CHUNK_BYTES = 4 << 20  # 4 MiB of JSON lines per task: large enough to amortise, small enough to stream
@@ -185,13 +185,13 @@ def _ordered_results(
     _FORK_SERVER_UP = True  # the pool below starts the fork server (it lives as long as this process)
     started: dict[str, Any] = {}
 
-    def start_pool() -> None:
+    def start_in_background() -> None:
         try:
-            started["pool"] = worker_context().Pool(workers)
+            started["pool"] = start_pool(worker_context(), workers)
         except BaseException as exc:  # re-raised in the caller's thread, below
             started["error"] = exc
 
-    starter = threading.Thread(target=start_pool, name="corpus-pool-start", daemon=True)
+    starter = threading.Thread(target=start_in_background, name="corpus-pool-start", daemon=True)
     starter.start()
     numbered = enumerate(tasks)
     # The last 2 * workers chunks are always left to the pool, started anyway (a small input does not

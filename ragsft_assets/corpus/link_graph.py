@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
 from ragsft_assets.ids import doc_id
-from ragsft_assets.worker_pools import closing_pool
+from ragsft_assets.worker_pools import closing_pool, start_pool
 
 TARGET_NOT_IN_CORPUS = "target_not_in_corpus"
 CROSS_SPLIT = "cross_split"
@@ -127,7 +127,7 @@ def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> tuple[list
 
     size = max(1000, len(pairs) // (workers * 4))
     chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
-    with closing_pool(worker_context().Pool(workers)) as pool:
+    with closing_pool(start_pool(worker_context(), workers)) as pool:
         parts = pool.map(_timed_flags, chunks)
     return [flag for flags, _ in parts for flag in flags], sum(cpu for _, cpu in parts)
 

@@ -27,7 +27,7 @@ from itertools import chain
 import numpy as np
 import scipy.sparse as sp
 
-from ragsft_assets.worker_pools import closing_pool
+from ragsft_assets.worker_pools import closing_pool, start_pool
 
 try:
     from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
@@ -189,9 +189,7 @@ class SparseIndex:
         if workers <= 1 or n <= batch_size:
             return self._search_range(queries, 0, n, k, eligible, batch_size)
         state = (self, list(queries), k, eligible, batch_size)
-        with closing_pool(
-            worker_context().Pool(workers, initializer=_init_worker, initargs=(state,))
-        ) as pool:
+        with closing_pool(start_pool(worker_context(), workers, _init_worker, (state,))) as pool:
             parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
         return [hits for part in parts for hits in part]
 
