@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +73,38 @@ def test_workers_die_on_sigterm_even_when_their_starter_ignores_it() -> None:
         signal.signal(signal.SIGTERM, previous)
     with closing_pool(pool):
         assert pool.map(_sigterm_action, range(4), 1) == [int(signal.SIG_DFL)] * 4
+
+
+def _ignore_sigterm_and_sleep(marker: str) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(marker).touch()
+    time.sleep(600)
+
+
+def test_a_failed_block_never_hangs_on_a_worker_that_ignores_sigterm(
+    pool: multiprocessing.pool.Pool, tmp_path: Path
+) -> None:
+    # Stands in for a worker terminated before it restored SIGTERM: Pool.terminate() alone joins it
+    # forever (here: for the 600 s of its task), the bounded terminate kills it after the grace period.
+    markers = [tmp_path / "a", tmp_path / "b"]
+    pool.map_async(_ignore_sigterm_and_sleep, [str(m) for m in markers], 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(m.exists() for m in markers):
+        time.sleep(0.05)
+    assert all(m.exists() for m in markers), "the workers never started their tasks"
+    workers = list(pool._pool)
+    raised: list[BaseException] = []
+
+    def fail_inside_the_pool() -> None:
+        try:
+            with closing_pool(pool, terminate_grace_s=0.5):
+                raise KeyError("boom")
+        except KeyError as e:
+            raised.append(e)
+
+    block = threading.Thread(target=fail_inside_the_pool, daemon=True)
+    block.start()
+    block.join(120)
+    assert not block.is_alive(), "closing_pool hung on workers that ignore SIGTERM"
+    assert len(raised) == 1
+    assert [w.exitcode for w in workers] == [-signal.SIGKILL, -signal.SIGKILL]
