@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from multiprocessing.pool import Pool
 from typing import Any
+
+# What this process's fork server imports when it starts: the union of what every stage asked for
+# before that (one fork server serves the whole process; it cannot import more once it runs).
+_PRELOAD: list[str] = []
+
+
+def worker_context(preload: Sequence[str] = ()) -> BaseContext:
+    """The start method for worker pools: a fork server where the platform has one, else spawn; never fork.
+
+    Forking a running Dagster process (threads, maybe a live inference engine) is unsafe; the fork server
+    is a clean interpreter started once per process. ``preload`` joins the modules it imports when it
+    starts, so every worker forked from it has them already; a stage whose pool starts after the server
+    is up gets workers that import what they need themselves (slower to start, same results).
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")  # pragma: no cover - platforms without forkserver
+    _PRELOAD.extend(m for m in preload if m not in _PRELOAD)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(_PRELOAD))
+    return ctx
 
 
 def _init_worker(initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:

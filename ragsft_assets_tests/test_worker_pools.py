@@ -108,3 +108,19 @@ def test_a_failed_block_never_hangs_on_a_worker_that_ignores_sigterm(
     assert not block.is_alive(), "closing_pool hung on workers that ignore SIGTERM"
     assert len(raised) == 1
     assert [w.exitcode for w in workers] == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_the_fork_server_preloads_what_every_stage_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing.forkserver as fs
+
+    from ragsft_assets import worker_pools
+    from ragsft_assets.corpus import build
+    from ragsft_assets.multihop import retrieval
+
+    monkeypatch.setattr(worker_pools, "_PRELOAD", [])
+    monkeypatch.setattr(fs._forkserver, "_preload_modules", list(fs._forkserver._preload_modules))
+    build.worker_context()
+    ctx = retrieval.worker_context()
+    assert ctx.get_start_method() == "forkserver"  # never fork
+    # The union, each once, in the order asked: a second stage does not replace the first one's list.
+    assert fs._forkserver._preload_modules == [*build.WORKER_PRELOAD, "ragsft_assets.multihop.retrieval"]

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from ragsft_assets import leftovers
+from ragsft_assets import leftovers, worker_pools
 from ragsft_assets.corpus.abstracts import (
     ABSTRACTS_SCHEMA,
     BAD_INPUT_REASONS,
@@ -292,19 +292,14 @@ def fork_server_started() -> bool:
     return _FORK_SERVER_UP
 
 
-def worker_context() -> mp.context.BaseContext:
-    """The start method for worker pools: a fork server that has already imported the corpus code.
+# pandas too: pyarrow imports it on the first pa.array() call of every process (0.3-0.4 s each,
+# measured), so the fork server imports it once for all workers (a missing pandas is skipped).
+WORKER_PRELOAD = ("ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration", "pandas")
 
-    Forking a running Dagster process (threads) is unsafe; a fork server is started once, clean, and
-    preloading the modules spares every worker the import of pyarrow and of the corpus code.
-    """
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    # pandas too: pyarrow imports it on the first pa.array() call of every process (0.3-0.4 s each,
-    # measured), so the fork server imports it once for all workers (a missing pandas is skipped).
-    ctx.set_forkserver_preload(["ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration", "pandas"])
-    return ctx
+
+def worker_context() -> mp.context.BaseContext:
+    """The corpus pools' start method: the shared fork server, with the corpus code and pandas preloaded."""
+    return worker_pools.worker_context(WORKER_PRELOAD)
 
 
 def default_workers() -> int:

@@ -27,6 +27,7 @@ from itertools import chain
 import numpy as np
 import scipy.sparse as sp
 
+from ragsft_assets import worker_pools
 from ragsft_assets.worker_pools import closing_pool, start_pool
 
 try:
@@ -219,16 +220,9 @@ _ROUND_MARGIN = 1e-8  # relative; far above the rounding step (5e-11) plus float
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
-    """The start method of the search workers: forkserver where the platform has it, else spawn; never fork.
-
-    The forkserver is a fresh interpreter that preloads this module, so each worker starts without
-    copying the caller's process (which may hold a live inference engine) and without re-importing it.
-    """
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        return ctx
-    return multiprocessing.get_context("spawn")  # pragma: no cover - platforms without forkserver
+    """The search pool's start method: the shared fork server, with this module preloaded, so a worker
+    starts without copying the caller's process (which may hold a live inference engine) or importing."""
+    return worker_pools.worker_context((__name__,))
 
 
 def _init_worker(state: tuple) -> None:
