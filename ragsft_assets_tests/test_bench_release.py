@@ -228,20 +228,24 @@ def layout_family(config: str) -> str:
 def test_generated_inputs_do_not_depend_on_the_chunk_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """rag_sft rows built 20,000 at a time or 128 at a time: the same tables, sorted by id."""
+    """Abstracts written 100,000 at a time or 300 at a time, rag_sft rows built 20,000 or 128 at a time:
+    the same tables, sorted by id."""
     bench_release.generate(tmp_path / "whole", 2000, 250)
     monkeypatch.setattr(bench_release, "RAG_SFT_CHUNK", 128)
+    monkeypatch.setattr(bench_release, "CHUNK", 300)
     bench_release.generate(tmp_path / "chunked", 2000, 250)
     part = bench_release.PARTITION
+    files = sorted(f.relative_to(tmp_path / "whole") for f in (tmp_path / "whole").rglob("*.parquet"))
+    assert {f.parts[2] for f in files} >= {"abstracts", "bridge_pairs", "multihop_questions", "rag_sft"}
+    for rel in files:
+        whole, chunked = pq.read_table(tmp_path / "whole" / rel), pq.read_table(tmp_path / "chunked" / rel)
+        assert chunked.equals(whole), rel
     for asset in ("rag_prompts", "rag_sft"):
         for split in ("train", "validation", "test"):
-            rel = Path("assets") / part / asset / f"{split}.parquet"
-            whole, chunked = (
-                pq.read_table(tmp_path / "whole" / rel),
-                pq.read_table(tmp_path / "chunked" / rel),
-            )
-            assert chunked.equals(whole), (asset, split)
-            assert whole.column("id").to_pylist() == sorted(whole.column("id").to_pylist())
+            ids = pq.read_table(tmp_path / "whole" / "assets" / part / asset / f"{split}.parquet")["id"]
+            assert ids.to_pylist() == sorted(ids.to_pylist())
+    abstracts = tmp_path / "chunked" / "assets" / part / "abstracts" / "train.parquet"
+    assert pq.ParquetFile(abstracts).metadata.num_row_groups > 1
     assert (
         pq.ParquetFile(
             tmp_path / "chunked" / "assets" / part / "rag_sft" / "train.parquet"

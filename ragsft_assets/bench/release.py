@@ -117,6 +117,13 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
         n_sent = rng.integers(3, 9, m)
         sent_off = _offsets(n_sent)
         sent_pick = rng.integers(0, len(sentences), int(sent_off[-1]))
+        # Every draw of the split is made before it is cut into row groups: the inputs do not depend
+        # on CHUNK.
+        n_links_all = rng.integers(2, 15, m)
+        link_off = _offsets(n_links_all)
+        targets_all = rng.integers(0, n_abstracts, int(link_off[-1]))
+        link_sent_all = rng.integers(0, 1 << 30, int(link_off[-1])) % np.repeat(n_sent, n_links_all)
+        revisions = rng.integers(100_000_000, 1_200_000_000, m)
         path = asset_path(PARTITION, "abstracts", split, assets)
         path.parent.mkdir(parents=True, exist_ok=True)
         with pq.ParquetWriter(
@@ -129,9 +136,9 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
                     sent_off[c0 : c1 + 1] - sent_off[c0],
                     sentences.take(pa.array(sent_pick[sent_off[c0] : sent_off[c1]])),
                 )
-                n_links = rng.integers(2, 15, c1 - c0)
-                targets = pa.array(rng.integers(0, n_abstracts, int(n_links.sum())))
-                link_sent = rng.integers(0, 1 << 30, int(n_links.sum())) % np.repeat(n_sent[c0:c1], n_links)
+                n_links = n_links_all[c0:c1]
+                targets = pa.array(targets_all[link_off[c0] : link_off[c1]])
+                link_sent = link_sent_all[link_off[c0] : link_off[c1]]
                 target_titles = titles.take(targets)
                 links = pa.StructArray.from_arrays(
                     [
@@ -151,7 +158,7 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
                         "url": pc.binary_join_element_wise(
                             "https://fr.wikipedia.org/wiki/", pc.replace_substring(t, " ", "_"), ""
                         ),
-                        "revision": pa.array(rng.integers(100_000_000, 1_200_000_000, c1 - c0)),
+                        "revision": pa.array(revisions[c0:c1]),
                         "qid": pc.binary_join_element_wise(
                             "Q", pa.array(idx[c0:c1] + 7).cast(pa.string()), ""
                         ),
