@@ -40,8 +40,9 @@ DEFAULT_IN_DEGREE_CAP = 1000
 # 24k edges took 0.7 s in one process and 1.9 s on two; 240k edges gain about a second on two).
 PARALLEL_MIN_EDGES = 150_000
 # The same once this process's fork server is up (abstracts built here before, as in a run of the
-# project's in-process executor): a pool then starts without the imports. Measured on 2 cores, warm:
-# 90k checked edges 1.5 s on two workers vs 1.8-2.5 s in one; 17k edges, 0.6 s either way.
+# project's in-process executor): a pool then starts without the imports. Measured on 2 cores, warm
+# (ragsft bench corpus, 2026-12): 90k checked edges 1.05 s on two workers vs 1.5 s in one; an earlier
+# measurement put 17k edges at 0.6 s either way.
 WARM_PARALLEL_MIN_EDGES = 50_000
 # The vital articles level 4 hold 10,000 titles: without a list, take as many of the most linked-to.
 DEFAULT_BRIDGE_TOP_K = 10_000
