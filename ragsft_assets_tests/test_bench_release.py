@@ -7,6 +7,7 @@ hold each SQL definition to the Python one it replaced (``str.split``/``str.stri
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from pathlib import Path
 
@@ -143,6 +144,36 @@ def test_bench_release_small(tmp_path: Path) -> None:
     assert {r["question_id"] for r in cite} == {r["id"] for r in lin}
     card_text = (folder / "README.md").read_text()
     assert "### `corpus` (3000 rows)" in card_text and "| words per abstract |" in card_text
+
+
+def test_bench_release_unsorted_sorts_every_data_file_in_duckdb_and_ships_the_same_bytes(
+    tmp_path: Path,
+) -> None:
+    """Every upstream file reversed: none streams through, DuckDB sorts each one, and the release's data
+    files are byte for byte those of the sorted run."""
+    from ragsft_assets.release.stream import plan_configs
+
+    runs = {
+        mode: bench_release.run(size=3000, workdir=str(tmp_path / mode), upstream_sorted=mode == "sorted")
+        for mode in ("sorted", "unsorted")
+    }
+    values = runs["unsorted"]
+    assert values["passed"] is True, values
+    assert values["upstream_sorted"] is False and values["reversed_files"] >= 8
+    assert runs["sorted"]["reversed_files"] == 0
+    plan = plan_configs(tmp_path / "unsorted" / "assets", bench_release.PARTITION).configs
+    sources = [src for splits in plan.values() for src in splits.values() if src.rows > 1]
+    assert sources and not any(src.in_release_order() for src in sources)
+
+    def data_files(mode: str) -> dict[str, str]:
+        folder = tmp_path / mode / "releases" / bench_release.PARTITION
+        return {
+            str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+            for f in folder.rglob("*-00000-of-00001.parquet")
+        }
+
+    assert len(data_files("sorted")) >= 5 and data_files("unsorted") == data_files("sorted")
+    assert format_line("release_unsorted", values).startswith("bench=release_unsorted abstracts=3000 ")
 
 
 @pytest.mark.parametrize("shuffled", [False, True])

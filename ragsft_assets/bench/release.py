@@ -16,6 +16,11 @@ documents' sentences; the ``rag_sft`` prompts hold the real system message aroun
 paragraphs as OpenRAG blocks, whose filenames the ``hotpotqa_cite`` lineage parses. Everything
 is generated column-wise with NumPy and Arrow (ids by DuckDB's SHA-256), never row by row in
 Python.
+
+``ragsft bench release_unsorted`` is the same run with every upstream file's rows reversed (ids
+descending): no data file can then stream through in the assets' order, and each is sorted by
+DuckDB under its memory limit, spilling to disk. Same bar; its data files must be byte-identical to
+those of the sorted run (``test_bench_release``).
 """
 
 from __future__ import annotations
@@ -510,6 +515,29 @@ def _fill_cache(root: Path, con: duckdb.DuckDBPyConnection, ledger: pa.Table, te
     return len(rows)
 
 
+def reverse_rows(assets: Path) -> int:
+    """Rewrite every upstream file under ``assets`` that has an ``id`` column with its rows in reverse
+    order, one row group at a time (bounded memory; the ledger stays as it is). Returns the files."""
+    from ragsft_assets.storage import LEDGER_DIR
+
+    files = sorted(f for f in assets.rglob("*.parquet") if LEDGER_DIR not in f.parts)
+    done = 0
+    for path in files:
+        source = pq.ParquetFile(path)
+        if "id" not in source.schema_arrow.names:
+            continue
+        tmp = path.with_name(path.name + ".reversed")
+        options = {"compression": "zstd", "write_statistics": True, "use_dictionary": True}
+        with pq.ParquetWriter(tmp, source.schema_arrow, **options) as out:
+            for g in reversed(range(source.num_row_groups)):
+                group = source.read_row_group(g)
+                out.write_table(group.take(pa.array(np.arange(group.num_rows - 1, -1, -1))))
+        source.close()
+        tmp.replace(path)
+        done += 1
+    return done
+
+
 def build_child(home: str) -> dict[str, Any]:
     """The release steps alone (run in the child process): times and this process's peak RSS."""
     from ragsft_assets.release import build
@@ -568,7 +596,10 @@ def verdict(values: dict[str, Any], rss_bar_mb: float = RSS_BAR_MB) -> bool:
 
 
 def run(
-    size: int | None = None, workdir: str | None = None, rss_bar_mb: float = RSS_BAR_MB
+    size: int | None = None,
+    workdir: str | None = None,
+    rss_bar_mb: float = RSS_BAR_MB,
+    upstream_sorted: bool = True,
 ) -> dict[str, object]:
     """Generate, build the release in a child process, verify; returns the ordered key=value results.
 
@@ -576,6 +607,8 @@ def run(
         size: abstracts (default 800,000); questions are an eighth of it.
         workdir: the scratch home (default: a temp folder, removed after).
         rss_bar_mb: the peak-RSS bar of the child that builds the release.
+        upstream_sorted: False reverses every upstream file's rows (see :func:`reverse_rows`), so the
+            release sorts each data file in DuckDB instead of streaming it.
     """
     from ragsft_assets.release.verify import verify_release
 
@@ -585,6 +618,7 @@ def run(
     try:
         t0 = time.perf_counter()
         generated = generate(home, n_abstracts, n_questions)
+        reversed_files = 0 if upstream_sorted else reverse_rows(home / "assets" / PARTITION)
         gen_s = time.perf_counter() - t0
         print(f"generated {n_abstracts} abstracts, {n_questions} questions in {gen_s:.1f}s", flush=True)
         env = {**os.environ, "RAGSFT_HOME": str(home)}
@@ -609,6 +643,8 @@ def run(
         values: dict[str, Any] = {
             "abstracts": n_abstracts,
             "questions": n_questions,
+            "upstream_sorted": upstream_sorted,
+            "reversed_files": reversed_files,
             "peak_rss_mb": round(child["peak_rss_mb"]),
             "peak_step": child["peak_step"],
             "rss_bar_mb": rss_bar_mb,

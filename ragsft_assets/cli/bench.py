@@ -6,13 +6,16 @@ import importlib
 
 import click
 
-BENCHES: dict[str, str] = {
-    "corpus": "corpus",
-    "distractors": "distractors",
-    "embeddings": "embeddings",
-    "llm": "llm",
-    "release": "release",
-}  # name -> module in ragsft_assets.bench with run(**options) -> dict
+# name -> (module in ragsft_assets.bench with run(size=, workdir=, **options) -> dict, options)
+BENCHES: dict[str, tuple[str, dict[str, object]]] = {
+    "corpus": ("corpus", {}),
+    "distractors": ("distractors", {}),
+    "embeddings": ("embeddings", {}),
+    "llm": ("llm", {}),
+    "release": ("release", {}),
+    # The release with every upstream file unsorted: each data file goes through DuckDB's sort.
+    "release_unsorted": ("release", {"upstream_sorted": False}),
+}
 
 
 def format_line(name: str, values: dict[str, object]) -> str:
@@ -33,6 +36,7 @@ def format_line(name: str, values: dict[str, object]) -> str:
 @click.option("--workdir", type=click.Path(), default=None, help="Scratch folder (default: a temp dir).")
 def bench(name: str, size: int | None, workdir: str | None) -> None:
     """Run benchmark NAME and print its key=value closing line."""
-    module = importlib.import_module(f"ragsft_assets.bench.{BENCHES[name]}")
-    values = module.run(size=size, workdir=workdir)
+    module_name, options = BENCHES[name]
+    module = importlib.import_module(f"ragsft_assets.bench.{module_name}")
+    values = module.run(size=size, workdir=workdir, **options)
     click.echo(format_line(name, values))
