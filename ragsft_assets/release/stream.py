@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from ragsft_assets.sql import sql_list, sql_literal
@@ -316,8 +318,104 @@ def write_data_files(
             rows = group_rows(src.files)
             if src.in_release_order():  # the usual case: upstream assets write sorted by id
                 write_batches(src.batches(rows), folder / rel, src.schema, rows)
-            else:  # DuckDB sorts under its memory limit, spilling to its temp folder
-                sql = f"{src.select_sql()} ORDER BY {src.order_sql}"
-                write_query(con, sql, folder / rel, src.schema, rows)
+            else:  # DuckDB ranks the keys; the rows are bucketed by rank on disk (write_sorted)
+                write_sorted(con, src, folder / rel, rows)
             files[config][split] = rel
     return files
+
+
+MAX_OPEN_BUCKETS = 256  # bucket files written at once by one pass of write_sorted over the source
+
+
+def release_ranks(con: duckdb.DuckDBPyConnection, src: SplitSource) -> np.ndarray:
+    """Each row's position in release order (``ORDER BY order_sql``), in the split's file order.
+
+    Only the narrow keys (id, file index, row number) go through DuckDB's sorts, which spill them
+    within its memory limit; the wide columns never do.
+    """
+    keys = src.select_sql(columns=["id"], extra=["_fidx", "_rn"])
+    sql = (
+        f"SELECT rank FROM (SELECT _fidx, _rn, row_number() OVER (ORDER BY {src.order_sql}) - 1 AS rank "
+        f"FROM ({keys})) ORDER BY _fidx, _rn"
+    )
+    ranks = con.sql(sql).to_arrow_table().column("rank")
+    return np.asarray(ranks.to_numpy(), dtype=np.int64)
+
+
+def write_sorted(
+    con: duckdb.DuckDBPyConnection,
+    src: SplitSource,
+    path: Path,
+    rows_per_group: int,
+    max_open: int = MAX_OPEN_BUCKETS,
+) -> int:
+    """Write a split whose rows are not in release order to ``path`` in release order; returns the rows.
+
+    The same bytes as ``write_query`` of ``ORDER BY order_sql``, in bounded memory whatever the width
+    of the rows: DuckDB's sort of wide rows (the ``rag_sft`` prompts, ~7 KB each) ran out of memory
+    under its limit at 160,000 rows, failing to pin blocks. Here DuckDB ranks the keys only
+    (:func:`release_ranks`); the rows are streamed in file order into bucket files (Arrow IPC, in
+    DuckDB's spill folder) of ``rows_per_group`` consecutive ranks each, and every bucket, one row
+    group of the output, is sorted in memory. At most ``max_open`` buckets are written per pass over
+    the source.
+    """
+    ranks = release_ranks(con, src)
+    n_buckets = -(-len(ranks) // rows_per_group)
+    spill = Path(con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0])
+    spill.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".sorted-", dir=spill))
+    ranked = pa.schema([*src.schema, pa.field("_rank", pa.int64())])
+    try:
+        for first in range(0, n_buckets, max_open):
+            _scatter(
+                src, ranks, rows_per_group, range(first, min(n_buckets, first + max_open)), folder, ranked
+            )
+
+        def in_order() -> Iterator[pa.RecordBatch]:
+            for b in range(n_buckets):
+                bucket = folder / f"{b}.arrow"
+                with pa.memory_map(str(bucket)) as source:
+                    t = ipc.open_file(source).read_all()
+                    t = t.take(pc.sort_indices(t.column("_rank"))).drop_columns(["_rank"])
+                    yield from t.combine_chunks().to_batches()
+                    del t
+                bucket.unlink()
+
+        return write_batches(in_order(), path, src.schema, rows_per_group)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _scatter(
+    src: SplitSource,
+    ranks: np.ndarray,
+    rows_per_group: int,
+    buckets: range,
+    folder: Path,
+    schema: pa.Schema,
+) -> None:
+    """One pass over the split: its rows of ranks in ``buckets`` appended to their bucket files."""
+    writers: dict[int, ipc.RecordBatchFileWriter] = {}
+    try:
+        for b in buckets:
+            writers[b] = ipc.new_file(str(folder / f"{b}.arrow"), schema)
+        pos = 0
+        for batch in src.batches(rows_per_group):
+            r = ranks[pos : pos + batch.num_rows]
+            pos += batch.num_rows
+            bucket = r // rows_per_group
+            mine = np.flatnonzero((bucket >= buckets.start) & (bucket < buckets.stop))
+            if not len(mine):
+                continue
+            order = mine[np.argsort(bucket[mine], kind="stable")]
+            values, starts = np.unique(bucket[order], return_index=True)
+            rows = pa.Table.from_batches([batch]).append_column("_rank", pa.array(r)).take(pa.array(order))
+            ends = [*starts[1:], len(order)]
+            for b, lo, hi in zip(values.tolist(), starts.tolist(), ends, strict=True):
+                for part in rows.slice(lo, hi - lo).to_batches():
+                    writers[b].write_batch(part)
+        if pos != len(ranks):
+            raise RuntimeError(f"{src.files}: {pos} rows read, {len(ranks)} ranked (files changed?)")
+    finally:
+        for w in writers.values():
+            w.close()
