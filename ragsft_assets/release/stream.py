@@ -3,9 +3,11 @@
 A release at full Wikipedia scale (800,000 abstracts, 100,000 questions) does not fit in memory as
 Arrow tables, let alone as Python rows: every data file, the decisions and the lineage are streamed
 batch by batch into a Parquet writer. A data file whose upstream rows already come sorted by id
-(what the assets write) streams straight from the upstream files as Arrow batches; otherwise, and
-for the decisions and the lineage, the rows come from a DuckDB query over the Parquet files, which
-sorts under a memory limit and spills to a temp folder of its own.
+(what the assets write) streams straight from the upstream files as Arrow batches; otherwise DuckDB
+ranks its keys and the rows are sorted through bucket files on disk (``write_sorted``: DuckDB's own
+sort of wide rows ran out of memory at full scale). The decisions and the lineage come from DuckDB
+queries over the Parquet files, which sort under a memory limit and spill to a temp folder of their
+own.
 
 Bytes stay deterministic and match ``storage.write_parquet`` (the same writer options): a file
 of at most ``rows_per_group`` rows is one row group with one chunk per column, exactly what
