@@ -230,6 +230,37 @@ def test_streamed_data_files_equal_the_in_memory_release_table(tmp_path: Path, s
             assert (tmp_path / "g.parquet").read_bytes() == (tmp_path / "q.parquet").read_bytes()
 
 
+def test_a_data_file_has_the_same_bytes_whatever_order_its_upstream_rows_come_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups are sized from the split's first rows in release order: an upstream written in
+    reverse (rows of other sizes first) gives the same row groups, the same bytes, as a sorted one."""
+    from ragsft_assets.release import stream
+    from ragsft_assets.storage import write_parquet
+
+    monkeypatch.setattr(stream, "ROW_GROUP_BYTES", 1 << 18)  # about 1,800 rows a group here
+    n = 6000
+    table = pa.table(
+        {
+            "id": [f"{i:05d}" for i in range(n)],  # later rows are longer: the first rows decide the size
+            "messages": [[{"role": "user", "content": "x" * (50 + i // 10)}] for i in range(n)],
+            "chunks_total": pa.array([i % 7 for i in range(n)], pa.int32()),
+            "split": ["train"] * n,
+        }
+    )
+    out = {}
+    for mode, t in (("sorted", table), ("reversed", table.take(pa.array(range(n - 1, -1, -1))))):
+        write_parquet(t, tmp_path / mode / "x.fr" / "rag_sft" / "all.parquet")
+        plan = stream.plan_configs(tmp_path / mode, "x.fr")
+        assert plan.configs["hotpotqa_cite"]["train"].in_release_order() is (mode == "sorted")
+        with stream.connect() as con:
+            files = stream.write_data_files(con, tmp_path / mode / "out", plan.configs)
+        out[mode] = tmp_path / mode / "out" / files["hotpotqa_cite"]["train"]
+    assert pq.ParquetFile(out["sorted"]).metadata.num_row_groups > 2
+    assert pq.read_table(out["sorted"]).equals(table.drop_columns(["split"]))
+    assert out["reversed"].read_bytes() == out["sorted"].read_bytes()
+
+
 def test_lineage_by_id_ranges_is_the_lineage_in_one_query(tmp_path: Path) -> None:
     """Ranges of 3 rows (every family of the fixture: corpus, multihop, rag_sft) give the same bytes."""
     from ragsft_assets.release import stream

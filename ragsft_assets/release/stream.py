@@ -142,21 +142,43 @@ def unified_schema(files: Sequence[Path]) -> pa.Schema:
     return pa.unify_schemas(schemas, promote_options="default")
 
 
-def group_rows(files: Sequence[Path]) -> int:
-    """Rows per row group for a table read from ``files``: about ``ROW_GROUP_BYTES`` of Arrow memory.
+def group_rows(src: SplitSource, ranks: np.ndarray | None = None) -> int:
+    """Rows per row group for a split: about ``ROW_GROUP_BYTES`` of Arrow memory per group.
 
-    The size of a row is measured on the first rows of each file as Arrow holds them (the Parquet
-    footer's sizes are encoded sizes: dictionary pages make repeated text look small), so the
-    count follows from the inputs alone and a group's batches stay near the target in memory.
+    The size of a row is measured on the split's first ``MIN_GROUP_ROWS`` rows in release order, as
+    Arrow holds them once rebuilt from their values (the Parquet footer's sizes are encoded sizes:
+    dictionary pages make repeated text look small). So the count, and with it the file's bytes,
+    follows from the split's rows alone, not from the order the upstream files hold them in.
+    ``ranks``: each row's release position (:func:`release_ranks`) when the source is not in order.
     """
-    per_row = 1
-    for f in files:
-        pf = pq.ParquetFile(f)
-        if pf.metadata.num_rows == 0:
-            continue
-        head = next(pf.iter_batches(batch_size=MIN_GROUP_ROWS))
-        per_row = max(per_row, -(-head.nbytes // max(1, head.num_rows)))
+    head = _first_rows(src, ranks, MIN_GROUP_ROWS)
+    if head.num_rows == 0:
+        return MIN_GROUP_ROWS
+    canonical = pa.Table.from_pylist(head.to_pylist(), schema=src.schema)
+    per_row = max(1, -(-canonical.nbytes // canonical.num_rows))
     return max(MIN_GROUP_ROWS, min(MAX_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+
+
+def _first_rows(src: SplitSource, ranks: np.ndarray | None, k: int) -> pa.Table:
+    """The split's first ``k`` rows in release order (file order when ``ranks`` is None)."""
+    parts, ranked, pos = [], [], 0
+    for batch in src.batches(k):
+        if ranks is None:
+            parts.append(pa.Table.from_batches([batch]).slice(0, k - pos))
+            pos += parts[-1].num_rows
+            if pos >= k:
+                break
+            continue
+        r = ranks[pos : pos + batch.num_rows]
+        pos += batch.num_rows
+        mine = np.flatnonzero(r < k)
+        if len(mine):
+            parts.append(pa.Table.from_batches([batch]).take(pa.array(mine)))
+            ranked.append(r[mine])
+    if not parts:
+        return src.schema.empty_table()
+    head = pa.concat_tables(parts)
+    return head.take(pa.array(np.argsort(np.concatenate(ranked)))) if ranks is not None else head
 
 
 def scan_sql(files: Sequence[Path]) -> str:
@@ -317,11 +339,13 @@ def write_data_files(
         files[config] = {}
         for split, src in splits.items():
             rel = data_file(config, split)
-            rows = group_rows(src.files)
             if src.in_release_order():  # the usual case: upstream assets write sorted by id
+                rows = group_rows(src)
                 write_batches(src.batches(rows), folder / rel, src.schema, rows)
             else:  # DuckDB ranks the keys; the rows are bucketed by rank on disk (write_sorted)
-                write_sorted(con, src, folder / rel, rows)
+                ranks = release_ranks(con, src)
+                rows = group_rows(src, ranks)
+                write_sorted(con, src, folder / rel, rows, ranks=ranks)
             files[config][split] = rel
     return files
 
@@ -350,6 +374,7 @@ def write_sorted(
     path: Path,
     rows_per_group: int,
     max_open: int = MAX_OPEN_BUCKETS,
+    ranks: np.ndarray | None = None,
 ) -> int:
     """Write a split whose rows are not in release order to ``path`` in release order; returns the rows.
 
@@ -359,9 +384,9 @@ def write_sorted(
     (:func:`release_ranks`); the rows are streamed in file order into bucket files (Arrow IPC, in
     DuckDB's spill folder) of ``rows_per_group`` consecutive ranks each, and every bucket, one row
     group of the output, is sorted in memory. At most ``max_open`` buckets are written per pass over
-    the source.
+    the source. ``ranks``: :func:`release_ranks` of ``src``, when the caller has them already.
     """
-    ranks = release_ranks(con, src)
+    ranks = release_ranks(con, src) if ranks is None else ranks
     n_buckets = -(-len(ranks) // rows_per_group)
     spill = Path(con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0])
     spill.mkdir(parents=True, exist_ok=True)
