@@ -124,3 +124,31 @@ def test_the_fork_server_preloads_what_every_stage_asked_for(monkeypatch: pytest
     assert ctx.get_start_method() == "forkserver"  # never fork
     # The union, each once, in the order asked: a second stage does not replace the first one's list.
     assert fs._forkserver._preload_modules == [*build.WORKER_PRELOAD, "ragsft_assets.multihop.retrieval"]
+
+
+def _rss_kept_after_a_100mb_array(_: int) -> int:
+    """MB of resident memory a freed 100 MB array leaves behind in this worker."""
+    import numpy as np
+
+    def rss_mb() -> int:
+        status = Path("/proc/self/status").read_text()
+        return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) // 1024
+
+    before = rss_mb()
+    block = np.ones(100 << 17)  # 100 MiB of float64, every page touched
+    del block
+    return rss_mb() - before
+
+
+def test_a_pool_can_start_its_workers_with_a_raised_mmap_threshold() -> None:
+    # Below the threshold a freed block stays in malloc's heap for the next batch; above it (the
+    # default, in a fresh worker) each block is a new mmap, unmapped on free and faulted in again.
+    import platform
+
+    if not Path("/proc/self/status").exists() or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc on Linux only: mallopt and /proc/self/status")
+    kept = {}
+    for threshold in (None, 256 << 20):
+        with closing_pool(start_pool(multiprocessing.get_context("spawn"), 1, mmap_threshold=threshold)) as p:
+            kept[threshold] = p.map(_rss_kept_after_a_100mb_array, [0])[0]
+    assert kept[None] < 20 and kept[256 << 20] > 80, kept

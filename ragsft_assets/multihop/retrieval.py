@@ -190,7 +190,10 @@ class SparseIndex:
         if workers <= 1 or n <= batch_size:
             return self._search_range(queries, 0, n, k, eligible, batch_size)
         state = (self, list(queries), k, eligible, batch_size)
-        with closing_pool(start_pool(worker_context(), workers, _init_worker, (state,))) as pool:
+        pool = start_pool(
+            worker_context(), workers, _init_worker, (state,), mmap_threshold=WORKER_MMAP_THRESHOLD
+        )
+        with closing_pool(pool):
             parts = pool.map(_search_task, [(s, min(s + chunk, n)) for s in range(0, n, chunk)], 1)
         return [hits for part in parts for hits in part]
 
@@ -214,6 +217,9 @@ class SparseIndex:
 
 
 _BATCHES_PER_TASK = 1
+# Each query batch allocates and frees arrays of up to ~150 MB (the product's bound, the vocabulary-wide
+# term arrays): served from the heap, not a fresh mmap each (see worker_pools).
+WORKER_MMAP_THRESHOLD = 256 << 20
 _WORKER_STATE: tuple | None = None  # (index, queries, k, eligible, batch_size), set once per worker
 _SAMPLE_STRIDE = 32
 _ROUND_MARGIN = 1e-8  # relative; far above the rounding step (5e-11) plus float error
