@@ -54,12 +54,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> Path:
     return path
 
 
+# The project's Parquet writer options, for pq.write_table and pq.ParquetWriter alike: the same options
+# give the same bytes, whichever writes the file.
+PARQUET_OPTIONS: dict[str, object] = {"compression": "zstd", "write_statistics": True, "use_dictionary": True}
+
+
 def write_parquet(table: pa.Table, path: Path) -> Path:
     """Write ``table`` to ``path`` atomically, deterministically (no timestamps, fixed options)."""
     fd, tmp = temp_beside(path)
     os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd", write_statistics=True, use_dictionary=True)
+        pq.write_table(table, tmp, **PARQUET_OPTIONS)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

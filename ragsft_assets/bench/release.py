@@ -18,9 +18,9 @@ is generated column-wise with NumPy and Arrow (ids by DuckDB's SHA-256), never r
 Python.
 
 ``ragsft bench release_unsorted`` is the same run with every upstream file's rows reversed (ids
-descending): no data file can then stream through in the assets' order, and each is sorted by
-DuckDB under its memory limit, spilling to disk. Same bar; its data files must be byte-identical to
-those of the sorted run (``test_bench_release``).
+descending): no data file can then stream through in the assets' order, and each is sorted
+(``stream.write_sorted``: DuckDB ranks the keys, the rows go through bucket files on disk). Same bar;
+its data files must be byte-identical to those of the sorted run (``test_bench_release``).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ragsft_assets.bench import machine_values
+from ragsft_assets.storage import PARQUET_OPTIONS
 
 PARTITION = "bench.fr"
 ABSTRACTS = 800_000
@@ -131,9 +132,7 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
         revisions = rng.integers(100_000_000, 1_200_000_000, m)
         path = asset_path(PARTITION, "abstracts", split, assets)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(
-            path, ABSTRACTS_SCHEMA, compression="zstd", write_statistics=True, use_dictionary=True
-        ) as writer:
+        with pq.ParquetWriter(path, ABSTRACTS_SCHEMA, **PARQUET_OPTIONS) as writer:
             for c0 in range(0, m, CHUNK):
                 c1 = min(m, c0 + CHUNK)
                 g = pa.array(idx[c0:c1])
@@ -396,10 +395,9 @@ def _write_rag_sft(
     paths = [asset_path(PARTITION, asset, split, assets) for asset in ("rag_prompts", "rag_sft")]
     for path in paths:
         path.parent.mkdir(parents=True, exist_ok=True)
-    options = {"compression": "zstd", "write_statistics": True, "use_dictionary": True}
     with (
-        pq.ParquetWriter(paths[0], PROMPT_SCHEMA, **options) as prompts_out,
-        pq.ParquetWriter(paths[1], SFT_SCHEMA, **options) as sft_out,
+        pq.ParquetWriter(paths[0], PROMPT_SCHEMA, **PARQUET_OPTIONS) as prompts_out,
+        pq.ParquetWriter(paths[1], SFT_SCHEMA, **PARQUET_OPTIONS) as sft_out,
     ):
         for c0 in range(0, 2 * q, RAG_SFT_CHUNK):
             rows = order[c0 : c0 + RAG_SFT_CHUNK]
@@ -527,8 +525,7 @@ def reverse_rows(assets: Path) -> int:
         if "id" not in source.schema_arrow.names:
             continue
         tmp = path.with_name(path.name + ".reversed")
-        options = {"compression": "zstd", "write_statistics": True, "use_dictionary": True}
-        with pq.ParquetWriter(tmp, source.schema_arrow, **options) as out:
+        with pq.ParquetWriter(tmp, source.schema_arrow, **PARQUET_OPTIONS) as out:
             for g in reversed(range(source.num_row_groups)):
                 group = source.read_row_group(g)
                 out.write_table(group.take(pa.array(np.arange(group.num_rows - 1, -1, -1))))
@@ -608,7 +605,7 @@ def run(
         workdir: the scratch home (default: a temp folder, removed after).
         rss_bar_mb: the peak-RSS bar of the child that builds the release.
         upstream_sorted: False reverses every upstream file's rows (see :func:`reverse_rows`), so the
-            release sorts each data file in DuckDB instead of streaming it.
+            release sorts each data file (``stream.write_sorted``) instead of streaming it.
     """
     from ragsft_assets.release.verify import verify_release
 

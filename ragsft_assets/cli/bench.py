@@ -13,7 +13,7 @@ BENCHES: dict[str, tuple[str, dict[str, object]]] = {
     "embeddings": ("embeddings", {}),
     "llm": ("llm", {}),
     "release": ("release", {}),
-    # The release with every upstream file unsorted: each data file goes through DuckDB's sort.
+    # The release with every upstream file unsorted: each data file goes through stream.write_sorted.
     "release_unsorted": ("release", {"upstream_sorted": False}),
 }
 

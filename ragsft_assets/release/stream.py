@@ -33,7 +33,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from ragsft_assets.sql import sql_list, sql_literal
-from ragsft_assets.storage import SPLITS, asset_files, temp_beside
+from ragsft_assets.storage import PARQUET_OPTIONS, SPLITS, asset_files, temp_beside
 
 # DuckDB's share of the release's memory: its sorts and hash tables spill beyond this.
 DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "640MB")
@@ -108,9 +108,7 @@ def write_batches(
     os.close(fd)
     n = 0
     try:
-        with pq.ParquetWriter(
-            tmp, schema, compression="zstd", write_statistics=True, use_dictionary=True
-        ) as writer:
+        with pq.ParquetWriter(tmp, schema, **PARQUET_OPTIONS) as writer:
             for batch in _group_batches(batches, rows_per_group):
                 writer.write_table(pa.Table.from_batches([batch.cast(schema)]))
                 n += batch.num_rows
@@ -129,7 +127,7 @@ def write_query(
 ) -> int:
     """Write the rows of ``sql`` to ``path`` (atomically), cast to ``schema``; returns the row count.
 
-    The writer options are those of ``storage.write_parquet`` (zstd, statistics, dictionary).
+    The writer options are ``storage.PARQUET_OPTIONS``, those of ``storage.write_parquet``.
     """
     return write_batches(iter(con.sql(sql).to_arrow_reader(rows_per_group)), path, schema, rows_per_group)
 
