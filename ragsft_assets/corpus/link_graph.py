@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.corpus import enumeration
 from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
 from ragsft_assets.ids import doc_id
@@ -44,6 +45,10 @@ PARALLEL_MIN_EDGES = 150_000
 # (ragsft bench corpus, 2026-12): 90k checked edges 1.05 s on two workers vs 1.5 s in one; an earlier
 # measurement put 17k edges at 0.6 s either way.
 WARM_PARALLEL_MIN_EDGES = 50_000
+# With the compiled rule (enumeration.NATIVE) an edge costs ~1.7 us instead of ~13 us, less than
+# pickling its sentence to a worker: 90k checked edges take 0.15 s in one process, so the pool only
+# pays on far larger graphs (the thresholds above, scaled by that ratio).
+NATIVE_SPEEDUP = 8
 # The vital articles level 4 hold 10,000 titles: without a list, take as many of the most linked-to.
 DEFAULT_BRIDGE_TOP_K = 10_000
 
@@ -104,9 +109,13 @@ def top_linked(target_ids: pa.Array, in_degree: pa.Array, top_k: int) -> set[str
     return set(ranked.column("id").take(order[: max(0, top_k)]).to_pylist())
 
 
-def use_pool(n_pairs: int, workers: int, warm: bool) -> bool:
-    """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up)."""
-    return workers > 1 and n_pairs >= (WARM_PARALLEL_MIN_EDGES if warm else PARALLEL_MIN_EDGES)
+def use_pool(n_pairs: int, workers: int, warm: bool, native: bool | None = None) -> bool:
+    """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up;
+    ``native``: the compiled rule runs, by default where it is built)."""
+    if native is None:
+        native = enumeration.NATIVE is not None
+    threshold = WARM_PARALLEL_MIN_EDGES if warm else PARALLEL_MIN_EDGES
+    return workers > 1 and n_pairs >= threshold * (NATIVE_SPEEDUP if native else 1)
 
 
 def _timed_flags(pairs: list[tuple[str, str]]) -> tuple[list[bool], float]:
