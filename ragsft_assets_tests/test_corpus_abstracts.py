@@ -237,6 +237,18 @@ def test_lead_decode_gives_the_same_rows_as_a_full_decode() -> None:
     if sample.is_file():
         lines += sample.read_bytes().splitlines()
     lines += [b"[1]", b'{"name": 3, "sections": [1, 2]}', b'{"name": "X", "sections": null}', b"\xff"]
+    # version and main_entity are decoded to their identifier only: every other shape of them too.
+    record = orjson.loads(REAL_FRWIKI.read_bytes().splitlines()[0])
+    for version, entity in [
+        (None, None),
+        ("12", [1]),
+        ({"identifier": "77"}, {"identifier": 5}),
+        ({"comment": "x"}, {}),
+        ({"identifier": 1, "identifier2": {"a": [1]}}, {"identifier": "Q1", "url": None}),
+        (3.5, "Q2"),
+    ]:
+        lines.append(orjson.dumps({**record, "version": version, "main_entity": entity}))
+    lines.append(orjson.dumps({k: v for k, v in record.items() if k not in ("version", "main_entity")}))
     cfg = A.AbstractsConfig(min_chars=50)
     for line in lines:
         fast, full = decode_lead(line), decode_line(line)

@@ -150,6 +150,16 @@ if msgspec is not None:
     class _Head(msgspec.Struct):
         name: Any = None
 
+    class _Identified(msgspec.Struct):
+        """An object of which the abstracts stage reads only ``identifier`` (``version``, ``main_entity``).
+
+        ``version`` alone is ~800 bytes of nested objects (editor, scores...): building it as dicts
+        cost more than the rest of the record's fields together. An object of another JSON type
+        fails validation, and the line goes through the full decode like any unusual line.
+        """
+
+        identifier: Any = None
+
     class _Record(msgspec.Struct):
         """The fields the abstracts stage reads; every other field is skipped, not decoded."""
 
@@ -157,10 +167,13 @@ if msgspec is not None:
         identifier: Any = None
         url: Any = None
         abstract: Any = None
-        version: Any = None
-        main_entity: Any = None
+        version: _Identified | None = None
+        main_entity: _Identified | None = None
         in_language: Any = None
         sections: list[msgspec.Raw] | None = None
+
+    def _identified(value: _Identified | None) -> dict[str, Any] | None:
+        return None if value is None else {"identifier": value.identifier}
 
     _RECORD_DECODER = msgspec.json.Decoder(_Record)
     _HEAD_DECODER = msgspec.json.Decoder(_Head)
@@ -170,10 +183,11 @@ if msgspec is not None:
 def decode_lead(line: bytes) -> dict[str, Any] | BadLine:
     """Decode what the abstracts stage needs of one line: the top fields and the lead section only.
 
-    The result is the record restricted to ``name``, ``identifier``, ``url``, ``abstract``, ``version``,
-    ``main_entity``, ``in_language`` and ``sections`` = [the section named ``Abstract``, else the first].
-    Every later stage reading it sees the same values as in a full decode (the infoboxes and the other
-    sections are skipped without being built). Falls back to :func:`decode_line` for anything unusual,
+    The result is the record restricted to ``name``, ``identifier``, ``url``, ``abstract``, ``version``
+    and ``main_entity`` (objects reduced to their ``identifier``), ``in_language`` and ``sections`` =
+    [the section named ``Abstract``, else the first]. Every later stage reading it sees the same values
+    as in a full decode (the infoboxes, the other sections and the rest of ``version`` are skipped
+    without being built). Falls back to :func:`decode_line` for anything unusual,
     so bad lines get the same reasons.
     """
     if msgspec is None:
@@ -194,8 +208,8 @@ def decode_lead(line: bytes) -> dict[str, Any] | BadLine:
         "name": rec.name,
         "identifier": rec.identifier,
         "url": rec.url,
-        "version": rec.version,
-        "main_entity": rec.main_entity,
+        "version": _identified(rec.version),
+        "main_entity": _identified(rec.main_entity),
         "in_language": rec.in_language,
         "abstract": rec.abstract,
     }
