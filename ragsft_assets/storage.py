@@ -83,14 +83,29 @@ def write_asset(
 def write_split_asset(
     table: pa.Table, partition: str, asset: str, split_column: str = "split", root: Path | None = None
 ) -> dict[str, Path]:
-    """Write one file per split value of ``split_column`` (every split of SPLITS, even empty)."""
-    import pyarrow.compute as pc
+    """Write one file per split value of ``split_column`` (every split of SPLITS, even empty).
 
+    Each file holds its split's rows in table order. A table already grouped by split in SPLITS
+    order (as the corpus build returns it) is cut into slices, with no copy; another is filtered.
+    """
     paths = {}
-    for split in SPLITS:
-        part = table.filter(pc.equal(table[split_column], split)) if table.num_rows else table
+    for split, part in zip(SPLITS, split_parts(table, split_column), strict=True):
         paths[split] = write_asset(part, partition, asset, split, root)
     return paths
+
+
+def split_parts(table: pa.Table, split_column: str = "split") -> list[pa.Table]:
+    """The rows of each split of SPLITS, in table order (slices where the table is grouped that way)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return [table] * len(SPLITS)
+    codes = pc.index_in(table[split_column], value_set=pa.array(SPLITS)).to_numpy(zero_copy_only=False)
+    if not np.isnan(codes.astype(float)).any() and bool(np.all(codes[1:] >= codes[:-1])):
+        bounds = np.searchsorted(codes, np.arange(len(SPLITS) + 1), side="left")
+        return [table.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [table.filter(pc.equal(table[split_column], split)) for split in SPLITS]
 
 
 def read_asset(partition: str, asset: str, part: str | None = None, root: Path | None = None) -> pa.Table:
