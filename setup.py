@@ -26,4 +26,4 @@ def native(name: str) -> Extension:
     )
 
 
-setup(ext_modules=[native("enumeration")])
+setup(ext_modules=[native("enumeration"), native("abstracts")])

@@ -8,6 +8,7 @@ import pytest
 
 from ragsft_assets.corpus import native
 
+
 @pytest.mark.skipif(
     os.environ.get("RAGSFT_REQUIRE_NATIVE") != "1", reason="only where the build is required (CI)"
 )

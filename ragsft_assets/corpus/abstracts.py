@@ -33,9 +33,14 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.corpus import native
 from ragsft_assets.corpus.sentences import split_sentences
 from ragsft_assets.corpus.structured_wikipedia import MALFORMED_LINE, NOT_UTF8, BadLine, decode_lead
 from ragsft_assets.ids import DEFAULT_SEED, doc_id, item_uniform
+
+# abstract_links and _locate_links in C (``_abstracts_native.c``), None where it is not built; the Python
+# functions below stay the reference it is tested against (test_corpus_native_abstracts).
+_NATIVE = native.load("abstracts")
 
 SPLIT_NAMES = ("train", "validation", "test")
 # Shares close to seed 001's corpus: 690,957 / 65,341 / 65,972 documents.
@@ -426,6 +431,15 @@ def _iter_links(parts: Iterable[Any]) -> Iterable[dict[str, Any]]:
 
 def abstract_links(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The raw links of the record's lead (the section named ``Abstract``, else the first section)."""
+    if _NATIVE is not None:
+        out = _NATIVE.abstract_links(record)
+        if out is not None:  # None: something unusual in the record, left to the Python code
+            return out
+    return _abstract_links_py(record)
+
+
+def _abstract_links_py(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """:func:`abstract_links` in Python: the reference of the compiled one."""
     sections = record.get("sections")
     if not isinstance(sections, list) or not sections:
         return []
@@ -453,6 +467,29 @@ def _locate_links(
     linked twice from the same sentence is kept once (first anchor). Returns
     ``(target_title, target_id, anchor, sentence)`` tuples.
     """
+    if _NATIVE is not None:
+        out = _NATIVE.locate_links(
+            raw_links, sentences, text, title, host, counts,
+            _LINK_CACHE, _host_cache, _resolve_miss, _NOT_A_URL, _NATIVE_LINK_REASONS,
+        )  # fmt: skip
+        if out is not None:  # None: an unusual input (not a list of dicts...), left to the Python code
+            return out
+    return _locate_links_py(raw_links, sentences, text, title, host, counts)
+
+
+# The reasons the compiled _locate_links counts itself, in the order it takes them.
+_NATIVE_LINK_REASONS = (LINK_EMPTY_ANCHOR, LINK_ANCHOR_NOT_FOUND, LINK_SELF, LINK_DUPLICATE, LINK_KEPT)
+
+
+def _locate_links_py(
+    raw_links: Sequence[dict[str, Any]],
+    sentences: Sequence[str],
+    text: str,
+    title: str,
+    host: str,
+    counts: Counter[str],
+) -> list[tuple[str, str, str, int]]:
+    """:func:`_locate_links` in Python: the reference of the compiled one."""
     starts: list[int] = []
     pos = 0
     for s in sentences:

@@ -24,7 +24,7 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 # The extensions setup.py builds (``_<name>_native``), each from ``_<name>_native.c`` beside this module.
-NAMES = ("enumeration",)
+NAMES = ("enumeration", "abstracts")
 
 
 class NativeExtensionError(ImportError):
