@@ -187,7 +187,12 @@ def _ordered_results(
 
     def start_in_background() -> None:
         try:
-            started["pool"] = start_pool(worker_context(), workers)
+            started["pool"] = pool = start_pool(worker_context(), workers)
+            # Pool() returns before its workers can work: each first runs the parent's main script
+            # again when that is a file (multiprocessing's rule; a script that imports dagster costs
+            # each worker ~0.7 s, measured). The pool is up when a worker answers; until then this
+            # process keeps running chunks instead of waiting.
+            pool.apply(os.getpid)
         except BaseException as exc:  # re-raised in the caller's thread, below
             started["error"] = exc
 
