@@ -15,7 +15,6 @@ table itself memory does not grow with the input.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import multiprocessing as mp
 import os
@@ -53,6 +52,7 @@ from ragsft_assets.corpus.structured_wikipedia import (
     iter_parquet_records,
     iter_xml_dump_records,
 )
+from ragsft_assets.gc_pause import paused_gc
 from ragsft_assets.worker_pools import closing_pool, start_pool
 
 CHUNKS_PREFIX = ".abstracts.chunks-"  # the per-build folder of chunk files (see build_abstracts)
@@ -143,16 +143,10 @@ def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None =
         items: list[Any] = _lines_of_range(task[1], task[2], task[3])
     else:
         items = task[1]
-    # A chunk builds tens of thousands of container objects (decoded leads, row tuples, sentence lists)
-    # and frees them by reference counting; the cyclic collector's passes over them find nothing and
-    # cost about a tenth of the chunk's time. Off for the chunk, back to what it was after.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    # A chunk builds tens of thousands of containers (decoded leads, row tuples, sentence lists); the
+    # collector's passes over them cost about a tenth of the chunk's time and found nothing.
+    with paused_gc():
         res = process_items(items, cfg)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
     del items  # the raw lines are the bulk of a chunk: free them before writing
     if out_path is not None and res.table.num_rows:
         with ipc.new_file(out_path, ABSTRACTS_SCHEMA) as writer:
