@@ -78,6 +78,22 @@ def test_workers_and_chunk_sizes_give_byte_identical_files(tmp_path: Path) -> No
     assert castel.column("qid").to_pylist() == ["Q1"]
 
 
+def test_the_table_is_in_split_then_id_order_and_the_split_files_are_its_slices(tmp_path: Path) -> None:
+    """The order of the asset read back split file after split file; the files are unchanged by it."""
+    cfg = A.AbstractsConfig(split_shares=A.normalise_shares((1, 1, 1)))
+    records = [*_records(), *interlinked_records(40)]
+    table = build_abstracts([write_jsonl(tmp_path / "dump.jsonl", records)], cfg, workers=2).table
+    splits = table.column("split").to_pylist()
+    assert set(splits) == set(A.SPLIT_NAMES)
+    assert [A.SPLIT_NAMES.index(s) for s in splits] == sorted(A.SPLIT_NAMES.index(s) for s in splits)
+    by_id = table.sort_by("id")  # what the files held when the table was sorted by id alone
+    for split, part in zip(storage.SPLITS, storage.split_parts(table), strict=True):
+        assert part.column("id").to_pylist() == sorted(part.column("id").to_pylist())
+        assert part.equals(by_id.filter(pc.equal(by_id.column("split"), split)))
+        base = table.column("text").chunk(0).buffers()[2].address
+        assert part.column("text").chunk(0).buffers()[2].address == base  # a slice, not a copy
+
+
 def test_merge_chunks_equals_dedup_of_the_concatenation(tmp_path: Path) -> None:
     records = _records()
     lines = [orjson.dumps(r) for r in records]

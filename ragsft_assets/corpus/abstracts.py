@@ -671,7 +671,7 @@ def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
 
 
 def deduplicate_titles(table: pa.Table) -> tuple[pa.Table, list[tuple[str, str, str]]]:
-    """Keep one row per title and sort by id.
+    """Keep one row per title, in output order (:func:`kept_rows`: by split, then id).
 
     The kept row is the latest revision, then the smallest identifier, then the smallest text (so the
     result does not depend on input order). Returns the table and ``(id, reason, title)`` of the
@@ -680,7 +680,7 @@ def deduplicate_titles(table: pa.Table) -> tuple[pa.Table, list[tuple[str, str, 
     if table.num_rows == 0:
         return table, []
     order = dedup_order(table)
-    kept = order.filter(order.column("keep")).column("row")
+    kept = kept_rows(table, order)
     dropped_rows = order.filter(pc.invert(order.column("keep"))).column("row")
     dropped = []
     if len(dropped_rows):
@@ -718,3 +718,15 @@ def dedup_order(table: pa.Table) -> pa.Table:
     else:
         keep = pa.array([True] * n, pa.bool_())
     return pa.table({"row": rows, "keep": keep})
+
+
+def kept_rows(table: pa.Table, order: pa.Table) -> pa.Array:
+    """The rows :func:`dedup_order` keeps, in the table's output order: by split (train, validation,
+    test), then by id.
+
+    That is the order of the asset read back split file after split file, so each split file is a
+    slice of the table (no copy, see ``storage.split_parts``). Reads only the split column.
+    """
+    rows = order.filter(order.column("keep")).column("row").combine_chunks()
+    rank = pc.index_in(table.column("split").take(rows), value_set=pa.array(SPLIT_NAMES))
+    return rows.take(pc.array_sort_indices(rank, null_placement="at_end"))  # stable: id order kept per split

@@ -3,8 +3,9 @@
 Input is cut into chunks that workers process independently (byte ranges of plain JSON-lines files,
 read by the worker itself so the input never crosses a pipe; line batches of gzipped files; Parquet
 batches); each chunk gives candidate rows and counts. Results are consumed in chunk order, so line
-numbers in error messages are exact, and the final table is deduplicated and sorted by id, so the
-output does not depend on the number of workers or the chunk size.
+numbers in error messages are exact, and the final table is deduplicated and sorted by split, then
+id (the order of the asset's split files), so the output does not depend on the number of workers or
+the chunk size.
 
 Memory: a worker writes its chunk's rows to a temporary Arrow IPC file and returns only counts and
 the file name, so neither the pipe nor the parent carries the rows while the input is read. The
@@ -43,6 +44,7 @@ from ragsft_assets.corpus.abstracts import (
     AbstractsConfig,
     ChunkResult,
     dedup_order,
+    kept_rows,
     process_items,
 )
 from ragsft_assets.corpus.structured_wikipedia import (
@@ -238,7 +240,7 @@ def _read_chunk(path: str) -> pa.Table:
 
 
 def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, str, str]]]:
-    """The deduplicated table, sorted by id, of the chunk files, and the dropped duplicates.
+    """The deduplicated table, sorted by split then id, of the chunk files, and the dropped duplicates.
 
     Same result as :func:`ragsft_assets.corpus.abstracts.deduplicate_titles` over the chunks
     concatenated in order. The sort reads the key columns; each output column is then gathered with
@@ -248,7 +250,7 @@ def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, 
         return ABSTRACTS_SCHEMA.empty_table(), []
     keys = pa.concat_tables([_read_chunk(p) for p in chunk_paths])
     order = dedup_order(keys)
-    rows = order.filter(order.column("keep")).column("row").combine_chunks()
+    rows = kept_rows(keys, order)
     gone = order.filter(pc.invert(order.column("keep"))).column("row")
     dropped: list[tuple[str, str, str]] = []
     if len(gone):
@@ -318,7 +320,7 @@ def build_abstracts(
     chunk_bytes: int = CHUNK_BYTES,
     tmp_dir: str | None = None,
 ) -> AbstractsBuild:
-    """Read every dump file and build the abstracts table (deduplicated, sorted by id).
+    """Read every dump file and build the abstracts table (deduplicated, sorted by split then id).
 
     Args:
         files: the dump files, read in the given order.
