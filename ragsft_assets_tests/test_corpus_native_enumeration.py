@@ -13,7 +13,9 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
+import pyarrow as pa
 import pytest
 
 from ragsft_assets.corpus import enumeration as E
@@ -165,3 +167,60 @@ def test_occurrence_bounds_are_checked() -> None:
         C.occurrence_in_enumeration("abc", 2, 9)
     with pytest.raises(TypeError):
         C.enumeration_flags([("abc", 3)])
+
+
+def _arrays(pairs: list[tuple[str, str]]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """Sentences (each once), the index of each pair's sentence, and the aliases, as Arrow arrays."""
+    sentences = sorted({s for s, _ in pairs})
+    position = {s: i for i, s in enumerate(sentences)}
+    return (
+        pa.array(sentences, pa.string()),
+        pa.array([position[s] for s, _ in pairs], pa.int32()),
+        pa.array([a for _, a in pairs], pa.string()),
+    )
+
+
+def test_flags_of_arrays_read_the_buffers_and_give_the_python_answers() -> None:
+    pairs = real_pairs()[::3] + list(fuzz_cases(5000, seed=3))
+    expected = E.python_enumeration_flags(pairs)
+    sentences, index, aliases = _arrays(pairs)
+    assert E.flags_of_arrays(sentences, index, aliases).tolist() == expected
+    # Slices (an array offset into the buffers) and a wider index type.
+    k = len(pairs) // 3
+    sliced = pa.concat_arrays([pa.array(["x"] * 7, pa.string()), sentences]).slice(7)
+    assert E.flags_of_arrays(sliced, index.cast(pa.int64()), aliases).tolist() == expected
+    assert E.flags_of_arrays(sentences, index.slice(k), aliases.slice(k)).tolist() == expected[k:]
+
+
+def test_flags_of_arrays_falls_back_to_python_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    pairs = [("Des villes comme Lyon, Nantes et Brest.", "Nantes"), ("Il peint Paris et Rome.", "Rome")]
+    sentences, index, aliases = _arrays(pairs)
+    with_null = pa.array(["Nantes", None], pa.string())
+    assert E.flags_of_arrays(sentences, index, with_null).tolist() == [True, False]  # nulls: the pairs
+    assert E.flags_of_arrays(sentences.cast(pa.large_string()), index, aliases).tolist() == [True, False]
+    monkeypatch.setattr(E, "NATIVE", None)  # no compiled rule: the Python one, same answers
+    assert E.flags_of_arrays(sentences, index, aliases).tolist() == [True, False]
+
+
+def test_flags_of_arrays_refuses_bad_buffers() -> None:
+    sentences, index, aliases = _arrays([("Des villes comme Lyon, Nantes et Brest.", "Nantes")])
+    out = bytearray(1)
+    buffers = (sentences.buffers()[1], sentences.buffers()[2], 0, 1)
+    with pytest.raises(ValueError, match="out of bounds"):
+        C.enumeration_flags_utf8(
+            buffers, np.array([5], np.int32), (aliases.buffers()[1], aliases.buffers()[2], 0, 1), out
+        )
+    bad = pa.Array.from_buffers(
+        pa.string(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32)), pa.py_buffer(b"\xc3(")]
+    )
+    with pytest.raises(ValueError, match="not UTF-8"):
+        C.enumeration_flags_utf8(
+            (bad.buffers()[1], bad.buffers()[2], 0, 1),
+            np.array([0], np.int32),
+            (aliases.buffers()[1], aliases.buffers()[2], 0, 1),
+            out,
+        )
+    with pytest.raises(ValueError, match="lengths"):
+        C.enumeration_flags_utf8(
+            buffers, np.array([0], np.int32), (aliases.buffers()[1], aliases.buffers()[2], 0, 1), bytearray(2)
+        )

@@ -26,15 +26,14 @@ def test_the_collector_is_off_inside_and_restored_after(enabled: bool) -> None:
 
 
 def test_the_link_graph_checks_its_edges_with_the_collector_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The (sentence, alias) pairs are ~one tuple per edge: no collection may walk the process meanwhile."""
+    """Without the compiled rule the (sentence, alias) pairs are one tuple per edge: no collection may walk
+    the process meanwhile."""
     from ragsft_assets.corpus import link_graph as G
     from ragsft_assets_tests.test_corpus_link_graph import _abstracts
 
     seen = []
     real = G._enumeration_flags
-    monkeypatch.setattr(
-        G, "_enumeration_flags", lambda pairs, workers: seen.append(gc.isenabled()) or real(pairs, workers)
-    )
+    monkeypatch.setattr(G, "_enumeration_flags", lambda *args: seen.append(gc.isenabled()) or real(*args))
     rows = [("A", "train", [("B", 0)]), ("B", "train", [])]
     table = _abstracts(rows, {"A": ["Il a peint B, C et D."]})
     assert isinstance(table, pa.Table)

@@ -393,22 +393,26 @@ static int occurrence(const ch *s, idx n, idx start, idx end, Scratch *w) {
     return (count >= 3 && (conj || trigger)) || (count >= 2 && trigger);
 }
 
-/* _alias_only(sentence, alias); -1 on error (exception set). */
-static int alias_only(PyObject *sentence, const ch *s, idx n, PyObject *alias, Scratch *w) {
-    idx alen = PyUnicode_GET_LENGTH(alias);
+/* The first a[0..alen) in s[from..n), or -1 (str.find). */
+static idx find(const ch *s, idx n, const ch *a, idx alen, idx from) {
+    if (alen == 0) return from <= n ? from : -1;
+    for (idx i = from; i + alen <= n; i++)
+        if (s[i] == a[0] && memcmp(s + i, a, sizeof(ch) * (size_t)alen) == 0) return i;
+    return -1;
+}
+
+/* _alias_only(sentence, alias) on code points; -1 on a memory error. */
+static int alias_only(const ch *s, idx n, const ch *a, idx alen, Scratch *w) {
     int found = 0;
-    idx pos = PyUnicode_Find(sentence, alias, 0, n, 1);
-    while (pos >= 0) {
+    for (idx pos = find(s, n, a, alen, 0); pos >= 0; pos = find(s, n, a, alen, pos + 1)) {
         idx end = pos + alen;
         if ((pos == 0 || !is_alnum(s[pos - 1])) && (end == n || !is_alnum(s[end]))) {
             found = 1;
             int r = occurrence(s, n, pos, end, w);
-            if (r < 0) return -1;
-            if (!r) return 0;
+            if (r <= 0) return r;
         }
-        pos = PyUnicode_Find(sentence, alias, pos + 1, n, 1);
     }
-    return pos == -2 ? -1 : found;
+    return found;
 }
 
 /* ---- Python interface ------------------------------------------------------------------------------ */
@@ -436,14 +440,15 @@ static const ch *text_of(PyObject *str, Text *t) {
 static PyObject *py_alias_only(PyObject *self, PyObject *args) {
     PyObject *sentence, *alias;
     if (!PyArg_ParseTuple(args, "UU:alias_only_in_enumeration", &sentence, &alias)) return NULL;
-    Text t = {0};
+    Text t = {0}, ta = {0};
     Scratch w = {0};
     int r = 0;
-    const ch *s = text_of(sentence, &t);
-    if (!s) r = -1;
+    const ch *s = text_of(sentence, &t), *a = s ? text_of(alias, &ta) : NULL;
+    if (!a) r = -1;
     else if (PyUnicode_GET_LENGTH(alias) && has_hint(s, PyUnicode_GET_LENGTH(sentence)))
-        r = alias_only(sentence, s, PyUnicode_GET_LENGTH(sentence), alias, &w);
+        r = alias_only(s, PyUnicode_GET_LENGTH(sentence), a, PyUnicode_GET_LENGTH(alias), &w);
     PyMem_Free(t.buf);
+    PyMem_Free(ta.buf);
     scratch_free(&w);
     if (r < 0) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     return PyBool_FromLong(r);
@@ -477,7 +482,7 @@ static PyObject *py_flags(PyObject *self, PyObject *pairs) {
         Py_DECREF(seq);
         return NULL;
     }
-    Text t = {0};
+    Text t = {0}, ta = {0};
     Scratch w = {0};
     PyObject *last = NULL; /* pairs of one sentence share its str: decode it and find its hint once */
     const ch *s = NULL;
@@ -498,9 +503,11 @@ static PyObject *py_flags(PyObject *self, PyObject *pairs) {
         }
         int r = 0;
         if (hint && PyUnicode_GET_LENGTH(alias)) {
-            r = alias_only(sentence, s, PyUnicode_GET_LENGTH(sentence), alias, &w);
+            const ch *a = text_of(alias, &ta);
+            if (!a) goto fail;
+            r = alias_only(s, PyUnicode_GET_LENGTH(sentence), a, PyUnicode_GET_LENGTH(alias), &w);
             if (r < 0) {
-                if (!PyErr_Occurred()) PyErr_NoMemory();
+                PyErr_NoMemory();
                 goto fail;
             }
         }
@@ -509,15 +516,146 @@ static PyObject *py_flags(PyObject *self, PyObject *pairs) {
         PyList_SET_ITEM(out, i, b);
     }
     PyMem_Free(t.buf);
+    PyMem_Free(ta.buf);
     scratch_free(&w);
     Py_DECREF(seq);
     return out;
 fail:
     PyMem_Free(t.buf);
+    PyMem_Free(ta.buf);
     scratch_free(&w);
     Py_DECREF(seq);
     Py_DECREF(out);
     return NULL;
+}
+
+/* UTF-8 p[0..len) into code points; the count, or -1 where it is not valid UTF-8 (overlong forms and
+ * surrogates included), which Arrow strings made from Python str never are. */
+static idx utf8_decode(const unsigned char *p, idx len, ch *out) {
+    idx n = 0;
+    for (idx i = 0; i < len;) {
+        unsigned c = p[i];
+        ch cp;
+        int more;
+        if (c < 0x80) {
+            out[n++] = c;
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            cp = c & 0x1F, more = 1;
+        } else if ((c & 0xF0) == 0xE0) {
+            cp = c & 0x0F, more = 2;
+        } else if ((c & 0xF8) == 0xF0) {
+            cp = c & 0x07, more = 3;
+        } else {
+            return -1;
+        }
+        if (i + more >= len) return -1;
+        for (int k = 1; k <= more; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return -1;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        if ((more == 1 && cp < 0x80) || (more == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (more == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return -1;
+        out[n++] = cp;
+        i += more + 1;
+    }
+    return n;
+}
+
+/* One Arrow utf8 array (int32 offsets) as seen from C: value i is data[off[base + i]..off[base + i + 1]). */
+typedef struct {
+    Py_buffer offsets, data;
+    idx base, length;
+} Utf8;
+
+static int utf8_value(const Utf8 *a, idx i, const unsigned char **p, idx *len) {
+    if (i < 0 || i >= a->length) return -1;
+    const int32_t *off = (const int32_t *)a->offsets.buf;
+    int32_t lo = off[a->base + i], hi = off[a->base + i + 1];
+    if (lo < 0 || hi < lo || (Py_ssize_t)hi > a->data.len) return -1;
+    *p = (const unsigned char *)a->data.buf + lo;
+    *len = hi - lo;
+    return 0;
+}
+
+static int utf8_check(const Utf8 *a) {
+    return a->base >= 0 && a->length >= 0 &&
+           (Py_ssize_t)sizeof(int32_t) * (a->base + a->length + 1) <= a->offsets.len;
+}
+
+/* enumeration_flags_utf8(sentences, index, aliases, out): out[i] = the rule for
+ * (sentences[index[i]], aliases[i]), where sentences and aliases are Arrow utf8 arrays given as
+ * (offsets buffer, data buffer, array offset, length) and index an int32 buffer (one per pair). No
+ * Python object is made per pair. ValueError on anything out of bounds or not UTF-8. */
+static PyObject *py_flags_utf8(PyObject *self, PyObject *args) {
+    Utf8 sent = {0}, alias = {0};
+    Py_buffer index = {0}, out = {0};
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "(y*y*nn)y*(y*y*nn)w*:enumeration_flags_utf8", &sent.offsets, &sent.data,
+                          &sent.base, &sent.length, &index, &alias.offsets, &alias.data, &alias.base,
+                          &alias.length, &out))
+        return NULL;
+    Text t = {0}, ta = {0};
+    Scratch w = {0};
+    idx n = alias.length;
+    if (!utf8_check(&sent) || !utf8_check(&alias) || index.len != (Py_ssize_t)sizeof(int32_t) * n ||
+        out.len != n) {
+        PyErr_SetString(PyExc_ValueError, "enumeration_flags_utf8: buffers do not match the lengths");
+        goto done;
+    }
+    const int32_t *idx_of = (const int32_t *)index.buf;
+    unsigned char *flags = (unsigned char *)out.buf;
+    idx last = -1, slen = 0;
+    int hint = 0;
+    for (idx i = 0; i < n; i++) {
+        const unsigned char *p;
+        idx len;
+        if (idx_of[i] != last) { /* pairs of one sentence come together: decode it and find its hint once */
+            if (utf8_value(&sent, idx_of[i], &p, &len) < 0) goto bad;
+            if (len + 1 > t.size) {
+                ch *b = PyMem_Realloc(t.buf, sizeof(ch) * (size_t)(len + 1));
+                if (!b) goto nomem;
+                t.buf = b, t.size = len + 1;
+            }
+            if ((slen = utf8_decode(p, len, t.buf)) < 0) goto bad;
+            hint = has_hint(t.buf, slen);
+            last = idx_of[i];
+        }
+        int r = 0;
+        if (utf8_value(&alias, i, &p, &len) < 0) goto bad;
+        if (hint && len) {
+            if (len + 1 > ta.size) {
+                ch *b = PyMem_Realloc(ta.buf, sizeof(ch) * (size_t)(len + 1));
+                if (!b) goto nomem;
+                ta.buf = b, ta.size = len + 1;
+            }
+            idx alen = utf8_decode(p, len, ta.buf);
+            if (alen < 0) goto bad;
+            if ((r = alias_only(t.buf, slen, ta.buf, alen, &w)) < 0) goto nomem;
+        }
+        flags[i] = (unsigned char)r;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "enumeration_flags_utf8: an index out of bounds or a value not UTF-8");
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    PyMem_Free(t.buf);
+    PyMem_Free(ta.buf);
+    scratch_free(&w);
+    PyBuffer_Release(&sent.offsets);
+    PyBuffer_Release(&sent.data);
+    PyBuffer_Release(&alias.offsets);
+    PyBuffer_Release(&alias.data);
+    PyBuffer_Release(&index);
+    PyBuffer_Release(&out);
+    return result;
 }
 
 static PyObject *py_has_hint(PyObject *self, PyObject *arg) {
@@ -535,6 +673,8 @@ static PyObject *py_has_hint(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"enumeration_flags", py_flags, METH_O,
      "enumeration_flags(pairs) -> list[bool]: alias_only_in_enumeration over (sentence, alias) str pairs."},
+    {"enumeration_flags_utf8", py_flags_utf8, METH_VARARGS,
+     "enumeration_flags_utf8((offsets, data, offset, length), index, (offsets, data, offset, length), out)"},
     {"alias_only_in_enumeration", py_alias_only, METH_VARARGS,
      "alias_only_in_enumeration(sentence, alias) -> bool"},
     {"occurrence_in_enumeration", py_occurrence, METH_VARARGS,

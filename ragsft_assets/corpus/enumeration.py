@@ -206,6 +206,47 @@ def enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
     return python_enumeration_flags(pairs)
 
 
+def flags_of_arrays(sentences: Any, index: Any, aliases: Any) -> Any:
+    """``flags[i]`` = :func:`alias_only_in_enumeration` ``(sentences[index[i]], aliases[i])``, as a numpy
+    bool array, over pyarrow arrays (utf8 sentences, integer indices into them, utf8 aliases).
+
+    The compiled rule reads the arrays' buffers directly: no Python object per pair (building the
+    pairs cost as much as checking them, and their garbage a full collection). Without it, or for
+    arrays with nulls or of other types, the pairs go through :func:`enumeration_flags`.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    simple = (
+        NATIVE is not None
+        and sentences.type == pa.string() == aliases.type
+        and sentences.null_count == aliases.null_count == index.null_count == 0
+        and pa.types.is_integer(index.type)
+    )
+    if simple and len(sentences) < 2**31:
+        out = bytearray(len(aliases))
+        positions = np.ascontiguousarray(index.to_numpy(zero_copy_only=False), dtype=np.int32)
+        NATIVE.enumeration_flags_utf8(
+            (sentences.buffers()[1], sentences.buffers()[2], sentences.offset, len(sentences)),
+            positions,
+            (aliases.buffers()[1], aliases.buffers()[2], aliases.offset, len(aliases)),
+            out,
+        )
+        return np.frombuffer(out, dtype=np.bool_)
+    return np.array(enumeration_flags(sentence_alias_pairs(sentences, index, aliases)), dtype=np.bool_)
+
+
+def sentence_alias_pairs(sentences: Any, index: Any, aliases: Any) -> list[tuple[str, str]]:
+    """``(sentences[index[i]], aliases[i])`` as Python pairs; one str per distinct sentence, shared."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    positions = index.to_pylist()
+    distinct = sorted(set(positions))
+    texts = dict(zip(distinct, pc.take(sentences, pa.array(distinct, pa.int64())).to_pylist(), strict=True))
+    return [(texts[i], a) for i, a in zip(positions, aliases.to_pylist(), strict=True)]
+
+
 def python_enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
     """:func:`enumeration_flags` in Python: the reference of the compiled rule."""
     # A sentence holds several links: scan it for a separator or trigger once, not once per link.

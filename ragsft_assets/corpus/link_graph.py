@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -126,16 +127,20 @@ def _timed_flags(pairs: list[tuple[str, str]]) -> tuple[list[bool], float]:
     return flags, time.process_time() - started
 
 
-def _enumeration_flags(pairs: list[tuple[str, str]], workers: int) -> tuple[list[bool], float]:
-    """The enumeration rule over every candidate edge, on ``workers`` processes for large graphs.
+def _enumeration_flags(
+    sentences: pa.Array, index: pa.Array, aliases: pa.Array, workers: int
+) -> tuple[Any, float]:
+    """The enumeration rule over every candidate edge (``sentences[index[i]]``, ``aliases[i]``), on
+    ``workers`` processes for large graphs.
 
     Returns the flags and the pool workers' CPU seconds (0 when it ran here).
     """
     from ragsft_assets.corpus.build import fork_server_started, worker_context
 
-    if not use_pool(len(pairs), workers, fork_server_started()):
-        return enumeration_flags(pairs), 0.0
+    if not use_pool(len(aliases), workers, fork_server_started()):
+        return enumeration.flags_of_arrays(sentences, index, aliases), 0.0
 
+    pairs = enumeration.sentence_alias_pairs(sentences, index, aliases)
     size = max(1000, len(pairs) // (workers * 4))
     chunks = [pairs[i : i + size] for i in range(0, len(pairs), size)]
     with closing_pool(start_pool(worker_context(), workers)) as pool:
@@ -201,13 +206,11 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
     maybe = pc.take(may_hold_enumeration(flat_sentences), sentence_index)
     to_check = pc.indices_nonzero(maybe)
-    with paused_gc():  # ~100,000 (sentence, alias) tuples per 100,000 articles, no cycles
+    with paused_gc():  # without the compiled rule: ~1 (sentence, alias) tuple per edge, no cycles
         flags, worker_cpu = _enumeration_flags(
-            _sentence_alias_pairs(
-                flat_sentences,
-                pc.take(sentence_index, to_check),
-                pc.take(pc.take(flat.field("anchor"), candidates), to_check),
-            ),
+            flat_sentences,
+            pc.take(sentence_index, to_check),
+            pc.take(pc.take(flat.field("anchor"), candidates), to_check),
             workers,
         )
     mask = np.zeros(len(candidates), dtype=bool)
@@ -288,15 +291,3 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     table = table.combine_chunks()
     pa.default_memory_pool().release_unused()  # the intermediates are freed: give their pages back
     return LinkGraphBuild(table, funnel, sorted(bridges), dropped, worker_cpu)
-
-
-def _sentence_alias_pairs(
-    flat_sentences: pa.Array, sentence_index: pa.Array, aliases: pa.Array
-) -> list[tuple[str, str]]:
-    """``(sentence text, alias)`` per candidate edge; one Python string per distinct sentence, shared."""
-    index = sentence_index.to_pylist()
-    distinct = sorted(set(index))
-    texts = dict(
-        zip(distinct, pc.take(flat_sentences, pa.array(distinct, pa.int64())).to_pylist(), strict=True)
-    )
-    return [(texts[i], a) for i, a in zip(index, aliases.to_pylist(), strict=True)]
