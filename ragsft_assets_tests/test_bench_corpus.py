@@ -49,6 +49,7 @@ def test_bench_run_prints_the_ratio_the_cpu_ratio_and_the_load(tmp_path: Path) -
     values = bench_corpus.run(240, str(tmp_path))
     for key in ("ratio", "cpu_ratio", "load_avg", "record_kb_p50", "enum_checked_share", "writes_s", "cores"):
         assert key in values, key
+    assert values["native"] == bench_corpus.compiled_rules()  # which implementation was timed
     assert values["bar"] == bench_corpus.BAR and values["passed"] == (values["ratio"] >= bench_corpus.BAR)
     assert 0 < values["cpu_ratio"] < 5 and values["writes_s"] > 0
     assert values["records"] == 240 and 2.5 < values["record_kb_p50"] < 11.2

@@ -20,6 +20,9 @@ is at most about ``workers * cpu_ratio``. ``load_avg``: the 1-minute load averag
 peak RSS (with its workers) is sampled, on the first half of the file and on the whole file, to show
 that memory follows the output (the kept abstracts) and not the input, which is streamed.
 
+``native=`` names the corpus rules that ran compiled (``ragsft_assets.corpus.native``; ``none`` where
+no C extension is built, or with ``RAGSFT_NATIVE=0`` to time the Python rules).
+
 With ``--workdir``, the generated dump is kept there and reused by the next run of the same size
 (generating 100,000 records takes longer than building from them).
 """
@@ -197,6 +200,13 @@ def generate(path: Path, size: int, seed: int = 1) -> int:
         for i in range(size):
             fh.write(orjson.dumps(make_record(i, size, rng, material)) + b"\n")
     return path.stat().st_size
+
+
+def compiled_rules() -> str:
+    """Which corpus rules ran compiled (``enumeration,abstracts``), or ``none``: the line says what it timed."""
+    from ragsft_assets.corpus import native
+
+    return ",".join(n for n in native.NAMES if native.load(n) is not None) or "none"
 
 
 def decode_all(path: Path) -> tuple[int, float]:
@@ -420,6 +430,7 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             "decode_lines_per_s": round(decode_rate),
             "records": size,
             "workers": workers,
+            "native": compiled_rules(),
             **machine_values(),
         }
     finally:
