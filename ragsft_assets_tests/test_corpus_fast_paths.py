@@ -6,6 +6,8 @@ import random
 import re
 from collections import Counter
 
+import pytest
+
 from ragsft_assets.corpus import abstracts, enumeration, sentences
 from ragsft_assets.corpus.sentences import split_sentences
 
@@ -150,3 +152,19 @@ def test_top_linked_equals_select_bridges() -> None:
     for k in (0, 1, 7, 50, len(ids), len(ids) + 5, -1):
         expected = select_bridges(dict(zip(ids, degrees, strict=True)), (), k)
         assert top_linked(pa.array(ids), pa.array(degrees, pa.int64()), k) == expected, k
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_distinct_sources_counts_each_source_once_per_target(seed: int) -> None:
+    """link_graph.distinct_sources against a set per target (repeated pairs, rows without edges)."""
+    import numpy as np
+
+    from ragsft_assets.corpus.link_graph import distinct_sources
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 60)
+    edges = [(rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 400))]
+    targets = np.array([t for t, _ in edges], np.int32)
+    sources = np.array([s for _, s in edges], np.int32)
+    expected = [len({s for t, s in edges if t == row}) for row in range(n)]
+    assert distinct_sources(targets, sources, n).tolist() == expected

@@ -224,3 +224,24 @@ def test_flags_of_arrays_refuses_bad_buffers() -> None:
         C.enumeration_flags_utf8(
             buffers, np.array([0], np.int32), (aliases.buffers()[1], aliases.buffers()[2], 0, 1), bytearray(2)
         )
+
+
+def test_the_link_graph_is_the_same_with_the_compiled_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the sample snapshot: same edges, funnel and dropped edges with the C rule (no prefilter, the
+    array path) as with the Python rule behind the C++ prefilter."""
+    from ragsft_assets.corpus import link_graph as G
+    from ragsft_assets.corpus.abstracts import AbstractsConfig
+    from ragsft_assets.corpus.build import build_abstracts
+
+    dumps = sorted((PACKAGE / "sample_snapshot" / "sample.fr").glob("*.jsonl"))
+    table = build_abstracts(dumps, AbstractsConfig(min_chars=50, min_sentences=1)).table
+    compiled = G.build_link_graph(table, G.LinkGraphConfig(in_degree_cap=5, bridge_top_k=20))
+    monkeypatch.setattr(E, "NATIVE", None)
+    python = G.build_link_graph(table, G.LinkGraphConfig(in_degree_cap=5, bridge_top_k=20))
+    assert compiled.table.equals(python.table)
+    assert (compiled.funnel, compiled.dropped, compiled.bridge_ids) == (
+        python.funnel,
+        python.dropped,
+        python.bridge_ids,
+    )
+    assert compiled.funnel[G.ENUMERATION] > 0 and compiled.funnel[G.IN_DEGREE_CAP] > 0

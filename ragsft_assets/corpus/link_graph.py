@@ -111,6 +111,21 @@ def top_linked(target_ids: pa.Array, in_degree: pa.Array, top_k: int) -> set[str
     return set(ranked.column("id").take(order[: max(0, top_k)]).to_pylist())
 
 
+def distinct_sources(targets: np.ndarray, sources: np.ndarray, n_rows: int) -> np.ndarray:
+    """Per corpus row, the number of distinct rows among ``sources`` of the edges into it
+    (``targets[i]`` <- ``sources[i]``, both row numbers below ``n_rows``): its in-degree."""
+    if not len(targets):
+        return np.zeros(n_rows, np.int64)
+    # One int64 per (target, source) pair; Arrow's hash-based unique, then a count per target.
+    pairs = pc.unique(pa.array(targets.astype(np.int64) * n_rows + sources.astype(np.int64))).to_numpy()
+    return np.bincount(pairs // n_rows, minlength=n_rows)
+
+
+def _ints(array: pa.Array) -> np.ndarray:
+    """A null-free integer array as numpy."""
+    return array.to_numpy(zero_copy_only=False)
+
+
 def use_pool(n_pairs: int, workers: int, warm: bool, native: bool | None = None) -> bool:
     """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up;
     ``native``: the compiled rule runs, by default where it is built)."""
@@ -182,17 +197,15 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     # popularity does not depend on how the corpus was split), before any other rule looks at the edges.
     # It drops the same-split edges to an over-cited target (cross-split ones are dropped already).
     in_positions = pc.indices_nonzero(in_corpus)
-    all_pairs = pa.table(
-        {"target": pc.take(target_row, in_positions), "source": pc.take(parents, in_positions)}
+    degree = distinct_sources(
+        _ints(pc.take(target_row, in_positions)), _ints(pc.take(parents, in_positions)), abstracts.num_rows
     )
-    degree = all_pairs.group_by("target").aggregate([("source", "count_distinct")])
-    capped_rows = degree.filter(pc.greater(degree.column("source_count_distinct"), cfg.in_degree_cap))
     positions = pc.indices_nonzero(same)  # link positions of the same-split edges
-    is_capped = pc.is_in(pc.take(target_row, positions), value_set=capped_rows.column("target"))
+    is_capped = pa.array(degree[_ints(pc.take(target_row, positions))] > cfg.in_degree_cap, pa.bool_())
     capped = pc.filter(positions, is_capped)
     candidates = pc.filter(positions, pc.invert(is_capped))
     funnel[IN_DEGREE_CAP] = len(capped)
-    del all_pairs, degree, is_capped
+    del degree, is_capped
 
     sentences = (
         abstracts.column("sentences").chunk(0) if abstracts.num_rows else pa.array([], pa.list_(pa.string()))
@@ -203,9 +216,12 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
         pc.take(sentences.offsets, cand_parents), pc.cast(pc.take(sentence_no, candidates), pa.int32())
     )
     flat_sentences = pc.list_flatten(sentences)
-    # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
-    maybe = pc.take(may_hold_enumeration(flat_sentences), sentence_index)
-    to_check = pc.indices_nonzero(maybe)
+    if enumeration.NATIVE is not None:
+        # The compiled rule's own hint check is cheaper than the prefilter over every sentence.
+        to_check = pa.array(np.arange(len(candidates)))
+    else:
+        # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
+        to_check = pc.indices_nonzero(pc.take(may_hold_enumeration(flat_sentences), sentence_index))
     with paused_gc():  # without the compiled rule: ~1 (sentence, alias) tuple per edge, no cycles
         flags, worker_cpu = _enumeration_flags(
             flat_sentences,
@@ -237,27 +253,14 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     kept_sentence_index = pc.take(kept_sentence_index, order)
 
     kept_parents = pc.take(parents, kept)
-    kept_target_row = pc.take(target_row, kept)
-    kept_degree = (
-        pa.table({"target": kept_target_row, "source": kept_parents})
-        .group_by("target")
-        .aggregate([("source", "count_distinct")])
-    )
+    kept_target_row = _ints(pc.take(target_row, kept))
+    kept_degree = distinct_sources(kept_target_row, _ints(kept_parents), abstracts.num_rows)
     if cfg.bridge_titles:
         bridges = select_bridges({}, cfg.bridge_titles, cfg.bridge_top_k)
     else:
-        bridges = top_linked(
-            pc.take(ids, kept_degree.column("target")),
-            kept_degree.column("source_count_distinct"),
-            cfg.bridge_top_k,
-        )
-    degree_col = pc.cast(
-        pc.take(
-            kept_degree.column("source_count_distinct"),
-            pc.index_in(kept_target_row, value_set=kept_degree.column("target")),
-        ),
-        pa.int32(),
-    )
+        linked = np.flatnonzero(kept_degree)
+        bridges = top_linked(pc.take(ids, pa.array(linked)), pa.array(kept_degree[linked]), cfg.bridge_top_k)
+    degree_col = pa.array(kept_degree[kept_target_row], pa.int32())
     kept_target_id = pc.take(target_id, kept)
     bridge_col = pc.is_in(kept_target_id, value_set=pa.array(sorted(bridges), pa.string()))
     table = pa.table(
