@@ -315,3 +315,29 @@ def test_enumeration_pool_threshold_and_result(tmp_path: Path, monkeypatch: pyte
     pooled = build_link_graph(table, LinkGraphConfig(), workers=2)
     assert pools and pooled.table.equals(serial.table) and pooled.dropped == serial.dropped
     assert pooled.worker_cpu_s > 0 and serial.worker_cpu_s == 0  # the pool's CPU is reported
+
+
+def _resident_kb(path: Path) -> int:
+    """Rss of this process's mappings of ``path`` (from /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1].isdigit() or line[:1] in "abcdef" and "-" in line.split(" ", 1)[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads /proc/self/smaps (Linux)")
+def test_a_mapped_chunk_gives_its_pages_back_and_stays_readable(tmp_path: Path) -> None:
+    from ragsft_assets.corpus.build import _MappedChunk
+
+    records = [make_record(f"Ville {i}", FILLER * 40, identifier=i) for i in range(200)]
+    lines = [orjson.dumps(r) for r in records]
+    res = run_task(("lines", lines), CFG, str(tmp_path / "c.arrow"))
+    chunk = _MappedChunk(res.path)
+    expected = chunk.table.column("text").to_pylist()  # every page of the column read
+    assert _resident_kb(Path(res.path)) > 100
+    chunk.drop_pages()
+    assert _resident_kb(Path(res.path)) == 0
+    assert chunk.table.column("text").to_pylist() == expected  # pages come back from the page cache

@@ -17,6 +17,7 @@ table itself memory does not grow with the input.
 from __future__ import annotations
 
 import itertools
+import mmap
 import multiprocessing as mp
 import os
 import tempfile
@@ -234,9 +235,23 @@ _GATHER_GROUPS = (
 )
 
 
-def _read_chunk(path: str) -> pa.Table:
-    """A chunk file as a table backed by the memory-mapped file (nothing is copied)."""
-    return ipc.open_file(pa.memory_map(path)).read_all()
+class _MappedChunk:
+    """A chunk file mapped once, read as a table; :meth:`drop_pages` gives its resident pages back.
+
+    The merge reads the files column group by column group. Opening every file again per group cost
+    ~30 ms a group at 158 files; keeping them open would keep every page read so far resident.
+    ``madvise(MADV_DONTNEED)`` on a read-only file mapping only unmaps the pages: the table stays
+    valid, and a page read again comes back from the page cache.
+    """
+
+    def __init__(self, path: str) -> None:
+        with open(path, "rb") as fh:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.table = ipc.open_file(pa.py_buffer(self._map)).read_all()
+
+    def drop_pages(self) -> None:
+        if hasattr(mmap, "MADV_DONTNEED"):  # Linux and most Unixes; elsewhere the pages just stay
+            self._map.madvise(mmap.MADV_DONTNEED)
 
 
 def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, str, str]]]:
@@ -248,7 +263,8 @@ def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, 
     """
     if not chunk_paths:
         return ABSTRACTS_SCHEMA.empty_table(), []
-    keys = pa.concat_tables([_read_chunk(p) for p in chunk_paths])
+    chunks = [_MappedChunk(p) for p in chunk_paths]
+    keys = pa.concat_tables([c.table for c in chunks])
     order = dedup_order(keys)
     rows = kept_rows(keys, order)
     gone = order.filter(pc.invert(order.column("keep"))).column("row")
@@ -260,20 +276,19 @@ def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, 
             for i, t in zip(lost.column("id").to_pylist(), lost.column("title").to_pylist(), strict=True)
         ]
     del keys, order, gone
+    for chunk in chunks:
+        chunk.drop_pages()
     pa.default_memory_pool().release_unused()
     columns: dict[str, pa.Array] = {}
     for group in _GATHER_GROUPS:
-        # Fresh maps per group: when they are dropped, the group's pages leave this process.
-        tables = [_read_chunk(p).select(group) for p in chunk_paths]
-        # One contiguous copy per column (a chunked take would make it anyway), then unmap the files
-        # before the gather, so the mapped pages and the gathered column are never resident together.
+        # One contiguous copy per column (a chunked take would make it anyway), then the files' pages
+        # are dropped before the gather: the mapped pages and the gathered column are never resident
+        # together.
         whole = {
-            name: pa.concat_arrays([c for t in tables for c in t.column(name).chunks])
-            if tables
-            else pa.array([], ABSTRACTS_SCHEMA.field(name).type)
-            for name in group
+            name: pa.concat_arrays([a for c in chunks for a in c.table.column(name).chunks]) for name in group
         }
-        del tables
+        for chunk in chunks:
+            chunk.drop_pages()
         for name in group:
             columns[name] = whole.pop(name).take(rows)
         # Hand the temporaries back to the system now: freed pool memory otherwise stays resident
