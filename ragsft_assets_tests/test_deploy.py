@@ -216,6 +216,8 @@ def test_dockerfile_installs_the_package_without_embedded_or_dev() -> None:
     assert "ARG RAGSFT_GIT_COMMIT" in dockerfile and "RAGSFT_GIT_COMMIT=${RAGSFT_GIT_COMMIT}" in dockerfile
     assert "ragsft_assets.definitions" in dockerfile
     assert "dagster-k8s" in dockerfile and "dagster-postgres" in dockerfile
+    # The compiled corpus rules are built in the image, and the build fails if they are not.
+    assert "setup.py" in dockerfile.split("RUN", 1)[0] and "RAGSFT_REQUIRE_NATIVE=1" in install
 
 
 CHART = DEPLOY / "chart"  # wrapper chart: dagster/dagster at the pin + the pool-limit hook Job
