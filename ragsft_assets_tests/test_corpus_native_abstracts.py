@@ -381,6 +381,7 @@ def test_locate_links_when_the_url_resolution_raises() -> None:
 
 def test_locate_links_returns_none_for_what_it_leaves_to_python() -> None:
     args = (A._LINK_CACHE, A._host_cache, A._resolve_miss, A._NOT_A_URL, A._NATIVE_LINK_REASONS)
+    args += (A._CACHE_MAX, A.NON_ARTICLE_NAMESPACES)
     link = {"url": "https://fr.wikipedia.org/wiki/Paris", "text": "Paris"}
     good = ([link], ["Paris."], "Paris.", "Mali", "fr.wikipedia.org")
     assert C.locate_links(*good, Counter(), *args) == [("Paris", A.doc_id("Paris"), "Paris", 0)]

@@ -1,10 +1,16 @@
-/* Two hot steps of the abstracts stage, in C:
+/* The hot steps of the abstracts stage, in C:
  *
  *   split_sentences  = ragsft_assets/corpus/sentences.py split_sentences (the _BOUNDARY regex,
  *                      _is_abbreviation, _ends_sentence_anyway, _single_spaced, the final
  *                      " ".join(s.split()) normalisation);
  *   locate_links     = ragsft_assets/corpus/abstracts.py _locate_links;
- *   abstract_links   = ragsft_assets/corpus/abstracts.py abstract_links (with _iter_links).
+ *   abstract_links   = ragsft_assets/corpus/abstracts.py abstract_links (with _iter_links);
+ *   (in locate_links) = abstracts._resolve_miss for the usual URL https://{host}/wiki/<raw> without '?'
+ *                      (resolve_link's fast path, _title_from_path with unquote's percent-decoding,
+ *                      ids.doc_id through hashlib.sha256, the bounded cache insert); other URLs still call it;
+ *   rows_to_buffers  = the Arrow buffers of abstracts.rows_to_table (validity bitmaps, int32 offsets,
+ *                      UTF-8, int64/int32 values), which abstracts.py wraps with Array.from_buffers:
+ *                      no pa.array (value by value, and it imports pandas on its first call).
  *
  * The Python functions are the reference: these return exactly what they return, and
  * test_corpus_native_abstracts.py compares both on real and fuzzed input. Where an input is unusual
@@ -14,6 +20,8 @@
  * the one Python computes; the character classes are the ones of `re` on str patterns (\s is
  * Py_UNICODE_ISSPACE, \w is Py_UNICODE_ISALNUM or '_', \d is Py_UNICODE_ISDECIMAL) and of the str
  * methods (isalpha, isupper, isprintable, splitlines, strip, split).
+ *
+ * The test_corpus_native_rows.py tests compare the last two with the Python references.
  *
  * Why C: both ran ~8 us per input line in Python (the regex engine, many small str objects); the
  * abbreviation lists stay Python sets read from the JSON data files, passed in by the caller.
@@ -136,7 +144,7 @@ static inline int str_equal(PyObject *a, PyObject *b) {
 
 /* ---- interned names ---------------------------------------------------------------------------- */
 
-static PyObject *s_lower, *s_url, *s_text, *s_sections, *s_name, *s_has_parts, *s_links;
+static PyObject *s_lower, *s_upper, *s_url, *s_text, *s_sections, *s_name, *s_has_parts, *s_links;
 static PyObject *counter_type; /* collections.Counter */
 
 /* ---- word lists -------------------------------------------------------------------------------- */
@@ -442,6 +450,301 @@ static PyObject *split_sentences(PyObject *self, PyObject *const *args, Py_ssize
     return out;
 }
 
+/* ---- UTF-8 and ids.doc_id ------------------------------------------------------------------ */
+
+/* Most bytes the UTF-8 of an exact str can take. */
+static inline idx utf8_bound(PyObject *s) {
+    idx n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_IS_ASCII(s)) return n;
+    return n * (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND ? 2 : PyUnicode_KIND(s) == PyUnicode_2BYTE_KIND ? 3 : 4);
+}
+
+/* s.encode("utf-8") into dst (utf8_bound(s) bytes at least): the length, or -1 where s holds a
+ * surrogate (the strict codec raises there: the caller leaves it to Python). */
+static idx utf8_encode(PyObject *s, unsigned char *dst) {
+    idx n = PyUnicode_GET_LENGTH(s);
+    if (PyUnicode_IS_ASCII(s)) {
+        memcpy(dst, PyUnicode_DATA(s), (size_t)n);
+        return n;
+    }
+    unsigned char *p = dst;
+    if (PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND) { /* Latin-1: most French text */
+        const Py_UCS1 *d = PyUnicode_1BYTE_DATA(s);
+        for (idx i = 0; i < n; i++) {
+            Py_UCS1 c = d[i];
+            if (c < 0x80) {
+                *p++ = c;
+            } else {
+                *p++ = (unsigned char)(0xc0 | (c >> 6));
+                *p++ = (unsigned char)(0x80 | (c & 0x3f));
+            }
+        }
+        return p - dst;
+    }
+    Text t = text_of(s);
+    for (idx i = 0; i < n; i++) {
+        ch c = at(t, i);
+        if (c < 0x80) {
+            *p++ = (unsigned char)c;
+        } else if (c < 0x800) {
+            *p++ = (unsigned char)(0xc0 | (c >> 6));
+            *p++ = (unsigned char)(0x80 | (c & 0x3f));
+        } else if (c < 0x10000) {
+            if (c >= 0xd800 && c <= 0xdfff) return -1;
+            *p++ = (unsigned char)(0xe0 | (c >> 12));
+            *p++ = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            *p++ = (unsigned char)(0x80 | (c & 0x3f));
+        } else {
+            *p++ = (unsigned char)(0xf0 | (c >> 18));
+            *p++ = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
+            *p++ = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            *p++ = (unsigned char)(0x80 | (c & 0x3f));
+        }
+    }
+    return p - dst;
+}
+
+/* hashlib.sha256, looked up at import: the digest comes from Python's own (OpenSSL) implementation. */
+static PyObject *sha256_new = NULL;
+
+#define ID_LEN 24 /* ids.ID_LEN: hex characters of the digest kept */
+
+/* ids.doc_id(title): the first 24 hex characters of the SHA-256 of the title's UTF-8 (a new reference),
+ * or NULL without an exception set where the title holds a surrogate (doc_id raises: Python decides). */
+static PyObject *doc_id_of(PyObject *title) {
+    unsigned char stack[1024];
+    idx bound = utf8_bound(title);
+    unsigned char *buf = bound <= (idx)sizeof stack ? stack : PyMem_Malloc((size_t)bound);
+    if (buf == NULL) return PyErr_NoMemory();
+    idx n = utf8_encode(title, buf);
+    PyObject *hash = NULL, *bytes = NULL;
+    if (n >= 0 && (bytes = PyBytes_FromStringAndSize((const char *)buf, n)) != NULL) {
+        hash = PyObject_CallOneArg(sha256_new, bytes);
+        Py_DECREF(bytes);
+    }
+    if (buf != stack) PyMem_Free(buf);
+    if (n < 0 || hash == NULL) return NULL;
+    PyObject *raw = PyObject_CallMethod(hash, "digest", NULL);
+    Py_DECREF(hash);
+    if (raw == NULL) return NULL;
+    if (!PyBytes_Check(raw) || PyBytes_GET_SIZE(raw) < ID_LEN / 2) {
+        Py_DECREF(raw);
+        PyErr_SetString(PyExc_ValueError, "hashlib.sha256 gave an unexpected digest");
+        return NULL;
+    }
+    const unsigned char *digest = (const unsigned char *)PyBytes_AS_STRING(raw);
+    PyObject *out = PyUnicode_New(ID_LEN, 127);
+    if (out == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    Py_UCS1 *hex = PyUnicode_1BYTE_DATA(out);
+    for (int i = 0; i < ID_LEN / 2; i++) {
+        hex[2 * i] = "0123456789abcdef"[digest[i] >> 4];
+        hex[2 * i + 1] = "0123456789abcdef"[digest[i] & 15];
+    }
+    Py_DECREF(raw);
+    return out;
+}
+
+PyDoc_STRVAR(doc_id_doc, "doc_id(title)\n--\n\n"
+                         "ids.doc_id(title) for an exact str; None where Python decides (not an exact str,\n"
+                         "a surrogate). For the tests.");
+
+static PyObject *doc_id_py(PyObject *self, PyObject *title) {
+    if (!PyUnicode_CheckExact(title)) Py_RETURN_NONE;
+    PyObject *out = doc_id_of(title);
+    if (out == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return out;
+}
+
+/* ---- the link cache's miss (abstracts._resolve_miss), for the usual URL ------------------------ */
+
+/* What the fast path needs, from locate_links' arguments. */
+typedef struct {
+    PyObject *namespaces;            /* NON_ARTICLE_NAMESPACES (an exact set or frozenset), or NULL */
+    idx cache_max;                   /* _CACHE_MAX */
+    PyObject *kept, *non_article, *external; /* LINK_KEPT, LINK_NON_ARTICLE, LINK_EXTERNAL */
+} Resolver;
+
+static inline int hex_value(ch c) {
+    if (c >= '0' && c <= '9') return (int)(c - '0');
+    if (c >= 'a' && c <= 'f') return (int)(c - 'a' + 10);
+    if (c >= 'A' && c <= 'F') return (int)(c - 'A' + 10);
+    return -1;
+}
+
+/* urllib.parse.unquote(url[a:b]) (UTF-8, errors="replace") into out (b - a code points at most: each
+ * input character gives at most one): the count, -1 on error. unquote decodes each run of ASCII
+ * characters on its own (unquote_to_bytes, then bytes.decode): '%' and two hex digits is a byte, any
+ * other '%' stays; the bytes are decoded by CPython's own UTF-8 decoder. */
+static idx unquote_into(Text t, idx a, idx b, ch *out) {
+    idx n = 0;
+    unsigned char stack[256];
+    unsigned char *bytes = b - a <= (idx)sizeof stack ? stack : PyMem_Malloc((size_t)(b - a));
+    if (bytes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    idx i = a;
+    while (i < b) {
+        ch c = at(t, i);
+        if (c >= 128) {
+            out[n++] = c;
+            i++;
+            continue;
+        }
+        idx len = 0;
+        int high = 0;
+        for (; i < b && (c = at(t, i)) < 128; i++) {
+            int hi, lo;
+            if (c == '%' && i + 2 < b && (hi = hex_value(at(t, i + 1))) >= 0 &&
+                (lo = hex_value(at(t, i + 2))) >= 0) {
+                bytes[len] = (unsigned char)(hi << 4 | lo);
+                high |= bytes[len++] >= 128;
+                i += 2;
+            } else {
+                bytes[len++] = (unsigned char)c;
+            }
+        }
+        if (!high) {
+            for (idx k = 0; k < len; k++) out[n++] = bytes[k];
+            continue;
+        }
+        PyObject *run = PyUnicode_DecodeUTF8((const char *)bytes, len, "replace");
+        if (run == NULL) {
+            n = -1;
+            break;
+        }
+        Text r = text_of(run);
+        for (idx k = 0; k < PyUnicode_GET_LENGTH(run); k++) out[n++] = at(r, k);
+        Py_DECREF(run);
+    }
+    if (bytes != stack) PyMem_Free(bytes);
+    return n;
+}
+
+/* title.split(":", 1)[0].strip().lower() in namespaces, for title = buf[0:n] holding a ':' at colon:
+ * 1, 0, or -1 on error. str.lower is the full case mapping: called on a non-ASCII prefix. */
+static int in_namespaces(const ch *buf, idx colon, PyObject *namespaces) {
+    idx a = 0, b = colon;
+    while (a < b && is_space(buf[a])) a++;
+    while (b > a && is_space(buf[b - 1])) b--;
+    idx maxlen = set_maxlen(namespaces); /* the lowercase is never shorter */
+    if (maxlen < 0) return -1;
+    if (b - a > maxlen) return 0;
+    PyObject *prefix = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf + a, b - a);
+    if (prefix == NULL) return -1;
+    PyObject *low = lowered(prefix);
+    if (low == NULL) {
+        Py_DECREF(prefix);
+        return -1;
+    }
+    int r = PySet_Contains(namespaces, low == Py_None ? prefix : low);
+    if (low != Py_None) Py_DECREF(low);
+    Py_DECREF(prefix);
+    return r;
+}
+
+/* title[0].upper() + title[1:] of title = buf[0:n], n > 0 (a new reference). str.upper is the full
+ * case mapping ('ß' gives 'SS'): below U+0100 it is the simple one but for 'ß' (the tests check every
+ * code point), above that str.upper decides. */
+static PyObject *capitalised(ch *buf, idx n) {
+    ch c = buf[0];
+    if (c < 0x100 && c != 0xdf) {
+        buf[0] = c < 0x80 ? (c >= 'a' && c <= 'z' ? c - 32 : c) : Py_UNICODE_TOUPPER(c);
+        return PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, n);
+    }
+    PyObject *first = PyUnicode_FromOrdinal((int)c);
+    if (first == NULL) return NULL;
+    PyObject *upper = PyObject_CallMethodNoArgs(first, s_upper);
+    Py_DECREF(first);
+    if (upper == NULL) return NULL;
+    PyObject *rest = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf + 1, n - 1);
+    PyObject *out = rest == NULL ? NULL : PyUnicode_Concat(upper, rest);
+    Py_DECREF(upper);
+    Py_XDECREF(rest);
+    return out;
+}
+
+/* _resolve_miss(url, host) where resolve_link takes its fast path, an absolute URL of the host's wiki
+ * (https://{host}/wiki/<raw>, no '?'): _title_from_path(raw before any '#') and doc_id, the hit stored
+ * in cache as _resolve_miss stores it (cleared first when it holds cache_max entries). Returns the hit
+ * (a new reference), or NULL without an exception where Python decides (another URL, a title that
+ * doc_id cannot encode). url and host are exact str. */
+static PyObject *resolve_fast(PyObject *url, PyObject *host, PyObject *cache, const Resolver *rv) {
+    static const char scheme[] = "https://", wiki[] = "/wiki/";
+    if (PyUnicode_READY(url) < 0 || PyUnicode_READY(host) < 0) return NULL;
+    idx hn = PyUnicode_GET_LENGTH(host), un = PyUnicode_GET_LENGTH(url), start = 8 + hn + 6;
+    if (rv->namespaces == NULL || hn == 0 || un < start) return NULL;
+    Text u = text_of(url), h = text_of(host);
+    for (idx i = 0; i < 8; i++)
+        if (at(u, i) != (ch)scheme[i]) return NULL;
+    for (idx i = 0; i < hn; i++)
+        if (at(u, 8 + i) != at(h, i)) return NULL;
+    for (idx i = 0; i < 6; i++)
+        if (at(u, 8 + hn + i) != (ch)wiki[i]) return NULL;
+    idx q = PyUnicode_FindChar(url, '?', 0, un, 1);
+    if (q != -1) return NULL; /* -2: an error, but none can happen on a ready str */
+    idx end = PyUnicode_FindChar(url, '#', start, un, 1);
+    if (end < 0) end = un;
+
+    ch stack[256];
+    ch *buf = end - start <= 256 ? stack : PyMem_Malloc(sizeof(ch) * (size_t)(end - start));
+    if (buf == NULL) return PyErr_NoMemory();
+    PyObject *target = NULL, *reason = rv->kept, *id = NULL, *hit = NULL;
+    idx n;
+    if (PyUnicode_FindChar(url, '%', start, end, 1) >= 0) {
+        n = unquote_into(u, start, end, buf);
+        if (n < 0) goto done;
+    } else {
+        n = end - start;
+        for (idx i = 0; i < n; i++) buf[i] = at(u, start + i);
+    }
+    /* " ".join(raw.replace("_", " ").split()) */
+    idx m = 0, colon = -1;
+    int gap = 0;
+    for (idx i = 0; i < n; i++) {
+        ch c = buf[i];
+        if (c == '_' || is_space(c)) {
+            gap = m > 0;
+            continue;
+        }
+        if (gap) buf[m++] = ' ';
+        gap = 0;
+        if (c == ':' && colon < 0) colon = m;
+        buf[m++] = c;
+    }
+    if (m == 0) {
+        reason = rv->external;
+    } else if (colon >= 0) {
+        int r = in_namespaces(buf, colon, rv->namespaces);
+        if (r < 0) goto done;
+        if (r) reason = rv->non_article;
+    }
+    if (reason == rv->kept) {
+        target = capitalised(buf, m);
+        if (target == NULL) goto done;
+        id = doc_id_of(target);
+        if (id == NULL) goto done; /* a surrogate: doc_id raises in Python */
+    } else {
+        target = Py_None;
+        id = Py_None;
+        Py_INCREF(target);
+        Py_INCREF(id);
+    }
+    hit = PyTuple_Pack(3, target, reason, id);
+    if (hit == NULL) goto done;
+    if (PyDict_GET_SIZE(cache) >= rv->cache_max) PyDict_Clear(cache);
+    if (PyDict_SetItem(cache, url, hit) < 0) Py_CLEAR(hit);
+
+done:
+    Py_XDECREF(target);
+    Py_XDECREF(id);
+    if (buf != stack) PyMem_Free(buf);
+    return hit;
+}
+
 /* ---- locate_links ------------------------------------------------------------------------------ */
 
 /* Link reasons counted locally, in the order they first occur, and added to the Counter at the end:
@@ -504,27 +807,41 @@ static PyObject *normalised(PyObject *s) {
 
 PyDoc_STRVAR(locate_links_doc,
              "locate_links(raw_links, sentences, text, title, host, counts, link_caches, host_cache,\n"
-             "             resolve_miss, not_a_url, reasons)\n--\n\n"
+             "             resolve_miss, not_a_url, reasons, cache_max, namespaces)\n--\n\n"
              "abstracts._locate_links; link_caches is _LINK_CACHE, host_cache _host_cache, resolve_miss\n"
-             "_resolve_miss, not_a_url _NOT_A_URL and reasons the link reasons (empty anchor, anchor\n"
-             "not found, self, duplicate, kept). None when an input is unusual (the caller runs the\n"
-             "Python function).");
+             "_resolve_miss, not_a_url _NOT_A_URL, reasons the link reasons (empty anchor, anchor\n"
+             "not found, self, duplicate, kept, non-article, external), cache_max _CACHE_MAX and\n"
+             "namespaces NON_ARTICLE_NAMESPACES. A cache miss on the usual URL is resolved here (what\n"
+             "_resolve_miss does), any other by resolve_miss. None when an input is unusual (the caller\n"
+             "runs the Python function).");
 
 static PyObject *locate_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "locate_links takes 11 arguments");
+    if (nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "locate_links takes 13 arguments");
         return NULL;
     }
     PyObject *raw_links = args[0], *sentences = args[1], *str = args[2], *title = args[3];
     PyObject *host = args[4], *counts = args[5], *link_caches = args[6], *host_cache = args[7];
     PyObject *resolve_miss = args[8], *not_a_url = args[9], *reasons = args[10];
-    if (!PyTuple_CheckExact(reasons) || PyTuple_GET_SIZE(reasons) != 5) {
-        PyErr_SetString(PyExc_TypeError, "reasons must be a tuple of 5 reasons");
+    if (!PyTuple_CheckExact(reasons) || PyTuple_GET_SIZE(reasons) != 7) {
+        PyErr_SetString(PyExc_TypeError, "reasons must be a tuple of 7 reasons");
         return NULL;
     }
     PyObject *r_empty = PyTuple_GET_ITEM(reasons, 0), *r_not_found = PyTuple_GET_ITEM(reasons, 1);
     PyObject *r_self = PyTuple_GET_ITEM(reasons, 2), *r_duplicate = PyTuple_GET_ITEM(reasons, 3);
     PyObject *r_kept = PyTuple_GET_ITEM(reasons, 4);
+    /* The miss fast path: only with an exact int bound and an exact set of namespaces (whose `in` is
+     * the one PySet_Contains computes). */
+    Resolver rv = {NULL, 0, r_kept, PyTuple_GET_ITEM(reasons, 5), PyTuple_GET_ITEM(reasons, 6)};
+    if (PyLong_CheckExact(args[11]) && (PyFrozenSet_CheckExact(args[12]) || PySet_CheckExact(args[12]))) {
+        int overflow;
+        long long bound = PyLong_AsLongLongAndOverflow(args[11], &overflow);
+        if (bound == -1 && PyErr_Occurred()) return NULL;
+        if (!overflow && bound >= 0 && bound <= PY_SSIZE_T_MAX) {
+            rv.namespaces = args[12];
+            rv.cache_max = (idx)bound;
+        }
+    }
     if (!PyList_CheckExact(raw_links) || !PyList_CheckExact(sentences) || !PyUnicode_CheckExact(str) ||
         !PyUnicode_CheckExact(title) || Py_TYPE(counts) != (PyTypeObject *)counter_type ||
         !PyDict_CheckExact(link_caches))
@@ -596,11 +913,18 @@ static PyObject *locate_links(PyObject *self, PyObject *const *args, Py_ssize_t 
             if (hit != NULL && PyTuple_GET_SIZE(hit) > 0) {
                 Py_INCREF(hit);
             } else {
-                Py_INCREF(url); /* the call may free the link */
-                PyObject *call_args[2] = {url, host};
-                hit = PyObject_Vectorcall(resolve_miss, call_args, 2, NULL);
-                Py_DECREF(url);
-                if (hit == NULL) goto done;
+                hit = NULL;
+                if (PyUnicode_CheckExact(host)) { /* `cache` is _host_cache(host), as for _resolve_miss */
+                    hit = resolve_fast(url, host, cache, &rv);
+                    if (hit == NULL && PyErr_Occurred()) goto done;
+                }
+                if (hit == NULL) {
+                    Py_INCREF(url); /* the call may free the link */
+                    PyObject *call_args[2] = {url, host};
+                    hit = PyObject_Vectorcall(resolve_miss, call_args, 2, NULL);
+                    Py_DECREF(url);
+                    if (hit == NULL) goto done;
+                }
             }
         } else {
             hit = not_a_url;
@@ -822,12 +1146,261 @@ static PyObject *abstract_links(PyObject *self, PyObject *record) {
     return out;
 }
 
+/* ---- rows_to_buffers (abstracts.rows_to_table) ------------------------------------------------- */
+
+/* A bytes object grown as it is written (amortised doubling), cut to its length at the end. */
+typedef struct {
+    PyObject *obj;
+    idx len, cap;
+} Bytes;
+
+static inline char *bytes_at(Bytes *b) { return PyBytes_AS_STRING(b->obj) + b->len; }
+
+static int bytes_reserve(Bytes *b, idx extra) {
+    if (b->obj != NULL && b->len + extra <= b->cap) return 0;
+    idx cap = b->cap ? b->cap : 64;
+    while (cap < b->len + extra) cap *= 2;
+    if (b->obj == NULL) {
+        b->obj = PyBytes_FromStringAndSize(NULL, cap);
+        if (b->obj == NULL) return -1;
+    } else if (_PyBytes_Resize(&b->obj, cap) < 0) {
+        return -1; /* b->obj is NULL now */
+    }
+    b->cap = cap;
+    return 0;
+}
+
+/* The bytes written (a new reference; b is emptied). */
+static PyObject *bytes_finish(Bytes *b) {
+    if (b->obj == NULL) return PyBytes_FromStringAndSize(NULL, 0);
+    if (_PyBytes_Resize(&b->obj, b->len) < 0) return NULL;
+    PyObject *out = b->obj;
+    b->obj = NULL;
+    return out;
+}
+
+/* One Arrow array being built: a validity bitmap (kept only if a value is null), int32 offsets and
+ * UTF-8 data for a string array, the values for an int64 or int32 one. */
+enum { COL_STR, COL_I64, COL_I32 };
+typedef struct {
+    int type;
+    idx n, nulls;
+    Bytes valid, offsets, data;
+} Col;
+
+#define FALLBACK 1 /* return code: an input the C does not take (Python decides) */
+
+static int col_init(Col *c, int type) {
+    memset(c, 0, sizeof *c);
+    c->type = type;
+    if (type != COL_STR) return 0;
+    if (bytes_reserve(&c->offsets, 4) < 0) return -1;
+    memset(bytes_at(&c->offsets), 0, 4);
+    c->offsets.len = 4;
+    return 0;
+}
+
+static void col_clear(Col *c) {
+    Py_CLEAR(c->valid.obj);
+    Py_CLEAR(c->offsets.obj);
+    Py_CLEAR(c->data.obj);
+}
+
+/* Appends one value: None (a null), an exact str, an exact int in the type's range. 0, -1 on error,
+ * FALLBACK for anything else (pa.array converts or rejects it: Python decides). */
+static int col_append(Col *c, PyObject *v) {
+    int valid = v != Py_None;
+    if (c->n % 8 == 0) {
+        if (bytes_reserve(&c->valid, 1) < 0) return -1;
+        *bytes_at(&c->valid) = 0;
+        c->valid.len++;
+    }
+    if (c->type == COL_STR) {
+        if (valid) {
+            if (!PyUnicode_CheckExact(v)) return FALLBACK;
+            if (PyUnicode_READY(v) < 0) return -1;
+            if (bytes_reserve(&c->data, utf8_bound(v)) < 0) return -1;
+            idx k = utf8_encode(v, (unsigned char *)bytes_at(&c->data));
+            if (k < 0) return FALLBACK; /* a surrogate: pa.array raises */
+            c->data.len += k;
+        }
+        if (c->data.len > INT32_MAX) return FALLBACK; /* past int32 offsets: pa.array chunks it */
+        if (bytes_reserve(&c->offsets, 4) < 0) return -1;
+        int32_t end = (int32_t)c->data.len;
+        memcpy(bytes_at(&c->offsets), &end, 4);
+        c->offsets.len += 4;
+    } else {
+        int64_t x = 0;
+        if (valid) {
+            if (!PyLong_CheckExact(v)) return FALLBACK; /* bool, float, numpy ints... */
+            int overflow;
+            long long value = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (value == -1 && PyErr_Occurred()) return -1;
+            if (overflow || (c->type == COL_I32 && (value < INT32_MIN || value > INT32_MAX))) return FALLBACK;
+            x = value;
+        }
+        int size = c->type == COL_I64 ? 8 : 4;
+        if (bytes_reserve(&c->data, size) < 0) return -1;
+        if (size == 8) {
+            memcpy(bytes_at(&c->data), &x, 8);
+        } else {
+            int32_t y = (int32_t)x;
+            memcpy(bytes_at(&c->data), &y, 4);
+        }
+        c->data.len += size;
+    }
+    if (valid)
+        PyBytes_AS_STRING(c->valid.obj)[c->n / 8] |= (char)(1 << (c->n % 8));
+    else
+        c->nulls++;
+    c->n++;
+    return 0;
+}
+
+/* Appends the int32 offset `end` (a list array's offsets, which start at 0). */
+static int offsets_append(Bytes *b, idx end) {
+    if (end > INT32_MAX) return FALLBACK;
+    if (bytes_reserve(b, 4) < 0) return -1;
+    int32_t x = (int32_t)end;
+    memcpy(bytes_at(b), &x, 4);
+    b->len += 4;
+    return 0;
+}
+
+/* An array's description for abstracts._array_of_buffers: (length, null_count, buffers, children). */
+static PyObject *col_spec(Col *c) {
+    PyObject *valid = Py_None, *offsets = NULL, *data = NULL, *buffers = NULL;
+    Py_INCREF(valid);
+    if (c->nulls) {
+        Py_DECREF(valid);
+        valid = bytes_finish(&c->valid);
+    }
+    data = bytes_finish(&c->data);
+    if (c->type == COL_STR) offsets = bytes_finish(&c->offsets);
+    if (valid != NULL && data != NULL && (c->type != COL_STR || offsets != NULL))
+        buffers = c->type == COL_STR ? PyTuple_Pack(3, valid, offsets, data) : PyTuple_Pack(2, valid, data);
+    Py_XDECREF(valid);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    if (buffers == NULL) return NULL;
+    return Py_BuildValue("(nnN())", c->n, c->nulls, buffers);
+}
+
+/* A list array's description: its offsets (Bytes, emptied) and the one child's description (stolen). */
+static PyObject *list_spec(idx n, Bytes *offsets, PyObject *child) {
+    if (child == NULL) return NULL;
+    PyObject *buf = bytes_finish(offsets);
+    if (buf == NULL) {
+        Py_DECREF(child);
+        return NULL;
+    }
+    return Py_BuildValue("(nn(ON)(N))", n, (idx)0, Py_None, buf, child);
+}
+
+#define N_COLUMNS 10 /* ABSTRACTS_SCHEMA */
+#define SENTENCES 7
+#define LINKS 8
+static const int column_types[N_COLUMNS] = {COL_STR, COL_STR, COL_I64, COL_STR, COL_I64,
+                                            COL_STR, COL_STR, COL_STR, COL_STR, COL_STR};
+static const int link_types[4] = {COL_STR, COL_STR, COL_STR, COL_I32}; /* LINK_TYPE */
+
+/* One row into the columns: 0, -1 on error, FALLBACK. */
+static int append_row(PyObject *row, Col *cols, Col *sentences, Bytes *sent_offsets, Col *links,
+                      Bytes *link_offsets) {
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != N_COLUMNS) return FALLBACK;
+    for (int k = 0; k < N_COLUMNS; k++) {
+        PyObject *v = PyTuple_GET_ITEM(row, k);
+        int r = 0;
+        if (k == SENTENCES) {
+            if (!PyList_CheckExact(v)) return FALLBACK; /* `flat += sentences` takes any iterable */
+            for (idx i = 0; i < PyList_GET_SIZE(v) && r == 0; i++) r = col_append(sentences, PyList_GET_ITEM(v, i));
+            if (r == 0) r = offsets_append(sent_offsets, sentences->n);
+        } else if (k == LINKS) {
+            if (!PyList_CheckExact(v)) return FALLBACK;
+            for (idx i = 0; i < PyList_GET_SIZE(v) && r == 0; i++) {
+                PyObject *link = PyList_GET_ITEM(v, i);
+                if (!PyTuple_CheckExact(link) || PyTuple_GET_SIZE(link) != 4) return FALLBACK;
+                for (int j = 0; j < 4 && r == 0; j++) r = col_append(&links[j], PyTuple_GET_ITEM(link, j));
+            }
+            if (r == 0) r = offsets_append(link_offsets, links[0].n);
+        } else {
+            r = col_append(&cols[k], v);
+        }
+        if (r != 0) return r;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(rows_to_buffers_doc,
+             "rows_to_buffers(rows)\n--\n\n"
+             "The Arrow buffers of abstracts.rows_to_table(rows): (length, columns), each column\n"
+             "(length, null_count, buffers, children) with buffers as bytes or None, for\n"
+             "abstracts._array_of_buffers. None when a row holds anything but exact tuples, lists, str\n"
+             "and int in range, or None where a value may be null, and for no rows (the caller runs the\n"
+             "Python function).");
+
+static PyObject *rows_to_buffers(PyObject *self, PyObject *rows) {
+    if (!PyList_CheckExact(rows) && !PyTuple_CheckExact(rows)) Py_RETURN_NONE;
+    idx n_rows = PySequence_Fast_GET_SIZE(rows);
+    if (n_rows == 0) Py_RETURN_NONE; /* zip(*[]) has no columns: the Python function raises */
+    Col cols[N_COLUMNS], sentences, links[4];
+    Bytes sent_offsets = {NULL, 0, 0}, link_offsets = {NULL, 0, 0};
+    PyObject *specs = NULL, *out = NULL;
+    int r = 0;
+    memset(cols, 0, sizeof cols);
+    memset(&sentences, 0, sizeof sentences);
+    memset(links, 0, sizeof links);
+    for (int k = 0; k < N_COLUMNS && r == 0; k++) r = col_init(&cols[k], column_types[k]);
+    for (int j = 0; j < 4 && r == 0; j++) r = col_init(&links[j], link_types[j]);
+    if (r == 0) r = col_init(&sentences, COL_STR);
+    if (r == 0) r = offsets_append(&sent_offsets, 0);
+    if (r == 0) r = offsets_append(&link_offsets, 0);
+    for (idx i = 0; i < n_rows && r == 0; i++)
+        r = append_row(PySequence_Fast_GET_ITEM(rows, i), cols, &sentences, &sent_offsets, links, &link_offsets);
+    if (r != 0) goto done;
+
+    specs = PyTuple_New(N_COLUMNS);
+    if (specs == NULL) goto done;
+    for (int k = 0; k < N_COLUMNS; k++) {
+        PyObject *spec;
+        if (k == SENTENCES) {
+            spec = list_spec(n_rows, &sent_offsets, col_spec(&sentences));
+        } else if (k == LINKS) {
+            PyObject *fields = PyTuple_New(4);
+            for (int j = 0; j < 4 && fields != NULL; j++) {
+                PyObject *child = col_spec(&links[j]);
+                if (child == NULL) Py_CLEAR(fields);
+                else PyTuple_SET_ITEM(fields, j, child);
+            }
+            PyObject *structs = fields == NULL ? NULL : Py_BuildValue("(nn(O)N)", links[0].n, (idx)0, Py_None, fields);
+            spec = list_spec(n_rows, &link_offsets, structs);
+        } else {
+            spec = col_spec(&cols[k]);
+        }
+        if (spec == NULL) goto done;
+        PyTuple_SET_ITEM(specs, k, spec);
+    }
+    out = Py_BuildValue("(nO)", n_rows, specs);
+
+done:
+    Py_XDECREF(specs);
+    for (int k = 0; k < N_COLUMNS; k++) col_clear(&cols[k]);
+    for (int j = 0; j < 4; j++) col_clear(&links[j]);
+    col_clear(&sentences);
+    Py_XDECREF(sent_offsets.obj);
+    Py_XDECREF(link_offsets.obj);
+    if (r == FALLBACK) Py_RETURN_NONE;
+    return out;
+}
+
 /* ---- module ------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"split_sentences", (PyCFunction)(void (*)(void))split_sentences, METH_FASTCALL, split_sentences_doc},
     {"locate_links", (PyCFunction)(void (*)(void))locate_links, METH_FASTCALL, locate_links_doc},
     {"abstract_links", abstract_links, METH_O, abstract_links_doc},
+    {"rows_to_buffers", rows_to_buffers, METH_O, rows_to_buffers_doc},
+    {"doc_id", doc_id_py, METH_O, doc_id_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -844,10 +1417,15 @@ static int intern(PyObject **slot, const char *s) {
 
 PyMODINIT_FUNC PyInit__abstracts_native(void) {
     init_classes();
-    if (intern(&s_lower, "lower") < 0 || intern(&s_url, "url") < 0 || intern(&s_text, "text") < 0 ||
+    if (intern(&s_lower, "lower") < 0 || intern(&s_upper, "upper") < 0 || intern(&s_url, "url") < 0 || intern(&s_text, "text") < 0 ||
         intern(&s_sections, "sections") < 0 || intern(&s_name, "name") < 0 ||
         intern(&s_has_parts, "has_parts") < 0 || intern(&s_links, "links") < 0)
         return NULL;
+    PyObject *hashlib = PyImport_ImportModule("hashlib");
+    if (hashlib == NULL) return NULL;
+    sha256_new = PyObject_GetAttrString(hashlib, "sha256");
+    Py_DECREF(hashlib);
+    if (sha256_new == NULL) return NULL;
     PyObject *collections = PyImport_ImportModule("collections");
     if (collections == NULL) return NULL;
     counter_type = PyObject_GetAttrString(collections, "Counter");

@@ -23,6 +23,7 @@ graph exists, so adding or removing other documents never moves a document to an
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,8 +39,9 @@ from ragsft_assets.corpus.sentences import split_sentences
 from ragsft_assets.corpus.structured_wikipedia import MALFORMED_LINE, NOT_UTF8, BadLine, decode_lead
 from ragsft_assets.ids import DEFAULT_SEED, doc_id, item_uniform
 
-# abstract_links and _locate_links in C (``_abstracts_native.c``), None where it is not built; the Python
-# functions below stay the reference it is tested against (test_corpus_native_abstracts).
+# abstract_links, _locate_links (with _resolve_miss for the usual URL) and rows_to_table's buffers in C
+# (``_abstracts_native.c``), None where it is not built; the Python functions below stay the reference it
+# is tested against (test_corpus_native_abstracts, test_corpus_native_rows).
 _NATIVE = native.load("abstracts")
 
 SPLIT_NAMES = ("train", "validation", "test")
@@ -471,14 +473,18 @@ def _locate_links(
         out = _NATIVE.locate_links(
             raw_links, sentences, text, title, host, counts,
             _LINK_CACHE, _host_cache, _resolve_miss, _NOT_A_URL, _NATIVE_LINK_REASONS,
+            _CACHE_MAX, NON_ARTICLE_NAMESPACES,
         )  # fmt: skip
         if out is not None:  # None: an unusual input (not a list of dicts...), left to the Python code
             return out
     return _locate_links_py(raw_links, sentences, text, title, host, counts)
 
 
-# The reasons the compiled _locate_links counts itself, in the order it takes them.
-_NATIVE_LINK_REASONS = (LINK_EMPTY_ANCHOR, LINK_ANCHOR_NOT_FOUND, LINK_SELF, LINK_DUPLICATE, LINK_KEPT)
+# The reasons the compiled _locate_links counts or caches itself, in the order it takes them.
+_NATIVE_LINK_REASONS = (
+    LINK_EMPTY_ANCHOR, LINK_ANCHOR_NOT_FOUND, LINK_SELF, LINK_DUPLICATE, LINK_KEPT, LINK_NON_ARTICLE,
+    LINK_EXTERNAL,
+)  # fmt: skip
 
 
 def _locate_links_py(
@@ -606,7 +612,7 @@ MAX_BAD_EXAMPLES = 5
 def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig) -> ChunkResult:
     """Process a chunk of raw JSON lines (bytes) or already-decoded records (dicts from Parquet)."""
     rows: list[tuple] = []
-    res = ChunkResult(table=ABSTRACTS_SCHEMA.empty_table())
+    res = ChunkResult(table=empty_table())
     for n, item in enumerate(items, start=1):
         res.lines += 1
         # isspace() stops at the first other byte (strip() would copy the whole line)
@@ -636,6 +642,56 @@ def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig)
 
 def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
     """The abstracts table of rows from :func:`_process_record`, built column by column.
+
+    The compiled extension writes the Arrow buffers in one pass over the rows and the arrays are made
+    from them (no ``pa.array``, which converts value by value and imports pandas on its first call in a
+    process); rows it does not take (an unexpected type or value) are left to :func:`_rows_to_table_py`.
+    """
+    if _NATIVE is not None:
+        parts = _NATIVE.rows_to_buffers(rows)
+        if parts is not None:
+            _length, columns = parts
+            arrays = [
+                _array_of_buffers(f.type, spec) for f, spec in zip(ABSTRACTS_SCHEMA, columns, strict=True)
+            ]
+            return pa.Table.from_arrays(arrays, schema=ABSTRACTS_SCHEMA)
+    return _rows_to_table_py(rows)
+
+
+def _array_of_buffers(type_: pa.DataType, spec: tuple) -> pa.Array:
+    """The array of ``(length, null_count, buffers, children)`` (buffers as bytes or None, children the
+    same for the type's fields), as ``_abstracts_native.rows_to_buffers`` describes them."""
+    length, null_count, buffers, children = spec
+    return pa.Array.from_buffers(
+        type_,
+        length,
+        [None if b is None else pa.py_buffer(b) for b in buffers],
+        null_count,
+        children=[_array_of_buffers(type_.field(i).type, c) for i, c in enumerate(children)] or None,
+    )
+
+
+@functools.cache
+def empty_table() -> pa.Table:
+    """``ABSTRACTS_SCHEMA.empty_table()`` (one empty chunk a column) without ``pa.array``, which imports
+    pandas on its first call in a process."""
+    arrays = [_array_of_buffers(f.type, _empty_spec(f.type)) for f in ABSTRACTS_SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=ABSTRACTS_SCHEMA)
+
+
+def _empty_spec(type_: pa.DataType) -> tuple:
+    """The description of a zero-length array of ``type_`` (offsets hold their one 0)."""
+    if pa.types.is_struct(type_):
+        return (0, 0, (None,), tuple(_empty_spec(f.type) for f in type_))
+    if pa.types.is_list(type_):
+        return (0, 0, (None, bytes(4)), (_empty_spec(type_.value_type),))
+    if pa.types.is_string(type_):
+        return (0, 0, (None, bytes(4), b""), ())
+    return (0, 0, (None, b""), ())  # fixed width
+
+
+def _rows_to_table_py(rows: Sequence[tuple]) -> pa.Table:
+    """:func:`rows_to_table` in Python: the reference of the compiled one.
 
     Same values as ``Table.from_pylist`` of the dict rows, without converting nested dicts one by one:
     sentences and links are flattened into plain lists and wrapped with their offsets.
