@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from ragsft_assets import leftovers, worker_pools
+from ragsft_assets.corpus import native
 from ragsft_assets.corpus.abstracts import (
     ABSTRACTS_SCHEMA,
     BAD_INPUT_REASONS,
@@ -45,6 +46,7 @@ from ragsft_assets.corpus.abstracts import (
     AbstractsConfig,
     ChunkResult,
     dedup_order,
+    empty_table,
     kept_rows,
     process_items,
 )
@@ -155,7 +157,7 @@ def run_task(task: tuple[Any, ...], cfg: AbstractsConfig, out_path: str | None =
         with ipc.new_file(out_path, ABSTRACTS_SCHEMA) as writer:
             writer.write_table(res.table)
         res.path = out_path
-        res.table = ABSTRACTS_SCHEMA.empty_table()
+        res.table = empty_table()  # Schema.empty_table() calls pa.array, which imports pandas
     res.cpu_s = time.process_time() - cpu_started
     return res
 
@@ -166,7 +168,7 @@ def _ordered_results(
     """Results in task order, at most ``2 * workers`` tasks in flight (bounded memory).
 
     Each result comes with whether it ran in a pool worker. While the pool starts (its fork server
-    imports pyarrow, the corpus code and pandas: most of a second during which this process would only
+    imports pyarrow and the corpus code, and pandas without the compiled rules: up to half a second during which this process would only
     wait), the first chunks run here; the pool takes the rest. The chunk files and the order of the
     results are the same either way.
     """
@@ -304,17 +306,21 @@ _FORK_SERVER_UP = False
 
 def fork_server_started() -> bool:
     """Whether this process has started a corpus worker pool already (its fork server is then up, with
-    the corpus code and pandas imported, so a further pool starts in a fraction of the first's time)."""
+    the corpus code imported, so a further pool starts in a fraction of the first's time)."""
     return _FORK_SERVER_UP
 
 
-# pandas too: pyarrow imports it on the first pa.array() call of every process (0.3-0.4 s each,
-# measured), so the fork server imports it once for all workers (a missing pandas is skipped).
-WORKER_PRELOAD = ("ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration", "pandas")
+# pyarrow imports pandas on the first pa.array() call of a process (0.3-0.4 s each, measured). With the
+# compiled abstracts rules a chunk task makes no such call (its Arrow buffers come from C, tested), so
+# the fork server does not import pandas (0.43 s of its 0.55 s start, while chunks wait for it);
+# without them every worker would, so the fork server imports it once for all.
+WORKER_PRELOAD = ("ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration") + (
+    () if native.load("abstracts") is not None else ("pandas",)
+)
 
 
 def worker_context() -> mp.context.BaseContext:
-    """The corpus pools' start method: the shared fork server, with the corpus code and pandas preloaded."""
+    """The corpus pools' start method: the shared fork server, with the corpus code preloaded."""
     return worker_pools.worker_context(WORKER_PRELOAD)
 
 
