@@ -15,8 +15,6 @@ from __future__ import annotations
 import functools
 import os
 import random
-import sys
-import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +26,8 @@ import pytest
 from ragsft_assets.corpus import abstracts as A
 from ragsft_assets.corpus import native
 from ragsft_assets.corpus import sentences as S
-from ragsft_assets.corpus.structured_wikipedia import iter_xml_dump_records
 from ragsft_assets_tests import test_corpus_fast_paths, test_corpus_sentences
+from ragsft_assets_tests.native_checks import assert_no_leaks, structured_records
 
 C = native.load("abstracts")
 pytestmark = pytest.mark.skipif(
@@ -57,30 +55,6 @@ def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
 
 
 # ---- data ---------------------------------------------------------------------------------------
-
-
-@functools.cache
-def structured_records() -> tuple[dict, ...]:
-    """Every record of the shipped structured-Wikipedia samples (French) and of the XML dump (English)."""
-    records: list[dict] = []
-    paths = [
-        *sorted((PACKAGE / "sample_snapshot" / "sample.fr").glob("*.jsonl")),
-        PACKAGE / "bench" / "data" / "frwiki_namespace_0_sample.jsonl",
-        DATA / "frwiki_structured" / "frwiki_namespace_0_sample.jsonl",
-    ]
-    for path in paths:
-        for line in path.read_bytes().splitlines():
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:  # the sample's deliberately broken lines
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-    dump = (
-        DATA / "enwiki_dump_sample" / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-    )
-    records += [r for _first, batch in iter_xml_dump_records(dump) for r in batch]
-    return tuple(records)
 
 
 @functools.cache
@@ -478,19 +452,7 @@ def test_no_memory_grows_over_repeated_calls() -> None:
     watched = [A._NOT_A_URL, rules.all, rules.sentence_openers, *texts, *records]
     watched += [link for case in cases for link in case[0]] + [case[1] for case in cases]
     watched += [hit for cache in A._LINK_CACHE.values() for hit in cache.values()]
-    refcounts = [sys.getrefcount(o) for o in watched]
-    run()
-    assert [sys.getrefcount(o) for o in watched] == refcounts
-    tracemalloc.start()
-    try:
-        run()
-        first = tracemalloc.get_traced_memory()[0]
-        for _ in range(5):
-            run()
-        growth = tracemalloc.get_traced_memory()[0] - first
-    finally:
-        tracemalloc.stop()
-    assert growth < 20_000, growth
+    assert_no_leaks(run, watched)
 
 
 @pytest.mark.skipif(

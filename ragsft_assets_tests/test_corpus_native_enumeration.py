@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pytest
 
 from ragsft_assets.corpus import enumeration as E
 from ragsft_assets.corpus import native
 from ragsft_assets.corpus.sentences import split_sentences
+from ragsft_assets_tests.native_checks import structured_records
 
 C = native.load("enumeration")
 pytestmark = pytest.mark.skipif(
@@ -48,20 +48,11 @@ def real_pairs() -> list[tuple[str, str]]:
         aliases = set(anchors) | set(words) | {f"{a} {b}" for a, b in zip(words, words[1:], strict=False)}
         pairs.extend((sentence, a) for a in sorted(aliases) if a in sentence)
 
-    dumps = [
-        *sorted((PACKAGE / "sample_snapshot" / "sample.fr").glob("*.jsonl")),
-        DATA / "frwiki_structured" / "frwiki_namespace_0_sample.jsonl",
-    ]
-    for path in dumps:
-        for line in path.read_bytes().splitlines():
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:  # the sample's deliberately broken lines
-                continue
-            for para in _paragraphs(record.get("sections") or []):
-                anchors = [ln["text"] for ln in para.get("links") or [] if isinstance(ln.get("text"), str)]
-                for sentence in split_sentences(para["value"], "fr"):
-                    add(sentence, [a for a in anchors if a in sentence])
+    for record in structured_records():
+        for para in _paragraphs(record.get("sections") or []):
+            anchors = [ln["text"] for ln in para.get("links") or [] if isinstance(ln.get("text"), str)]
+            for sentence in split_sentences(para["value"], "fr"):
+                add(sentence, [a for a in anchors if a in sentence])
     hotpot = json.loads((DATA / "hotpotqa" / "hotpotqa_train_distractor_70.json").read_text("utf-8"))
     for example in hotpot:
         for title, sentences in example["context"]:

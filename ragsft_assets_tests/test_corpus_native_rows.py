@@ -19,7 +19,6 @@ import random
 import subprocess
 import sys
 import textwrap
-import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,8 @@ import pytest
 
 from ragsft_assets.corpus import abstracts as A
 from ragsft_assets.corpus import native
-from ragsft_assets_tests.test_corpus_native_abstracts import outcome, structured_records
+from ragsft_assets_tests.native_checks import assert_no_leaks, structured_records
+from ragsft_assets_tests.test_corpus_native_abstracts import outcome
 
 C = native.load("abstracts")
 pytestmark = pytest.mark.skipif(
@@ -205,19 +205,7 @@ def test_no_memory_grows_over_repeated_tables() -> None:
 
     run()
     watched = [v for row in rows for v in row] + [v for row in rows for v in row[7] + row[8]]
-    refcounts = [sys.getrefcount(o) for o in watched]
-    run()
-    assert [sys.getrefcount(o) for o in watched] == refcounts
-    tracemalloc.start()
-    try:
-        run()
-        first = tracemalloc.get_traced_memory()[0]
-        for _ in range(5):
-            run()
-        growth = tracemalloc.get_traced_memory()[0] - first
-    finally:
-        tracemalloc.stop()
-    assert growth < 20_000, growth
+    assert_no_leaks(run, watched)
 
 
 # ---- the link cache's miss ----------------------------------------------------------------------
@@ -408,23 +396,8 @@ def test_no_memory_grows_over_repeated_resolutions(monkeypatch: pytest.MonkeyPat
         monkeypatch.setattr(A, "_CACHE_MAX", 5)
         locate(urls)
         monkeypatch.setattr(A, "_CACHE_MAX", 50_000)
+        A._LINK_CACHE.clear()  # every run resolves every URL again
 
     run()
-    A._LINK_CACHE.clear()
     watched = [*urls, A.NON_ARTICLE_NAMESPACES, *A._NATIVE_LINK_REASONS, *sorted(A.NON_ARTICLE_NAMESPACES)]
-    refcounts = [sys.getrefcount(o) for o in watched]
-    run()
-    A._LINK_CACHE.clear()
-    assert [sys.getrefcount(o) for o in watched] == refcounts
-    tracemalloc.start()
-    try:
-        run()
-        A._LINK_CACHE.clear()
-        first = tracemalloc.get_traced_memory()[0]
-        for _ in range(5):
-            run()
-            A._LINK_CACHE.clear()
-        growth = tracemalloc.get_traced_memory()[0] - first
-    finally:
-        tracemalloc.stop()
-    assert growth < 20_000, growth
+    assert_no_leaks(run, watched)
