@@ -361,7 +361,13 @@ def build_abstracts(
     parent = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
     leftovers.remove_stale(parent, CHUNKS_PREFIX)
-    with tempfile.TemporaryDirectory(prefix=leftovers.owned(CHUNKS_PREFIX), dir=parent) as out_dir:
+    # This process gathers a Python row of counts, bad lines and rejections per chunk (~one tuple per
+    # rejected record) and makes no cycles: collections during the build walked the whole process
+    # (~0.1 s each with Dagster loaded, twice per 100,000 bench records) and found nothing.
+    with (
+        tempfile.TemporaryDirectory(prefix=leftovers.owned(CHUNKS_PREFIX), dir=parent) as out_dir,
+        paused_gc(),
+    ):
         return _build_abstracts(files, cfg, workers, chunk_bytes, out_dir)
 
 

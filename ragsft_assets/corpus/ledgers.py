@@ -14,6 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.gc_pause import paused_gc
 from ragsft_assets.ledger import DROPPED, KEPT, ledger_table_from_arrays
 
 
@@ -39,7 +40,9 @@ def kept_and_dropped_ledger(
     """
     kept_ids = kept_ids.combine_chunks() if isinstance(kept_ids, pa.ChunkedArray) else kept_ids
     n_kept, n_dropped = len(kept_ids), len(dropped)
-    drop_cols = list(zip(*dropped, strict=True)) if dropped else [(), (), ()]
+    with paused_gc():  # a tuple and a JSON detail per dropped row, no cycles
+        drop_cols = list(zip(*dropped, strict=True)) if dropped else [(), (), ()]
+        details = _details(detail_key, drop_cols[2])
     return ledger_table_from_arrays(
         partition,
         product,
@@ -47,7 +50,7 @@ def kept_and_dropped_ledger(
         pa.concat_arrays([pa.array(drop_cols[0], pa.string()), kept_ids.cast(pa.string())]),
         pa.concat_arrays([pa.repeat(pa.scalar(DROPPED), n_dropped), pa.repeat(pa.scalar(KEPT), n_kept)]),
         pa.concat_arrays([pa.array(drop_cols[1], pa.string()), pa.repeat(pa.scalar(""), n_kept)]),
-        pa.concat_arrays([_details(detail_key, drop_cols[2]), pa.nulls(n_kept, pa.string())]),
+        pa.concat_arrays([details, pa.nulls(n_kept, pa.string())]),
     )
 
 
