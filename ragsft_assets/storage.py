@@ -101,10 +101,14 @@ def split_parts(table: pa.Table, split_column: str = "split") -> list[pa.Table]:
 
     if not table.num_rows:
         return [table] * len(SPLITS)
-    codes = pc.index_in(table[split_column], value_set=pa.array(SPLITS)).to_numpy(zero_copy_only=False)
-    if not np.isnan(codes.astype(float)).any() and bool(np.all(codes[1:] >= codes[:-1])):
-        bounds = np.searchsorted(codes, np.arange(len(SPLITS) + 1), side="left")
-        return [table.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    codes = pc.index_in(table[split_column], value_set=pa.array(SPLITS))  # null: not a split of SPLITS
+    if codes.null_count == 0:
+        ranks = codes.to_numpy(zero_copy_only=False)
+        if bool(np.all(ranks[1:] >= ranks[:-1])):
+            bounds = np.searchsorted(ranks, np.arange(len(SPLITS) + 1), side="left")
+            return [
+                table.slice(int(lo), int(hi - lo)) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
+            ]
     return [table.filter(pc.equal(table[split_column], split)) for split in SPLITS]
 
 

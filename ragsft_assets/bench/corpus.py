@@ -206,7 +206,7 @@ def compiled_rules() -> str:
     """Which corpus rules ran compiled (``enumeration,abstracts``), or ``none``: the line says what it timed."""
     from ragsft_assets.corpus import native
 
-    return ",".join(n for n in native.NAMES if native.load(n) is not None) or "none"
+    return ",".join(native.compiled_names()) or "none"
 
 
 def decode_all(path: Path) -> tuple[int, float]:
