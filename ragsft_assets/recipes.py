@@ -16,7 +16,10 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
+
+import orjson
 
 R = TypeVar("R")
 
@@ -167,3 +170,24 @@ def card_sentence(rec: Mapping[str, Any]) -> str:
         return f"Recipe `{rec['recipe']}`: as the card."
     parts = [f"`{k}` {v['run']!r} (card: {v['card']!r})" for k, v in sorted(changed.items())]
     return f"Recipe `{rec['recipe']}`, differing from the card in: " + "; ".join(parts) + "."
+
+
+RECORD_FILE = "_recipe.json"  # beside an asset's Parquet files: assets/<key>/<asset>/_recipe.json
+
+
+def write_record(asset_folder: Path, rec: Mapping[str, Any]) -> Path:
+    """Write a recipe record (:func:`record`) beside an asset's files, atomically, sorted keys."""
+    from ragsft_assets.storage import atomic_write_bytes
+
+    return atomic_write_bytes(
+        Path(asset_folder) / RECORD_FILE,
+        orjson.dumps(dict(rec), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2),
+    )
+
+
+def read_records(partition_folder: Path) -> dict[str, dict[str, Any]]:
+    """``{asset: record}`` for every asset of a partition folder that wrote a recipe record."""
+    folder = Path(partition_folder)
+    if not folder.is_dir():
+        return {}
+    return {p.parent.name: orjson.loads(p.read_bytes()) for p in sorted(folder.glob(f"*/{RECORD_FILE}"))}

@@ -73,3 +73,13 @@ def test_register_refuses_mutable_or_clashing() -> None:
         recipes.register("x", {"m": Mutable(name="m")})
     with pytest.raises(ValueError, match="already registered"):
         recipes.register("other_family", {"demo_a": _Demo(name="demo_a")})
+
+
+def test_records_round_trip_beside_assets(tmp_path) -> None:
+    rec = recipes.record(recipes.resolve("demo_a", {"flag": True}))
+    recipes.write_record(tmp_path / "rag_sft", rec)
+    recipes.write_record(tmp_path / "rag_prompts", recipes.record(recipes.resolve("demo_b")))
+    got = recipes.read_records(tmp_path)
+    assert list(got) == ["rag_prompts", "rag_sft"]
+    assert got["rag_sft"]["changed"] == {"flag": {"card": False, "run": True}}
+    assert recipes.read_records(tmp_path / "missing") == {}
