@@ -49,7 +49,32 @@ def test_bench_run_prints_the_ratio_the_cpu_ratio_and_the_load(tmp_path: Path) -
     values = bench_corpus.run(240, str(tmp_path))
     for key in ("ratio", "cpu_ratio", "load_avg", "record_kb_p50", "enum_checked_share", "writes_s", "cores"):
         assert key in values, key
-    assert values["native"] == bench_corpus.compiled_rules()  # which implementation was timed
+    assert "native" not in values  # one implementation of the rules: nothing to name
     assert values["bar"] == bench_corpus.BAR and values["passed"] == (values["ratio"] >= bench_corpus.BAR)
+    assert (
+        values["projected_frwiki_min"] > 0 and values["projected_frwiki_peak_rss_mb"] >= values["peak_rss_mb"]
+    )
     assert 0 < values["cpu_ratio"] < 5 and values["writes_s"] > 0
     assert values["records"] == 240 and 2.5 < values["record_kb_p50"] < 11.2
+
+
+def test_the_bar_is_the_ratio_of_the_python_rules() -> None:
+    assert bench_corpus.BAR == 0.28
+    assert bench_corpus.verdict(0.28) == {"bar": 0.28, "passed": True}
+    assert bench_corpus.verdict(0.279)["passed"] is False
+
+
+def test_projection_to_frwiki_from_the_half_and_full_runs() -> None:
+    half = {"lines": 50_000, "seconds": 2.0, "peak_rss_mb": 600.0}
+    full = {"lines": 100_000, "seconds": 5.0, "peak_rss_mb": 700.0}
+    # Marginal rate 3 s / 50k records is slower than the full run's 5 s / 100k: it is the one projected.
+    got = bench_corpus.project(half, full, 2_600_000)
+    assert got["projected_frwiki_min"] == round(3.0 / 50_000 * 2_600_000 / 60, 1)  # 2.6 min
+    # Memory: 700 MiB at 100k plus 100 MiB per further 50k records.
+    assert got["projected_frwiki_peak_rss_mb"] == 700 + 100 * 50
+    # A fixed cost (the half run nearly as long as the full one): the full run's own rate, never less.
+    got = bench_corpus.project({**half, "seconds": 4.5}, full, 2_600_000)
+    assert got["projected_frwiki_min"] == round(5.0 / 100_000 * 2_600_000 / 60, 1)
+    # Memory that does not grow (or a noisy sample that shrank) projects no growth, never a drop.
+    assert bench_corpus.project({**half, "peak_rss_mb": 800.0}, full)["projected_frwiki_peak_rss_mb"] == 700
+    assert bench_corpus.FRWIKI_RECORDS == 2_600_000

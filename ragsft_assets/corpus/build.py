@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from ragsft_assets import leftovers, worker_pools
-from ragsft_assets.corpus import native
 from ragsft_assets.corpus.abstracts import (
     ABSTRACTS_SCHEMA,
     BAD_INPUT_REASONS,
@@ -310,13 +309,9 @@ def fork_server_started() -> bool:
     return _FORK_SERVER_UP
 
 
-# pyarrow imports pandas on the first pa.array() call of a process (0.3-0.4 s each, measured). With the
-# compiled abstracts rules a chunk task makes no such call (its Arrow buffers come from C, tested), so
-# the fork server does not import pandas (0.43 s of its 0.55 s start, while chunks wait for it);
-# without them every worker would, so the fork server imports it once for all.
-WORKER_PRELOAD = ("ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration") + (
-    () if native.load("abstracts") is not None else ("pandas",)
-)
+# pyarrow imports pandas on the first pa.array() call of a process (0.3-0.4 s each, measured): every
+# chunk task makes such calls, so the fork server imports it once for all workers.
+WORKER_PRELOAD = ("ragsft_assets.corpus.build", "ragsft_assets.corpus.enumeration", "pandas")
 
 
 def worker_context() -> mp.context.BaseContext:

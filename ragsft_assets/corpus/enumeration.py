@@ -25,12 +25,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ragsft_assets.corpus import native
-
-# The same rule in C (``_enumeration_native.c``, ~8x faster), None where it is not built; the Python
-# functions below stay the reference it is tested against.
-NATIVE = native.load("enumeration")
-
 MAX_INNER_WORDS = 4
 WINDOW = 160  # characters on each side of the alias that the rule looks at
 
@@ -192,47 +186,11 @@ def may_hold_enumeration(sentences: Any) -> Any:
     return pc.or_(hint, pc.match_substring_regex(sentences, _PYTHON_ONLY_FOLDS)).fill_null(False)
 
 
-def enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
-    """:func:`alias_only_in_enumeration` over ``(sentence, alias)`` pairs (a worker entry point).
-
-    Runs the compiled rule where it is built (same answers: test_corpus_native_enumeration), else
-    :func:`python_enumeration_flags`.
-    """
-    if NATIVE is not None:
-        try:
-            return NATIVE.enumeration_flags(pairs)
-        except TypeError:  # not all (str, str): the Python rule gives what such pairs give
-            pass
-    return python_enumeration_flags(pairs)
-
-
 def flags_of_arrays(sentences: Any, index: Any, aliases: Any) -> Any:
     """``flags[i]`` = :func:`alias_only_in_enumeration` ``(sentences[index[i]], aliases[i])``, as a numpy
-    bool array, over pyarrow arrays (utf8 sentences, integer indices into them, utf8 aliases).
-
-    The compiled rule reads the arrays' buffers directly: no Python object per pair (building the
-    pairs cost as much as checking them, and their garbage a full collection). Without it, or for
-    arrays with nulls or of other types, the pairs go through :func:`enumeration_flags`.
-    """
+    bool array, over pyarrow arrays (utf8 sentences, integer indices into them, utf8 aliases)."""
     import numpy as np
-    import pyarrow as pa
 
-    simple = (
-        NATIVE is not None
-        and sentences.type == pa.string() == aliases.type
-        and sentences.null_count == aliases.null_count == index.null_count == 0
-        and pa.types.is_integer(index.type)
-    )
-    if simple and len(sentences) < 2**31:
-        out = bytearray(len(aliases))
-        positions = np.ascontiguousarray(index.to_numpy(zero_copy_only=False), dtype=np.int32)
-        NATIVE.enumeration_flags_utf8(
-            (sentences.buffers()[1], sentences.buffers()[2], sentences.offset, len(sentences)),
-            positions,
-            (aliases.buffers()[1], aliases.buffers()[2], aliases.offset, len(aliases)),
-            out,
-        )
-        return np.frombuffer(out, dtype=np.bool_)
     return np.array(enumeration_flags(sentence_alias_pairs(sentences, index, aliases)), dtype=np.bool_)
 
 
@@ -247,8 +205,8 @@ def sentence_alias_pairs(sentences: Any, index: Any, aliases: Any) -> list[tuple
     return [(texts[i], a) for i, a in zip(positions, aliases.to_pylist(), strict=True)]
 
 
-def python_enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
-    """:func:`enumeration_flags` in Python: the reference of the compiled rule."""
+def enumeration_flags(pairs: list[tuple[str, str]]) -> list[bool]:
+    """:func:`alias_only_in_enumeration` over ``(sentence, alias)`` pairs (a worker entry point)."""
     # A sentence holds several links: scan it for a separator or trigger once, not once per link.
     hints: dict[str, bool] = {}
     out = []

@@ -47,10 +47,6 @@ PARALLEL_MIN_EDGES = 150_000
 # (ragsft bench corpus, 2026-12): 90k checked edges 1.05 s on two workers vs 1.5 s in one; an earlier
 # measurement put 17k edges at 0.6 s either way.
 WARM_PARALLEL_MIN_EDGES = 50_000
-# With the compiled rule (enumeration.NATIVE) an edge costs ~1.7 us instead of ~13 us, less than
-# pickling its sentence to a worker: 90k checked edges take 0.15 s in one process, so the pool only
-# pays on far larger graphs (the thresholds above, scaled by that ratio).
-NATIVE_SPEEDUP = 8
 # The vital articles level 4 hold 10,000 titles: without a list, take as many of the most linked-to.
 DEFAULT_BRIDGE_TOP_K = 10_000
 
@@ -126,13 +122,10 @@ def _ints(array: pa.Array) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
-def use_pool(n_pairs: int, workers: int, warm: bool, native: bool | None = None) -> bool:
-    """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up;
-    ``native``: the compiled rule runs, by default where it is built)."""
-    if native is None:
-        native = enumeration.NATIVE is not None
+def use_pool(n_pairs: int, workers: int, warm: bool) -> bool:
+    """Whether the enumeration rule over ``n_pairs`` edges runs on a pool (``warm``: fork server up)."""
     threshold = WARM_PARALLEL_MIN_EDGES if warm else PARALLEL_MIN_EDGES
-    return workers > 1 and n_pairs >= threshold * (NATIVE_SPEEDUP if native else 1)
+    return workers > 1 and n_pairs >= threshold
 
 
 def _timed_flags(pairs: list[tuple[str, str]]) -> tuple[list[bool], float]:
@@ -216,13 +209,9 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
         pc.take(sentences.offsets, cand_parents), pc.cast(pc.take(sentence_no, candidates), pa.int32())
     )
     flat_sentences = pc.list_flatten(sentences)
-    if enumeration.NATIVE is not None:
-        # The compiled rule's own hint check is cheaper than the prefilter over every sentence.
-        to_check = pa.array(np.arange(len(candidates)))
-    else:
-        # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
-        to_check = pc.indices_nonzero(pc.take(may_hold_enumeration(flat_sentences), sentence_index))
-    with paused_gc():  # without the compiled rule: ~1 (sentence, alias) tuple per edge, no cycles
+    # The rule is False wherever the C++ prefilter says so: run it in Python on the others only.
+    to_check = pc.indices_nonzero(pc.take(may_hold_enumeration(flat_sentences), sentence_index))
+    with paused_gc():  # ~1 (sentence, alias) tuple per edge, no cycles
         flags, worker_cpu = _enumeration_flags(
             flat_sentences,
             pc.take(sentence_index, to_check),

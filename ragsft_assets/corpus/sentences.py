@@ -20,12 +20,6 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from ragsft_assets.corpus import native
-
-# The same splitter in C (``_abstracts_native.c``, ~6x faster), None where it is not built; the Python
-# functions below stay the reference it is tested against (test_corpus_native_abstracts).
-_NATIVE = native.load("abstracts")
-
 # The abbreviation lists are data files per language (``data/abbreviations.<lang>.json``) so they can be
 # reviewed and extended without touching code. Three kinds: those that never end a sentence ("M.",
 # "p."), "etc." that ends one before any capitalised word, and words that are also abbreviations
@@ -155,22 +149,6 @@ def split_sentences(text: str, lang: str = "fr") -> list[str]:
         The non-empty sentences, stripped, in order; ``" ".join`` of them equals the text with its
         whitespace normalised.
     """
-    if _NATIVE is not None:
-        rules = RULES.get(lang) or _ANY_RULES
-        out = _NATIVE.split_sentences(
-            text,
-            rules.all,
-            rules.ends_sentence_before_capital,
-            rules.ends_sentence_before_opener,
-            rules.sentence_openers,
-        )
-        if out is not None:  # None: not an exact str (or word lists not plain sets): Python decides
-            return out
-    return _split_sentences_py(text, lang)
-
-
-def _split_sentences_py(text: str, lang: str = "fr") -> list[str]:
-    """:func:`split_sentences` in Python: the reference of the compiled splitter."""
     rules = RULES.get(lang) or _ANY_RULES
     abbreviations = rules.all
     out: list[str] = []
