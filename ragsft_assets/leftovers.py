@@ -175,11 +175,42 @@ def find_stale(root: Path) -> list[Stale]:
     return sorted(out, key=lambda s: str(s.path))
 
 
+def sibling_prefix(target: Path, kind: str) -> str:
+    """The prefix of a temporary entry beside ``target``: ``.<name>.build-`` for a build's staging
+    folder, ``.<name>.old-`` for a release a swap set aside (:attr:`Stale.set_aside` reads it back)."""
+    return f".{target.name}.{kind}-"
+
+
+def recover(target: Path) -> list[str]:
+    """Clean up what killed builds of ``target`` left beside it; returns one line per thing done.
+
+    Only entries whose owner process is gone on this host are touched: a staging folder
+    (``.<name>.build-<owner>``) is removed; an old release set aside by a swap
+    (``.<name>.old-<owner>``) is renamed back to ``target`` when ``target`` is missing (the build was
+    killed between the two renames: the old release is whole, the new one never got its card and
+    manifests), else removed.
+    """
+    done = []
+    for old in stale_entries(target.parent, sibling_prefix(target, "old")):
+        if not target.exists():
+            os.replace(old, target)
+            done.append(f"restored {target} from {old.name}, set aside by a build that was killed")
+        else:
+            remove(old)
+            done.append(f"removed {old}, left by a build that was killed")
+    for built in stale_entries(target.parent, sibling_prefix(target, "build")):
+        remove(built)
+        done.append(f"removed {built}, left by a build that was killed")
+    for line in done:
+        log.warning(line)
+    return done
+
+
 def sweep(root: Path, dry_run: bool = False) -> list[str]:
     """Remove every temporary entry that a dead process of this host left under ``root``.
 
     A release set aside by a swap killed between its two renames is put back when its folder is
-    missing (the rule of ``release.layout.recover``, which does it), else removed like the rest.
+    missing (:func:`recover`), else removed like the rest.
 
     Args:
         root: The folder to sweep (``ragsft runs clean`` gives the project home).
@@ -197,10 +228,8 @@ def sweep(root: Path, dry_run: bool = False) -> list[str]:
             lines.append(f"{verb} {stale.path}" + (f" as {target}" if verb == "would restore" else ""))
         elif target is not None:
             if target not in recovered:
-                from ragsft_assets.release import layout  # layout imports this module
-
                 recovered.add(target)
-                lines += layout.recover(target)
+                lines += recover(target)
         elif stale.path.exists():  # a release's recover may have removed its staging folder already
             remove(stale.path)
             lines.append(f"removed {stale.path}, left by a killed process")

@@ -183,7 +183,7 @@ def test_streamed_data_files_equal_the_in_memory_release_table(tmp_path: Path, s
     Either way the file has the bytes ``write_parquet`` gives the table ``read_config_tables``
     builds in memory (split column dropped, stable sort by id), in one row group or in several.
     """
-    from ragsft_assets.release import layout, stream
+    from ragsft_assets.release import stream
     from ragsft_assets.storage import write_parquet
 
     n = 3000
@@ -202,7 +202,7 @@ def test_streamed_data_files_equal_the_in_memory_release_table(tmp_path: Path, s
     if not shuffled:
         table = table.sort_by([("id", "ascending"), ("split", "ascending")])
     write_parquet(table, tmp_path / "x.fr" / "rag_sft" / "all.parquet")
-    expected, _ = layout.read_config_tables(tmp_path, "x.fr")
+    expected, _ = stream.read_config_tables(tmp_path, "x.fr")
     plan = stream.plan_configs(tmp_path, "x.fr")
     assert list(plan.configs) == ["hotpotqa_cite"]
     assert plan.configs["hotpotqa_cite"]["train"].in_release_order() is not shuffled

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from ragsft_assets import ids
 from ragsft_assets.prompts import all_prompts
-from ragsft_assets.release import build, layout
+from ragsft_assets.release import build, layout, stream
 from ragsft_assets.release.catalog import build_catalog, open_catalog
 from ragsft_assets.release.explain import default_cache_lookup, explain, format_trace
 from ragsft_assets.release.verify import verify_release
@@ -325,7 +325,7 @@ def test_missing_upstream_is_skipped_with_a_note(tmp_path) -> None:
 def test_all_file_without_split_column_ships_as_train(tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path))
     store.write(pa.table({"id": ["b", "a"], "x": [1, 2]}), "x.fr", "rag_sft")
-    tables, notes = layout.read_config_tables(store.root, "x.fr")
+    tables, notes = stream.read_config_tables(store.root, "x.fr")
     assert list(tables) == ["hotpotqa_cite"] and tables["hotpotqa_cite"]["train"]["id"].to_pylist() == [
         "a",
         "b",

@@ -32,6 +32,7 @@ import pyarrow as pa
 import yaml
 
 from ragsft_assets import leftovers
+from ragsft_assets.leftovers import recover  # the clean-up of killed builds: leftovers knows their names
 from ragsft_assets.storage import write_parquet
 
 log = logging.getLogger(__name__)
@@ -168,37 +169,6 @@ def data_file(config: str, split: str) -> str:
     return f"{config}/{split}-00000-of-00001.parquet"
 
 
-def read_config_tables(
-    assets_root: Path, partition: str, configs: tuple[ReleaseConfig, ...] = RELEASE_CONFIGS
-) -> tuple[dict[str, dict[str, pa.Table]], list[str]]:
-    """Read the upstream asset of every config, split by split.
-
-    Returns ``({config: {split: table}}, notes)``. A config whose asset is not materialized for the
-    partition is left out with a note (never an error: the release grows as families land). An
-    asset with split files gives those splits; one with a single ``all`` file is split by its
-    ``split`` column when it has one, else shipped as ``train``. Empty splits are left out (with a
-    note), because a Hub split must hold rows.
-    """
-    from ragsft_assets.release.stream import plan_configs  # the rules above, defined once there
-
-    plan = plan_configs(assets_root, partition, configs)
-    tables = {
-        name: {split: _release_table(src.read()) for split, src in splits.items()}
-        for name, splits in plan.configs.items()
-    }
-    return tables, plan.notes
-
-
-def _release_table(table: pa.Table) -> pa.Table:
-    """The shipped form of an asset table: no `split` column (the file says it), no schema metadata."""
-    if "split" in table.column_names:
-        table = table.drop_columns(["split"])
-    if "id" in table.column_names:
-        # Sorted by id so the bytes do not depend on how the upstream wrote them.
-        table = table.sort_by("id")
-    return table.replace_schema_metadata(None)
-
-
 def readme_header(files: Mapping[str, Mapping[str, str]], pretty_name: str = "ragsft") -> str:
     """The README's YAML front matter: license, pretty name and one ``configs`` entry per config.
 
@@ -254,35 +224,6 @@ def release_files(folder: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-def _sibling_prefix(target: Path, kind: str) -> str:
-    return f".{target.name}.{kind}-"
-
-
-def recover(target: Path) -> list[str]:
-    """Clean up what killed builds of ``target`` left beside it; returns one line per thing done.
-
-    Only entries whose owner process is gone on this host are touched (``leftovers``): a staging
-    folder (``.<name>.build-<owner>``) is removed; an old release set aside by a swap
-    (``.<name>.old-<owner>``) is renamed back to ``target`` when ``target`` is missing (the build was
-    killed between the two renames: the old release is whole, the new one never got its card and
-    manifests), else removed.
-    """
-    done = []
-    for old in leftovers.stale_entries(target.parent, _sibling_prefix(target, "old")):
-        if not target.exists():
-            os.replace(old, target)
-            done.append(f"restored {target} from {old.name}, set aside by a build that was killed")
-        else:
-            leftovers.remove(old)
-            done.append(f"removed {old}, left by a build that was killed")
-    for built in leftovers.stale_entries(target.parent, _sibling_prefix(target, "build")):
-        leftovers.remove(built)
-        done.append(f"removed {built}, left by a build that was killed")
-    for line in done:
-        log.warning(line)
-    return done
-
-
 def swap_into_place(built: Path, target: Path) -> Path:
     """Replace ``target`` by the fully built folder ``built`` (same parent), never leaving a half folder.
 
@@ -295,7 +236,9 @@ def swap_into_place(built: Path, target: Path) -> Path:
     old = None
     if target.exists():
         old = Path(
-            tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(_sibling_prefix(target, "old")))
+            tempfile.mkdtemp(
+                dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "old"))
+            )
         )
         os.rmdir(old)
         os.replace(target, old)
@@ -313,4 +256,6 @@ def staging_dir(target: Path) -> Path:
     """
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
-    return Path(tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(_sibling_prefix(target, "build"))))
+    return Path(
+        tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "build")))
+    )

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from ragsft_assets.release.layout import RELEASE_CONFIGS, ReleaseConfig, data_file
 from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.storage import PARQUET_OPTIONS, SPLITS, asset_files, temp_beside
 
@@ -266,14 +267,12 @@ class ConfigPlan:
 
 
 def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = None) -> ConfigPlan:
-    """The split sources of every release config, without reading the tables (``layout.read_config_tables`` reads them).
+    """The split sources of every release config, without reading the tables (:func:`read_config_tables` reads them).
 
     A config whose asset is not materialized is left out with a note. An asset with split files
     gives those splits; one with a single ``all`` file is split by its ``split`` column when it has
     one, else shipped as ``train``. Empty splits are left out with a note.
     """
-    from ragsft_assets.release.layout import RELEASE_CONFIGS
-
     plan = ConfigPlan()
     con = duckdb.connect()
     try:
@@ -320,6 +319,35 @@ def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = N
     return plan
 
 
+def read_config_tables(
+    assets_root: Path, partition: str, configs: tuple[ReleaseConfig, ...] = RELEASE_CONFIGS
+) -> tuple[dict[str, dict[str, pa.Table]], list[str]]:
+    """Read the upstream asset of every config, split by split.
+
+    Returns ``({config: {split: table}}, notes)``. A config whose asset is not materialized for the
+    partition is left out with a note (never an error: the release grows as families land). An
+    asset with split files gives those splits; one with a single ``all`` file is split by its
+    ``split`` column when it has one, else shipped as ``train``. Empty splits are left out (with a
+    note), because a Hub split must hold rows.
+    """
+    plan = plan_configs(assets_root, partition, configs)
+    tables = {
+        name: {split: _release_table(src.read()) for split, src in splits.items()}
+        for name, splits in plan.configs.items()
+    }
+    return tables, plan.notes
+
+
+def _release_table(table: pa.Table) -> pa.Table:
+    """The shipped form of an asset table: no `split` column (the file says it), no schema metadata."""
+    if "split" in table.column_names:
+        table = table.drop_columns(["split"])
+    if "id" in table.column_names:
+        # Sorted by id so the bytes do not depend on how the upstream wrote them.
+        table = table.sort_by("id")
+    return table.replace_schema_metadata(None)
+
+
 def _shipped(schema: pa.Schema) -> pa.Schema:
     if "split" in schema.names:
         schema = schema.remove(schema.get_field_index("split"))
@@ -330,8 +358,6 @@ def write_data_files(
     con: duckdb.DuckDBPyConnection, folder: Path, plan: Mapping[str, Mapping[str, SplitSource]]
 ) -> dict[str, dict[str, str]]:
     """Write every config's split files under ``folder``, sorted by id; returns ``{config: {split: rel}}``."""
-    from ragsft_assets.release.layout import data_file
-
     files: dict[str, dict[str, str]] = {}
     for config, splits in plan.items():
         files[config] = {}
