@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ragsft_assets.corpus.snapshot_layout import HUB_DATASET, validate_snapshot_key
+from ragsft_assets.corpus.snapshot_layout import HUB_DATASET, dump_files, validate_snapshot_key
 
 HUB_MANIFEST = "hub.json"
 # Where the hub loader reads from: a hub dataset id, or a local folder laid out like it (tests, mirrors).
@@ -292,8 +292,6 @@ def exports_from_hub(key: str, folder: Path, environ: dict[str, str] | None = No
         validate_hub_key(key)
     except ValueError:
         return False
-    from ragsft_assets.corpus.structured_wikipedia import dump_files
-
     return bool(read_hub_manifest(folder)) or not folder.is_dir() or not dump_files(folder)
 
 

@@ -1,4 +1,4 @@
-"""What a snapshot is on disk: its key, the dump file suffixes, the hub dataset (one definition each).
+"""What a snapshot is on disk: its key, its dump files, the hub dataset (one definition each).
 
 Dagster-free, so that the readers, the discovery logic of the sensor and the Dagster wiring
 (``defs/partitions.py``) all import the same constants from below the wiring.
@@ -7,6 +7,7 @@ Dagster-free, so that the readers, the discovery logic of the sensor and the Dag
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 # <YYYYMMDD>.<lang> for real dumps; a lowercase word (e.g. "sample.fr") for test/sample snapshots.
 SNAPSHOT_KEY_RE = re.compile(r"^(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
@@ -21,6 +22,20 @@ DUMP_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES + XML_SUFFIXES
 PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".incomplete", ".download")
 
 HUB_DATASET = "wikimedia/structured-wikipedia"
+
+
+class CorruptDumpError(ValueError):
+    """A dump file that cannot be read to its end (truncated or corrupt); the message names the file."""
+
+
+def dump_files(folder: Path) -> list[Path]:
+    """The dump files of a snapshot folder, sorted by name (``snapshot.json`` and hidden files excluded)."""
+    files = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name.endswith(DUMP_SUFFIXES)
+    ]
+    return sorted(files, key=lambda p: p.name)
 
 
 def validate_snapshot_key(key: str) -> str:

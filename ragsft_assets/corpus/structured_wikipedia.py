@@ -26,6 +26,8 @@ from ragsft_assets.corpus.snapshot_layout import (  # noqa: F401 - re-exported f
     JSONL_SUFFIXES,
     PARQUET_SUFFIXES,
     XML_SUFFIXES,
+    CorruptDumpError,
+    dump_files,
 )
 
 try:  # msgspec skips the fields we do not need without building them: ~5x faster than a full decode
@@ -44,16 +46,6 @@ class BadLine:
 
     reason: str
     detail: str
-
-
-def dump_files(folder: Path) -> list[Path]:
-    """The dump files of a snapshot folder, sorted by name (``snapshot.json`` and hidden files excluded)."""
-    files = [
-        p
-        for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.name.endswith(DUMP_SUFFIXES)
-    ]
-    return sorted(files, key=lambda p: p.name)
 
 
 def is_parquet(path: Path) -> bool:
@@ -82,10 +74,6 @@ def iter_xml_dump_records(path: Path, batch_size: int = 2000) -> Iterator[tuple[
             batch = []
     if batch:
         yield first, batch
-
-
-class CorruptDumpError(ValueError):
-    """A dump file that cannot be read to its end (truncated or corrupt); the message names the file."""
 
 
 def open_lines(path: Path) -> Any:

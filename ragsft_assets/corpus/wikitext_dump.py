@@ -38,6 +38,8 @@ from xml.etree.ElementTree import ParseError, iterparse
 import mwparserfromhell
 from mwparserfromhell.nodes import Comment, ExternalLink, HTMLEntity, Tag, Template, Text, Wikilink
 
+from ragsft_assets.corpus.snapshot_layout import CorruptDumpError
+
 __all__ = [
     "DumpPage",
     "DumpStats",
@@ -182,8 +184,6 @@ class _LineCounter:
 
 
 def _iter_pages(path: Path, namespaces: set[str] | None, with_text: bool) -> Iterator[DumpPage]:
-    from ragsft_assets.corpus.structured_wikipedia import CorruptDumpError
-
     last = "(none)"
     with _open_dump(path) as raw:
         handle = _LineCounter(raw)
