@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ import pyarrow as pa
 
 from ragsft_assets.ids import derived_id
 from ragsft_assets.multihop.hotpot_format import records_table
+from ragsft_assets.sources.records import SUFFIXES, SourceError, file_format, read_records
 
 SOURCE_CONFIG = "source.json"  # written by `ragsft sources add` beside the data files
 HUB_STATE = "hub.json"  # written by `ragsft sources add --hub` (sources/hub.py): not data
@@ -53,7 +54,6 @@ PASSAGE_REQUIRED = ("question", "answer", "passage")
 CONVERSATION_REQUIRED = ("conversation", "answer", "passage")  # the question is the last user turn
 PROMPT_REQUIRED = ("prompt", "answer")  # documents and question are in the prompt
 HISTORY_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-SUFFIXES = (".json", ".jsonl", ".jsonl.gz", ".parquet")  # .jsonl.gz: the shards of a hub export
 
 PRESETS: dict[str, dict[str, str | None]] = {
     # The original HotpotQA distractor JSON / JSON lines (`_id`) and the hub's `hotpot_qa`
@@ -94,10 +94,6 @@ PRESETS: dict[str, dict[str, str | None]] = {
     # sources/trust_align.py (multi-answer rows with their reference and BM25 distractors).
     "trust_align": {"layout": "trust_align", "question": "question", "answer": "answer", "context": "docs"},
 }
-
-
-class SourceError(ValueError):
-    """A source file that cannot be read: the message names the file, the record and the field."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +142,6 @@ def _required(mapping: Mapping[str, Any]) -> tuple[str, ...]:
     return PASSAGE_REQUIRED if mapping.get("passage") else REQUIRED
 
 
-def file_format(path: Path) -> str:
-    """The format suffix of a data file (``.jsonl.gz`` counts as one), or its last suffix."""
-    return ".jsonl.gz" if path.name.endswith(".jsonl.gz") else path.suffix
-
-
 def source_files(path: Path) -> list[Path]:
     """The data files of a file or folder (``*.json``, ``*.jsonl``, ``*.jsonl.gz``, ``*.parquet``), sorted."""
     if path.is_file():
@@ -167,38 +158,6 @@ def source_files(path: Path) -> list[Path]:
     if not files:
         raise SourceError(f"no data file ({', '.join('*' + s for s in SUFFIXES)}) in {path}")
     return files
-
-
-def _records(path: Path) -> Iterator[tuple[str, Any]]:
-    """(where, record) pairs of one file; ``where`` is 'line N' or 'record N' (1-based)."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
-            yield f"row {i}", row
-        return
-    if file_format(path) == ".jsonl.gz":
-        import gzip
-
-        text = gzip.decompress(path.read_bytes()).decode("utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
-    head = text.lstrip()[:1]
-    if path.suffix == ".json" and head == "[":
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from exc
-        for i, row in enumerate(rows, 1):
-            yield f"record {i}", row
-        return
-    for n, line in enumerate(text.splitlines(), 1):  # JSON lines (also a .json holding JSON lines)
-        if not line.strip():
-            continue
-        try:
-            yield f"line {n}", json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SourceError(f"{path}, line {n}: invalid JSON: {exc.msg}") from exc
 
 
 def _column(row: Mapping[str, Any], spec: str | None) -> Any:
@@ -351,7 +310,7 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
     for f in files:
         split = _split_from_name(f.name, default_split)
         n = 0
-        for where, rec in _records(f):
+        for where, rec in read_records(f):
             rows.append(map_record(rec, mapping, f"{f}, {where}", split))
             n += 1
         per_file[f.name] = n

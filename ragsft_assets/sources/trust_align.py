@@ -37,6 +37,7 @@ import pyarrow as pa
 from ragsft_assets import ids
 from ragsft_assets.ids import derived_id
 from ragsft_assets.multihop.hotpot_format import records_table
+from ragsft_assets.sources.records import read_records
 
 PRESET = "trust_align"
 HUB_ID = "declare-lab/Trust-Score"  # the card's hub source (also published as declare-lab/Trust-Data)
@@ -172,8 +173,6 @@ def item_from_row(row: Any, where: str, file_name: str, split: str) -> Item | No
 
 def _records(path: Path) -> Iterable[tuple[str, Any]]:
     """(where, record) of a data file; an ALCE/Trust-Score prompt file's demos are records too."""
-    from ragsft_assets.sources.read import _records as plain_records
-
     if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip()[:1] == "{":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -186,7 +185,7 @@ def _records(path: Path) -> Iterable[tuple[str, Any]]:
             for k in demos:
                 yield from ((f"{k}[{i}]", r) for i, r in enumerate(data[k], 1))
             return
-    yield from plain_records(path)
+    yield from read_records(path)
 
 
 def is_gold_record(row: Any) -> bool:
