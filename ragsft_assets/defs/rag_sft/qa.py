@@ -20,6 +20,7 @@ from ragsft_assets.defs.rag_sft.assets import (
     qa_rag_sft,
     qa_rag_verdicts,
 )
+from ragsft_assets.defs.rag_sft.card import card_statistics
 from ragsft_assets.rag_sft import multi_answer
 from ragsft_assets.release.layout import ReleaseConfig
 from ragsft_assets.resources.store import ArtifactStore
@@ -87,30 +88,6 @@ QA_UPSTREAM = [
     dg.AssetKey([QA_PREFIX, n])
     for n in (QA_INPUT_ASSET, "rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
 ]
-
-
-def card_statistics(store: ArtifactStore, partition: str, questions_store: str = QA_INPUT_ASSET) -> dict:
-    """A release card's RAG SFT statistics, from the chain's artifacts (``statistics.chain_statistics``).
-
-    ``questions_store`` holds the questions' type and level: ``questions`` for the QA chain,
-    ``multihop_questions`` for the snapshot chain (a superset of every filtered config, rows
-    unchanged). Lengths are whitespace words, as everywhere on the card.
-    """
-    from ragsft_assets.rag_sft import statistics
-    from ragsft_assets.rag_sft.examples import refusal_phrases
-
-    rows = store.read(partition, "rag_sft").to_pylist()
-    prompts = store.read(partition, "rag_prompts").select(["id", "question_id", "language"]).to_pylist()
-    langs = sorted({p["language"] for p in prompts})
-    source = store.read(partition, questions_store).select(["id", "type", "level"]).to_pylist()
-    return statistics.chain_statistics(
-        rows,
-        {q["id"]: (q["type"], q["level"]) for q in source},
-        {p["id"]: p["question_id"] for p in prompts},
-        statistics.whitespace_counter,
-        "whitespace",
-        strict_phrases=[ph for lang in langs for ph in refusal_phrases(lang)],
-    )
 
 
 @dg.asset(

@@ -221,10 +221,10 @@ def release(
 
 
 def rag_sft_sections(store: ArtifactStore, partition: str, folder: Path) -> list[str]:
-    """The RAG SFT statistics of the QA card (``qa.card_statistics``, ``statistics.card_section``) for
+    """The RAG SFT statistics of the QA card (``card.card_statistics``, ``statistics.card_section``) for
     the release's rag_sft config, under the name it ships; none when the release has no such config."""
     from ragsft_assets.defs.rag_sft.assets import INPUT_ASSET
-    from ragsft_assets.defs.rag_sft.qa import card_statistics
+    from ragsft_assets.defs.rag_sft.card import card_statistics
     from ragsft_assets.rag_sft.statistics import card_section
 
     shipped = layout.read_configs(folder)
