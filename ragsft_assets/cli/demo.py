@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 import click
 
+from ragsft_assets.cli.instance import ensure_instance_home
 from ragsft_assets.home import dagster_home, ragsft_home
 
 SAMPLE_KEY = "sample.fr"
-
-
-def ensure_instance_home() -> str:
-    """Point DAGSTER_HOME at the project's instance (creating it) and return its path."""
-    from ragsft_assets.cli.snapshots import ensure_instance_dir
-
-    path = ensure_instance_dir()
-    os.environ["DAGSTER_HOME"] = str(path)
-    return str(path)
 
 
 @click.command()

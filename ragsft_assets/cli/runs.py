@@ -32,7 +32,7 @@ def clean(dry_run: bool) -> None:
     import dagster as dg
 
     from ragsft_assets import leftovers
-    from ragsft_assets.cli.demo import ensure_instance_home
+    from ragsft_assets.cli.instance import ensure_instance_home
     from ragsft_assets.defs.runs import clean_dead_runs, report_lines
     from ragsft_assets.home import ragsft_home
 

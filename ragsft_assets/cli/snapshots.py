@@ -14,38 +14,19 @@ from pathlib import Path
 
 import click
 
+from ragsft_assets.cli.instance import instance as _instance
+from ragsft_assets.cli.instance import source_key_taken
 from ragsft_assets.corpus.structured_wikipedia import dump_files
 from ragsft_assets.home import dagster_home, snapshots_dir
 from ragsft_assets.resources.snapshots import SNAPSHOT_CONFIG
 
 SAMPLE_KEY = "sample.fr"
 PARTITIONS = "snapshot"
-_MINIMAL_DAGSTER_YAML = "# Created by `ragsft snapshots add`: a local instance shared with `dagster dev`.\ntelemetry:\n  enabled: false\n"
 
 
 def sample_folder() -> Path:
     """The bundled sample snapshot folder (package data)."""
     return Path(str(resources.files("ragsft_assets") / "sample_snapshot" / SAMPLE_KEY))
-
-
-def ensure_instance_dir(home: Path | None = None) -> Path:
-    """The DAGSTER_HOME folder, created with a minimal ``dagster.yaml`` when absent."""
-    folder = dagster_home(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "dagster.yaml"
-    if not config.exists():
-        project_yaml = Path.cwd() / "dagster.yaml"  # the repo's instance settings, when run from the repo
-        config.write_text(
-            project_yaml.read_text(encoding="utf-8") if project_yaml.is_file() else _MINIMAL_DAGSTER_YAML,
-            encoding="utf-8",
-        )
-    return folder
-
-
-def _instance(home: Path | None = None):  # -> dg.DagsterInstance (dagster imported lazily: fast --help)
-    import dagster as dg
-
-    return dg.DagsterInstance.from_config(str(ensure_instance_dir(home)))
 
 
 def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: bool = False) -> Path:
@@ -119,8 +100,6 @@ def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool, revi
             validate_hub_key(key)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="KEY") from exc
-    from ragsft_assets.cli.sources import source_key_taken
-
     if source_key_taken(key):  # a key belongs to one partition set only
         raise click.ClickException(f"{key!r} is already a source key (ragsft sources): pick another key")
     try:

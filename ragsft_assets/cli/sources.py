@@ -14,21 +14,10 @@ from pathlib import Path
 
 import click
 
-from ragsft_assets.cli.snapshots import _instance
-from ragsft_assets.home import dagster_home, ragsft_home, snapshots_dir
-
-PARTITIONS = "qa_source"
-
-
-def sources_dir(home: Path | None = None) -> Path:
-    return (home or ragsft_home()) / "sources"
-
-
-def source_key_taken(key: str, home: Path | None = None) -> bool:
-    """True when ``key`` is a source (folder or registered partition): `snapshots add` refuses it."""
-    if (sources_dir(home) / key).exists():
-        return True
-    return dagster_home(home).exists() and _instance(home).has_dynamic_partition(PARTITIONS, key)
+from ragsft_assets.cli.instance import SOURCE_PARTITIONS as PARTITIONS
+from ragsft_assets.cli.instance import instance as _instance
+from ragsft_assets.cli.instance import sources_dir
+from ragsft_assets.home import dagster_home, snapshots_dir
 
 
 def _check_key(key: str, home: Path | None) -> None:

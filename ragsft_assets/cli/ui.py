@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ragsft_assets.cli.demo import ensure_instance_home
+from ragsft_assets.cli.instance import ensure_instance_home
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
