@@ -31,13 +31,21 @@ def base_models() -> None:
 @base_models.command("add")
 @click.argument("key")
 @click.option("--model", "model", required=True, help="HF id or local path, e.g. Qwen/Qwen3-4B-Base")
-@click.option("--backend", type=click.Choice(registry.BACKENDS), default="vllm", show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(registry.BACKENDS),
+    default=None,
+    help="default: RAGSFT_BASE_MODEL_BACKEND (and its BASE_URLS: a cluster's fleet), else vllm",
+)
 @click.option(
     "--base-urls", default="", help="comma-separated OpenAI-compatible server URLs (backend openai)"
 )
-def add(key: str, model: str, backend: str, base_urls: str) -> None:
+def add(key: str, model: str, backend: str | None, base_urls: str) -> None:
     """Register base model KEY and add it as a partition."""
     urls = [u.strip() for u in base_urls.split(",") if u.strip()]
+    if backend is None:
+        backend, default_urls = registry.default_backend()
+        urls = urls or default_urls
     try:
         new = registry.add(key, registry.BaseModelEntry(model=model, backend=backend, base_urls=urls))
     except ValueError as exc:

@@ -5,6 +5,7 @@ Keys without an entry fall back to the ``RAGSFT_BASE_MODEL_*`` variables.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +28,15 @@ class BaseModelEntry:
     model: str
     backend: str = "vllm"
     base_urls: list[str] = field(default_factory=list)
+
+
+def default_backend() -> tuple[str, list[str]]:
+    """The backend and base URLs of an entry registered without them: the ``base_model`` role's
+    (``RAGSFT_BASE_MODEL_BACKEND``/``_BASE_URLS``: on a cluster, the fleet's completion server, which
+    also serves each model under its HF id), else ``vllm`` in process."""
+    backend = os.environ.get("RAGSFT_BASE_MODEL_BACKEND") or "vllm"
+    urls = [u for u in os.environ.get("RAGSFT_BASE_MODEL_BASE_URLS", "").split(",") if u]
+    return backend, urls if backend == "openai" else []
 
 
 def registry_path(home: Path | None = None) -> Path:
