@@ -7,18 +7,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from ragsft_assets.defs.resources import default_resources, llm_for_role
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.base import Completion, OnResult, Request
-from ragsft_assets.llm.backends.openai_backend import OpenAIBackend
+from ragsft_assets.llm.backends.openai_backend import OpenAIBackend, ServedModelError
 from ragsft_assets.llm.cache import KEY_FORMAT, LLMCache, cache_key, canonical_json
 from ragsft_assets.llm.client import ChatClient
 from ragsft_assets.llm.types import STATUS_ERROR, ChatModel, CompletionModel, SamplingParams
 from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets_tests.fake_openai import FakeOpenAI
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 
 IDENT = {"backend": "fake", "model": "m", "weights_sha256": "w"}
@@ -99,28 +99,25 @@ def test_client_chat_kwargs_and_completion_are_cached_apart(tmp_path: Path) -> N
 
 
 def test_openai_body_and_completions_endpoint() -> None:
-    hits: list[tuple[str, dict]] = []
+    def answer(path: str, body: dict) -> tuple[int, dict, dict]:
+        if path.endswith("/completions") and "prompt" in body:
+            return 200, {}, {"choices": [{"text": " Paris", "finish_reason": "stop"}]}
+        return 200, {}, {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        body = orjson.loads(request.content)
-        hits.append((request.url.path, body))
-        if request.url.path.endswith("/completions") and "prompt" in body:
-            return httpx.Response(200, json={"choices": [{"text": " Paris", "finish_reason": "stop"}]})
-        return httpx.Response(
-            200, json={"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}
-        )
-
-    backend = OpenAIBackend(["http://fleet/v1"], "served")
-    backend._client = httpx.Client(transport=httpx.MockTransport(handler))
-    out: dict[int, Completion] = {}
-    reqs = [
-        Request(MSGS, SamplingParams(), None, {"enable_thinking": False}),
-        Request((), SamplingParams(stop=("\n",)), None, None, "The capital of France is"),
-        Request(MSGS, SamplingParams()),
-    ]
-    backend.concurrency = 1
-    backend.generate(reqs, lambda i, c: out.__setitem__(i, c))
+    with FakeOpenAI(answer).running() as server:
+        backend = OpenAIBackend([server.url], "served")
+        out: dict[int, Completion] = {}
+        reqs = [
+            Request(MSGS, SamplingParams(), None, {"enable_thinking": False}),
+            Request((), SamplingParams(stop=("\n",)), None, None, "The capital of France is"),
+            Request(MSGS, SamplingParams()),
+        ]
+        backend.concurrency = 1
+        backend.generate(reqs, lambda i, c: out.__setitem__(i, c))
+        backend.close()
     assert out[0].text == "ok" and out[1].text == " Paris" and out[2].text == "ok"
+    assert server.peak == 1  # the per-URL limit
+    hits = list(zip(server.paths, server.bodies, strict=True))
     by_path = sorted(hits, key=lambda h: (h[0], "prompt" in h[1], "chat_template_kwargs" in h[1]))
     chat_plain, chat_kw, completion = by_path
     assert chat_kw[0] == "/v1/chat/completions" and chat_kw[1]["chat_template_kwargs"] == {
@@ -208,10 +205,14 @@ def test_openai_identity_from_v1_models(caplog: pytest.LogCaptureFixture) -> Non
     pinned, paths = _models_backend([entry], weights_id="sha256:abc")
     assert pinned.identity()["weights_sha256"] == "sha256:abc"
 
+    # A model no URL serves fails at start and lists what is served; unknown weights only on request.
     missing, _ = _models_backend([{"id": "other", "root": "x"}])
+    with pytest.raises(ServedModelError, match=r"no URL serves it; served: \['other'\]"):
+        missing.identity()
+    unknown, _ = _models_backend([{"id": "generator"}], weights_id="unknown")
     with caplog.at_level("WARNING"):
-        assert missing.identity()["weights_sha256"] == "unknown"
-    assert "WEIGHTS_ID" in caplog.text and "not served" in caplog.text
+        assert unknown.identity()["weights_sha256"] == "unknown"
+    assert "set explicitly" in caplog.text and "set explicitly" in unknown.served_model()["weights_note"]
 
 
 def test_a_role_left_on_the_embedded_model_without_vllm_fails_at_start(
@@ -264,7 +265,7 @@ def test_served_root_and_max_model_len_reach_asset_metadata_not_cache_keys(tmp_p
     assert md["weights_sha256"] == "served:/models/Qwen3-8B"
     assert "served_max_model_len" not in backend.identity()  # cache keys: backend.identity() only
     assert paths == ["/v1/models"]  # still read once
-    # A server that does not list the model: the metadata says so.
-    missing, _ = _models_backend([{"id": "other", "root": "x"}])
-    md = model_metadata(ChatClient(missing, None), "judge")["judge/model"].data
-    assert md["weights_sha256"] == "unknown" and "not served" in md["served_error"]
+    # Weights unknown by the user's explicit choice: the metadata says so.
+    unknown, _ = _models_backend([{"id": "generator"}], weights_id="unknown")
+    md = model_metadata(ChatClient(unknown, None), "judge")["judge/model"].data
+    assert md["weights_sha256"] == "unknown" and "set explicitly" in md["weights_note"]

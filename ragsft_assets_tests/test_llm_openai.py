@@ -111,7 +111,12 @@ def servers() -> Iterator[list[FaultServer]]:
 
 def _backend(urls: list[str], **kw: object) -> OpenAIBackend:
     options: dict = dict(
-        concurrency=4, timeout_s=TIMEOUT_S, max_retries=3, backoff_s=0.01, api_key_env="RAGSFT_TEST_KEY"
+        concurrency=4,
+        timeout_s=TIMEOUT_S,
+        max_retries=3,
+        backoff_s=0.01,
+        api_key_env="RAGSFT_TEST_KEY",
+        weights_id="rev-test",  # these servers have no /v1/models
     )
     return OpenAIBackend(urls, "served-model", **(options | kw))
 

@@ -3,7 +3,9 @@
 LLM roles default to the embedded CPU model (SmolLM2-135M-Instruct on vLLM's CPU build); one
 engine serves every role of a process. Point a role at a stronger model from the launchpad or
 with environment variables, e.g. ``RAGSFT_JUDGE_BACKEND=openai``,
-``RAGSFT_JUDGE_BASE_URLS=http://gpu-1:8000/v1,http://gpu-2:8000/v1``, ``RAGSFT_JUDGE_MODEL=...``.
+``RAGSFT_JUDGE_BASE_URLS=http://gpu-1:8000/v1,http://gpu-2:8000/v1``, ``RAGSFT_JUDGE_MODEL=...``,
+``RAGSFT_JUDGE_CONCURRENCY=128`` (per URL), ``RAGSFT_JUDGE_ENABLE_THINKING=false``. ``docs/llm.md``
+lists every variable.
 """
 
 from __future__ import annotations
@@ -18,8 +20,37 @@ from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
+
+def env_bool(raw: str) -> bool | None:
+    """A boolean variable: true/false (1/0, yes/no, on/off); ``unset``/``default`` = None."""
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("unset", "default", "none", ""):
+        return None
+    raise ValueError(raw)
+
+
+env_bool.__name__ = "bool"  # the error says "is not a valid bool"
+
+# Settings every model role reaches over HTTP the same way (chat roles and the embedder).
+HTTP_ENV: dict[str, Any] = {
+    "concurrency": int,  # requests in flight per base URL
+    "timeout_s": float,
+    "max_retries": int,
+    "backoff_s": float,
+}
+
 # Scalar LLMResource fields settable as RAGSFT_<ROLE>_<NAME>; engine_kwargs is a JSON object.
-ENGINE_ENV: dict[str, type] = {
+ENGINE_ENV: dict[str, Any] = {
+    **HTTP_ENV,
+    "enable_thinking": env_bool,
+    "thinking_max_tokens": int,
+    "reasoning_model": env_bool,
+    "reasoning_effort": str,
+    "json_mode": str,
     "weights_id": str,
     "max_model_len": int,
     "tensor_parallel_size": int,
@@ -32,7 +63,7 @@ ENGINE_ENV: dict[str, type] = {
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*
 
 
-def role_fields_from_env(role: str, settings: dict[str, type]) -> dict[str, Any]:
+def role_fields_from_env(role: str, settings: dict[str, Any]) -> dict[str, Any]:
     """A model role's resource fields from ``RAGSFT_<ROLE>_*``: BACKEND, MODEL, BASE_URLS (comma
     separated), API_KEY_ENV and each of ``settings`` (cast to its type).
 
@@ -53,9 +84,11 @@ def role_fields_from_env(role: str, settings: dict[str, type]) -> dict[str, Any]
         raw = os.environ.get(prefix + name.upper())
         if raw:
             try:
-                fields[name] = cast(raw)
+                value = cast(raw)
             except ValueError:
                 raise ValueError(f"{prefix}{name.upper()}={raw!r} is not a valid {cast.__name__}") from None
+            if value is not None or name == "enable_thinking":
+                fields[name] = value
     if fields.get("backend", "embedded") in ("embedded", "vllm") and importlib.util.find_spec("vllm") is None:
         raise RuntimeError(
             f"the {role!r} role would run vLLM in process, but vLLM is not installed here (no `embedded`"
@@ -72,12 +105,12 @@ def llm_for_role(role: str) -> LLMResource:
 
 
 # EmbeddingResource fields settable as RAGSFT_EMBEDDER_<NAME> (besides BACKEND, MODEL, BASE_URLS, API_KEY_ENV).
-EMBEDDER_ENV: dict[str, type] = {
+EMBEDDER_ENV: dict[str, Any] = {
+    **HTTP_ENV,
     "weights_id": str,
     "max_tokens": int,
     "batch_size": int,
     "per_request": int,
-    "concurrency": int,
     "dtype": str,
     "engine_kwargs": str,
 }

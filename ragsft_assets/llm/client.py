@@ -10,9 +10,14 @@
 3. sends the misses to the backend in slices; every completed call is written to the cache
    the moment it is reported, so a killed process loses only the calls in flight;
 4. logs progress (done/total, rate, ETA) during long batches;
-5. interprets every text the same way (``<think>`` split, JSON schema validation): a text
-   that does not parse is ``unreadable`` and a request the backend gave up on is ``error``;
-   nothing raises for one bad answer, and errors are not cached (a rerun retries them).
+5. interprets every text the same way (``<think>`` split or the server's reasoning field, JSON
+   schema validation): a text that does not parse is ``unreadable``, an answer cut off inside
+   its reasoning is ``unreadable`` with reason ``truncated_in_reasoning`` (its reasoning never
+   becomes the answer), and a request the backend gave up on is ``error``; nothing raises for
+   one bad answer, and errors are not cached (a rerun retries them).
+
+Before step 1 each request's thinking switch and budget are resolved (role over task over the
+model's default, see ``llm.thinking``): the cache key is that of the request as sent.
 
 Token counts in ``BatchStats`` are those of the calls made in this batch (cache hits cost
 nothing); each ``ChatResult`` carries its own counts either way.
@@ -28,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragsft_assets.ids import sha256_hex
-from ragsft_assets.llm.backends.base import Backend, Completion, Request
+from ragsft_assets.llm.backends.base import Backend, Completion, Request, TransportStats
 from ragsft_assets.llm.cache import LLMCache, canonical_json, request_record
 from ragsft_assets.llm.parsing import interpret
+from ragsft_assets.llm.thinking import effective_request, thinks
 from ragsft_assets.llm.types import (
     STATUS_ERROR,
     STATUS_UNREADABLE,
@@ -71,16 +77,55 @@ def completion_to_response(c: Completion) -> dict[str, Any]:
     }
 
 
+def truncated_in_reasoning(
+    text: str, answer: str, extra: str | None, finish_reason: str | None, thinking: bool | None, hidden: bool
+) -> bool:
+    """Whether an output was cut at max_tokens before its reasoning ended (so it has no answer).
+
+    Seen as: an unclosed ``<think>``; no answer beside a separate reasoning field (a vLLM reasoning
+    parser puts a cut-off reasoning there) or from a model that reasons out of sight (``hidden``:
+    OpenAI reasoning models); or, for a call that asked to think, no tag at all (templates that
+    open the ``<think>`` block in the prompt: the text is reasoning until ``</think>``).
+    """
+    if finish_reason != "length":
+        return False
+    last_open = text.rfind("<think>")
+    if last_open != -1 and text.find("</think>", last_open) == -1:
+        return True
+    if not answer.strip() and (extra or hidden):
+        return True
+    return bool(thinking) and not extra and "</think>" not in text and "<think>" not in text
+
+
 def result_from_response(
-    response: Mapping[str, Any], json_schema: Mapping[str, Any] | None, key: str, cached: bool
+    response: Mapping[str, Any],
+    json_schema: Mapping[str, Any] | None,
+    key: str,
+    cached: bool,
+    thinking: bool | None = None,
+    hidden_reasoning: bool = False,
 ) -> ChatResult:
-    """Interpret a raw response (fresh or cached) into a ChatResult. Never raises."""
-    answer, reasoning, parsed, status, error = interpret(response.get("text") or "", json_schema)
+    """Interpret a raw response (fresh or cached) into a ChatResult. Never raises.
+
+    ``thinking`` is the request's resolved switch and ``hidden_reasoning`` says the model reasons
+    out of sight; both only serve to recognise an answer cut off inside its reasoning.
+    """
+    text = response.get("text") or ""
     extra = response.get("reasoning")
+    finish = response.get("finish_reason")
+    answer, reasoning, parsed, status, error = interpret(text, json_schema)
     if extra:
         reasoning = extra if not reasoning else f"{extra}\n{reasoning}"
-    if status == STATUS_UNREADABLE and response.get("finish_reason") == "length":
-        error = f"{error} (output truncated at max_tokens)"
+    reason = None
+    if truncated_in_reasoning(text, answer, extra, finish, thinking, hidden_reasoning):
+        if not reasoning and text.strip():  # the template opened the block: the whole text is reasoning
+            reasoning = text.strip()
+        answer, parsed, status, reason = "", None, STATUS_UNREADABLE, "truncated_in_reasoning"
+        error = "truncated_in_reasoning: the output reached max_tokens inside the model's reasoning"
+    elif status == STATUS_UNREADABLE:
+        reason = "unreadable"
+        if finish == "length":
+            reason, error = "truncated", f"{error} (output truncated at max_tokens)"
     return ChatResult(
         text=answer,
         status=status,
@@ -91,6 +136,7 @@ def result_from_response(
         cache_key=key,
         cached=cached,
         error=error,
+        reason=reason,
     )
 
 
@@ -141,6 +187,8 @@ class ChatClient:
         slice_size: requests handed to the backend at once (None: the whole batch); results
             are persisted and progress logged as each completes.
         progress_every_s: least seconds between two progress lines.
+        enable_thinking: the role's thinking switch (None: each task's default, else the model's).
+        thinking_max_tokens: the role's budget for calls that think, when their task sets none.
     """
 
     def __init__(
@@ -153,6 +201,8 @@ class ChatClient:
         budget_tokens: int | None = None,
         slice_size: int | None = None,
         progress_every_s: float = 10.0,
+        enable_thinking: bool | None = None,
+        thinking_max_tokens: int | None = None,
     ) -> None:
         self.backend = backend
         self.cache = cache
@@ -161,6 +211,11 @@ class ChatClient:
         self.budget_tokens = budget_tokens
         self.slice_size = slice_size
         self.progress_every_s = progress_every_s
+        self.enable_thinking = enable_thinking
+        self.thinking_max_tokens = thinking_max_tokens
+        # What the backend can take: chat_template_kwargs (not OpenAI's API), reasoning in sight.
+        self._reasoning_model = bool(getattr(backend, "reasoning_model", False))
+        self._template_kwargs = bool(getattr(backend, "takes_chat_template_kwargs", True))
         self.spent_calls = 0
         self.spent_tokens = 0
         self._lock = threading.Lock()
@@ -179,7 +234,19 @@ class ChatClient:
             for key in ("root", "max_model_len", "error"):
                 if served.get(key) is not None:
                     identity[f"served_{key}"] = served[key]
+            if served.get("weights_note"):
+                identity["weights_note"] = served["weights_note"]
         return identity
+
+    def resolve(self, req: Request) -> Request:
+        """The request as it is sent and keyed: thinking switch and budget resolved (``llm.thinking``)."""
+        return effective_request(
+            req,
+            self.enable_thinking,
+            self.thinking_max_tokens,
+            template_kwargs=self._template_kwargs,
+            reasoning_model=self._reasoning_model,
+        )
 
     def chat(
         self,
@@ -222,6 +289,8 @@ class ChatClient:
         t0 = time.monotonic()
         identity = self.backend.identity()
         stats = BatchStats(requests=len(requests))
+        requests = [self.resolve(r) for r in requests]
+        hidden = self._reasoning_model
         records = [_record(identity, r, template_version) for r in requests]
         keys = [sha256_hex(canonical_json(rec)) for rec in records]
         hits = self.cache.get_many(keys) if self.cache is not None else {}
@@ -229,7 +298,15 @@ class ChatClient:
         todo: dict[str, list[int]] = {}  # key -> indices asking for it (duplicates generated once)
         for i, key in enumerate(keys):
             if key in hits:
-                results[i] = result_from_response(hits[key], requests[i].json_schema, key, cached=True)
+                req = requests[i]
+                results[i] = result_from_response(
+                    hits[key],
+                    req.json_schema,
+                    key,
+                    cached=True,
+                    thinking=thinks(req),
+                    hidden_reasoning=hidden,
+                )
                 stats.cache_hits += 1
             else:
                 todo.setdefault(key, []).append(i)
@@ -251,9 +328,18 @@ class ChatClient:
                     if completion.error is None:
                         if self.cache is not None:
                             self.cache.put(key, records[first], response)
-                        res = result_from_response(response, requests[first].json_schema, key, cached=False)
+                        req = requests[first]
+                        res = result_from_response(
+                            response, req.json_schema, key, False, thinks(req), hidden_reasoning=hidden
+                        )
                     else:
-                        res = ChatResult(text="", status=STATUS_ERROR, cache_key=key, error=completion.error)
+                        res = ChatResult(
+                            text="",
+                            status=STATUS_ERROR,
+                            cache_key=key,
+                            error=completion.error,
+                            reason="error",
+                        )
                         stats.errors += 1
                     for n, i in enumerate(todo[key]):
                         results[i] = res if n == 0 else _copy_result(res, cached=True)
@@ -265,19 +351,32 @@ class ChatClient:
                     self.spent_tokens += completion.prompt_tokens + completion.completion_tokens
                     progress.step(completion.completion_tokens)
 
+            transport = TransportStats()
             size = self.slice_size or len(misses)
             for start in range(0, len(misses), size):
                 part = [requests[i] for i in misses[start : start + size]]
-                self.backend.generate(part, lambda j, c, _o=start: on_result(j, c, _o))
+                done = self.backend.generate(part, lambda j, c, _o=start: on_result(j, c, _o))
+                if isinstance(done, TransportStats):  # HTTP backends report retries and concurrency
+                    transport = transport.add(done)
+            stats.retries = transport.retries
+            stats.http_429 = transport.http_429
+            stats.in_flight_max = transport.in_flight_max
+            stats.in_flight_mean = transport.in_flight_mean
+            stats.url_set_asides = transport.url_set_asides
 
         final: list[ChatResult] = []
         for i, res in enumerate(results):
             if res is None:  # a backend that broke its promise: a recorded error, never a silent None
                 res = ChatResult(
-                    text="", status=STATUS_ERROR, cache_key=keys[i], error="backend returned no result"
+                    text="",
+                    status=STATUS_ERROR,
+                    cache_key=keys[i],
+                    error="backend returned no result",
+                    reason="error",
                 )
                 stats.errors += 1
             stats.unreadable += res.status == STATUS_UNREADABLE
+            stats.truncated_in_reasoning += res.reason == "truncated_in_reasoning"
             final.append(res)
         stats.wall_s = time.monotonic() - t0
         return BatchResult(results=final, stats=stats)
@@ -319,6 +418,7 @@ def _copy_result(res: ChatResult, cached: bool) -> ChatResult:
         cache_key=res.cache_key,
         cached=cached,
         error=res.error,
+        reason=res.reason,
     )
 
 

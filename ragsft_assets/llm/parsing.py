@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
@@ -53,6 +54,23 @@ def parse_json(text: str) -> tuple[Any, str | None]:
     return None, "no JSON object in the answer"
 
 
+@lru_cache(maxsize=256)
+def _validator(schema_json: bytes) -> Any:
+    # ``jsonschema.validate`` checks the schema against its meta-schema on every call, which costs
+    # more than the validation itself; a batch of thousands of answers shares a handful of schemas.
+    schema = orjson.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def schema_error(value: Any, json_schema: Mapping[str, Any]) -> str | None:
+    """The message of the best-matching schema violation of ``value`` (None when it matches)."""
+    validator = _validator(orjson.dumps(json_schema, option=orjson.OPT_SORT_KEYS))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    return None if error is None else error.message
+
+
 def interpret(
     text: str, json_schema: Mapping[str, Any] | None
 ) -> tuple[str, str | None, Any, str, str | None]:
@@ -68,8 +86,7 @@ def interpret(
     value, error = parse_json(answer)
     if error is not None:
         return answer, reasoning, None, STATUS_UNREADABLE, error
-    try:
-        jsonschema.validate(value, json_schema)
-    except jsonschema.ValidationError as exc:
-        return answer, reasoning, None, STATUS_UNREADABLE, f"schema mismatch: {exc.message}"
+    mismatch = schema_error(value, json_schema)
+    if mismatch is not None:
+        return answer, reasoning, None, STATUS_UNREADABLE, f"schema mismatch: {mismatch}"
     return answer, reasoning, value, STATUS_OK, None

@@ -7,7 +7,7 @@ ever see ``ChatModel.chat`` and these dataclasses.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
@@ -19,20 +19,33 @@ STATUS_ERROR = "error"  # the backend gave up (retries exhausted); the error is 
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Sampling parameters; part of every cache key."""
+    """Sampling parameters; part of every cache key.
+
+    ``enable_thinking`` is the task's default for the model's thinking mode (None: the model's
+    own default); a role's ``enable_thinking`` setting wins over it. ``thinking_max_tokens`` is the
+    task's token budget when the call does think (reasoning + answer; None: ``max_tokens``). The
+    client resolves both before a call (``llm.thinking.effective_request``): the cache key holds
+    the resolved ``chat_template_kwargs`` and ``max_tokens``, never these two fields.
+    """
 
     temperature: float = 0.0
     max_tokens: int = 256
     seed: int = 0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
+    enable_thinking: bool | None = None
+    thinking_max_tokens: int | None = None
 
     def with_seed(self, seed: int) -> SamplingParams:
-        return SamplingParams(self.temperature, self.max_tokens, seed, self.top_p, self.stop)
+        return replace(self, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        # Absent when unset, so the keys of calls made before these fields existed are unchanged.
+        for name in ("enable_thinking", "thinking_max_tokens"):
+            if d[name] is None:
+                del d[name]
         return d
 
 
@@ -49,6 +62,10 @@ class ChatResult:
     cache_key: str = ""
     cached: bool = False
     error: str | None = None
+    # A short machine-readable reason for a non-ok status: ``truncated_in_reasoning`` (the output
+    # ended inside the model's reasoning, so there is no answer), ``truncated`` (cut at max_tokens),
+    # ``unreadable`` (did not parse or match the schema), ``error`` (the backend gave up).
+    reason: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,7 +74,15 @@ class ChatResult:
 
 @dataclass(slots=True)
 class BatchStats:
-    """Per-batch operations numbers, attached by the stages to their asset metadata."""
+    """Per-batch operations numbers, attached by the stages to their asset metadata.
+
+    The transport numbers come from HTTP backends (zero elsewhere): ``retries`` (attempts after
+    the first, 429s included), ``http_429`` (rate-limit answers), ``in_flight_max`` (most requests
+    in flight at once) and ``in_flight_mean`` (the effective concurrency: request-seconds in
+    flight over the seconds the backend was busy), ``url_set_asides`` (a failing URL set aside
+    for a cool-down). ``truncated_in_reasoning`` counts answers cut off inside the model's
+    reasoning (``unreadable``, reason ``truncated_in_reasoning``), cached ones included.
+    """
 
     requests: int = 0
     calls: int = 0  # requests that reached the model (not served from the cache)
@@ -67,15 +92,33 @@ class BatchStats:
     unreadable: int = 0
     errors: int = 0
     wall_s: float = 0.0
+    retries: int = 0
+    http_429: int = 0
+    in_flight_max: int = 0
+    in_flight_mean: float = 0.0
+    url_set_asides: int = 0
+    truncated_in_reasoning: int = 0
 
     @property
     def tokens_per_s(self) -> float:
         return self.completion_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
     def add(self, other: BatchStats) -> BatchStats:
-        return BatchStats(
-            *(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__)  # type: ignore[arg-type]
+        """The stats of two batches run one after the other (sums; the larger peak; the mean
+        concurrency weighted by wall time)."""
+        out = BatchStats(
+            **{
+                f: getattr(self, f) + getattr(other, f)
+                for f in self.__dataclass_fields__
+                if f not in ("in_flight_max", "in_flight_mean")
+            }
         )
+        out.in_flight_max = max(self.in_flight_max, other.in_flight_max)
+        if out.wall_s > 0:
+            out.in_flight_mean = (
+                self.in_flight_mean * self.wall_s + other.in_flight_mean * other.wall_s
+            ) / out.wall_s
+        return out
 
     def to_metadata(self, prefix: str = "llm") -> dict[str, float | int]:
         return {
@@ -85,9 +128,15 @@ class BatchStats:
             f"{prefix}/prompt_tokens": self.prompt_tokens,
             f"{prefix}/completion_tokens": self.completion_tokens,
             f"{prefix}/unreadable": self.unreadable,
+            f"{prefix}/truncated_in_reasoning": self.truncated_in_reasoning,
             f"{prefix}/errors": self.errors,
             f"{prefix}/wall_s": round(self.wall_s, 3),
             f"{prefix}/tokens_per_s": round(self.tokens_per_s, 1),
+            f"{prefix}/retries": self.retries,
+            f"{prefix}/http_429": self.http_429,
+            f"{prefix}/in_flight_max": self.in_flight_max,
+            f"{prefix}/in_flight_mean": round(self.in_flight_mean, 1),
+            f"{prefix}/url_set_asides": self.url_set_asides,
         }
 
 

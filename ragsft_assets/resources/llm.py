@@ -14,6 +14,10 @@ Backends:
   ``base_urls`` the project starts (or reuses) a local ``vllm serve`` of ``model`` (empty:
   the embedded model) and reaches it over HTTP — use this when steps run in separate
   processes (Dagster's multiprocess executor) yet should share one engine.
+
+Each role has its own HTTP client and in-flight limit per base URL (``concurrency``), and its
+own thinking switch (``enable_thinking``: true, false or unset, winning over each task's
+default). ``docs/llm.md`` says how to set and size them.
 """
 
 from __future__ import annotations
@@ -35,13 +39,18 @@ from ragsft_assets.llm.types import BatchResult, Message, SamplingParams
 
 
 class ModelEndpoint(dg.ConfigurableResource):
-    """Where a role's model runs and how it is reached: the settings chat and embedding roles share."""
+    """Where a role's model runs and how it is reached: the settings chat and embedding roles share.
+
+    ``concurrency`` is the most requests in flight **per base URL** (HTTP backends): the default
+    suits one vLLM replica, which batches about 128-256 sequences. ``weights_id`` pins the
+    weights in cache keys; empty reads them from ``/v1/models``; ``unknown`` runs without.
+    """
 
     backend: str = "embedded"
     model: str = ""
     base_urls: list[str] = []
     api_key_env: str = ""
-    concurrency: int = 8
+    concurrency: int = 128
     timeout_s: float = 120.0
     max_retries: int = 4
     backoff_s: float = 1.0
@@ -68,6 +77,12 @@ class LLMResource(ModelEndpoint):
     use_cache: bool = True
     progress_every_s: float = 10.0
     role: str = "llm"
+    # Thinking: None = each task's default (else the model's); true/false win over the tasks'.
+    enable_thinking: bool | None = None
+    thinking_max_tokens: int | None = None  # budget of a thinking call whose task sets none
+    # An OpenAI reasoning model (gpt-5-mini, o-series): max_completion_tokens, no temperature.
+    reasoning_model: bool = False
+    reasoning_effort: str = ""
 
     _client: ChatClient | None = PrivateAttr(default=None)
     _handle: Any = PrivateAttr(default=None)
@@ -132,6 +147,9 @@ class LLMResource(ModelEndpoint):
                 "backoff_s": self.backoff_s,
                 "weights_id": weights,
                 "json_mode": self.json_mode,
+                "reasoning_model": self.reasoning_model,
+                "reasoning_effort": self.reasoning_effort,
+                "role": self.role,  # its own client, pool and per-URL limits, even beside a twin role
             }
         return self.backend, {"model": self.model}  # a kind registered with engines.register_backend
 
@@ -152,6 +170,8 @@ class LLMResource(ModelEndpoint):
                 budget_tokens=self.budget_tokens,
                 slice_size=self.slice_size,
                 progress_every_s=self.progress_every_s,
+                enable_thinking=self.enable_thinking,
+                thinking_max_tokens=self.thinking_max_tokens,
             )
         return self._client
 
@@ -202,6 +222,16 @@ class LLMResource(ModelEndpoint):
         if self._handle is not None:
             engines.release(self._handle)
             self._handle = None
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """A role on a fleet checks what it serves when its step starts, not at its first batch.
+
+        Raises:
+            ServedModelError: the model is not served, served inconsistently, or without a
+                weights identity (see ``OpenAIBackend.identity``).
+        """
+        if self.backend == "openai" and self.base_urls:
+            self.client().model_identity()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.close()

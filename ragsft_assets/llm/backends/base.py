@@ -46,6 +46,39 @@ class Completion:
 OnResult = Callable[[int, Completion], None]  # (index in the request list, completion)
 
 
+@dataclass(slots=True)
+class TransportStats:
+    """What an HTTP backend reports of one ``generate`` call (in-process engines report nothing).
+
+    ``busy_s`` is the request-seconds spent in flight and ``span_s`` the seconds from the first
+    send to the last answer, so ``in_flight_mean`` (their ratio) is the effective concurrency.
+    """
+
+    attempts: int = 0
+    retries: int = 0  # attempts after a request's first (429s included)
+    http_429: int = 0
+    in_flight_max: int = 0
+    busy_s: float = 0.0
+    span_s: float = 0.0
+    url_set_asides: int = 0
+
+    @property
+    def in_flight_mean(self) -> float:
+        return self.busy_s / self.span_s if self.span_s > 0 else 0.0
+
+    def add(self, other: TransportStats) -> TransportStats:
+        """Two calls one after the other."""
+        return TransportStats(
+            attempts=self.attempts + other.attempts,
+            retries=self.retries + other.retries,
+            http_429=self.http_429 + other.http_429,
+            in_flight_max=max(self.in_flight_max, other.in_flight_max),
+            busy_s=self.busy_s + other.busy_s,
+            span_s=self.span_s + other.span_s,
+            url_set_asides=self.url_set_asides + other.url_set_asides,
+        )
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What the client needs from a backend.
@@ -53,13 +86,15 @@ class Backend(Protocol):
     ``generate`` must call ``on_result`` exactly once per request (a failed request gets a
     Completion with ``error``), as soon as that request is done, so that the client can
     persist it: a killed process then loses only the requests in flight.
-    ``on_result`` may be called from worker threads; the client serializes it.
+    ``on_result`` may be called from worker threads; the client serializes it. ``generate`` may
+    return a ``TransportStats`` (retries, 429s, concurrency), which the client adds to the batch's
+    stats; anything else is ignored.
     """
 
     def identity(self) -> dict[str, str]:
         """backend, model, weights_sha256: part of every cache key."""
         ...
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None: ...
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> TransportStats | None: ...
 
     def close(self) -> None: ...

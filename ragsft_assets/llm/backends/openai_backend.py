@@ -1,52 +1,295 @@
-"""Any OpenAI-compatible chat-completions server: a ``vllm serve`` fleet or a provider.
+"""Any OpenAI-compatible server: a ``vllm serve`` fleet or a provider, at fleet speed.
 
-Bounded concurrency (a thread pool of ``concurrency`` workers), retries with exponential
-backoff on 429, 5xx, timeouts, connection errors and malformed bodies (``max_retries``
-retries, so at most ``max_retries + 1`` attempts per request, then an ``error`` result —
-every request ends with a result). Several base URLs share the load: request i starts on
-URL ``i mod n`` and each retry moves to the next URL, so a dead server costs one retry.
-The API key is read from the environment variable named ``api_key_env`` at each request
-and is never logged, stored in errors, metadata or the cache key.
+One backend per role (the engine registry keys it by role): its own event loop in a daemon
+thread, one aiohttp connection pool, and its own in-flight limit **per base URL**
+(``concurrency``, default 128: one vLLM replica batches about that many sequences).
+
+- Dispatch: each attempt goes to the URL with the fewest requests outstanding (a retry avoids
+  the URL that just failed when another has room). Requests are handed to the loop as slots
+  free up, so a batch of 400,000 holds no more tasks than the fleet can run.
+- Overload: a 429 (or a 503 with ``Retry-After``) pauses that URL for the ``Retry-After``
+  seconds and halves its in-flight limit (once per round trip: answers to requests sent before
+  the cut do not cut again); successes raise it again, by one per answer up to half the
+  configured limit, then by one per round trip (AIMD), so a provider's rate limit never turns
+  into a retry storm. A 429 does not use up a request's ``max_retries`` (it is bounded apart).
+- Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
+  jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
+  result: every request ends with a result. A URL failing ``fail_threshold`` times in a row is
+  set aside for a cool-down (``cooldown_s``, doubling while it keeps failing) and then probed
+  with one request; it comes back in slow start. The last URL that answers is never set aside,
+  so a failing URL never fails a run while others answer.
+- Identity: ``/v1/models`` is read from every URL (retrying transient failures) when the
+  identity is first needed, i.e. before the first call. A model no URL serves, URLs that serve
+  different weights (``root``) under one name, or no weights identity at all are errors at
+  start. Weights ``unknown`` only when the user sets ``weights_id="unknown"``, and the log and
+  the metadata say so.
+- OpenAI reasoning models (``reasoning_model=True``): ``max_completion_tokens`` instead of
+  ``max_tokens``, no ``temperature`` / ``top_p`` and no ``chat_template_kwargs``;
+  ``reasoning_effort`` is sent when set.
+
+The API key is read from the environment variable named ``api_key_env`` at each request and is
+never logged, stored in errors, metadata or the cache key.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
+import queue
 import random
+import threading
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
 
 import httpx
 import orjson
 
-from ragsft_assets.llm.backends.base import Completion, OnResult, Request
+from ragsft_assets.llm.backends.base import Completion, OnResult, Request, TransportStats
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_RETRY_AFTER_S = 600.0  # a server asking for more is believed only this far
+UNKNOWN_WEIGHTS = "unknown"
 
 
 class _Retryable(Exception):
-    pass
+    """An attempt that failed in a way another attempt may not (kept for the embedder's imports)."""
+
+
+class _Malformed(Exception):
+    """A 2xx answer whose body is not what the endpoint promises."""
+
+
+class GiveUp(Exception):
+    """A request that used up its retries (the message says after how many attempts and why)."""
+
+
+class Refused(Exception):
+    """A 4xx answer: the request itself is wrong and no retry can help."""
+
+
+class ServedModelError(ValueError):
+    """The fleet does not serve the configured model consistently (raised before any call)."""
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, min(float(value), MAX_RETRY_AFTER_S))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
+
+
+@dataclass(slots=True)
+class _Url:
+    """One base URL's slots and health, touched only from the backend's event loop."""
+
+    url: str
+    cap: int  # the configured in-flight limit
+    limit: float  # the current (AIMD) limit, 1 <= limit <= cap
+    ssthresh: float  # below it the limit grows by one per answer (slow start)
+    outstanding: int = 0
+    epoch: int = 0  # bumped at each cut; answers to requests sent before it do not cut again
+    available_at: float = 0.0  # loop time before which nothing is sent (Retry-After, cool-down)
+    fails: int = 0  # failures in a row
+    cooldown: float = 0.0
+    aside: bool = False  # set aside (or probing after the cool-down): one request at a time
+    hits: int = 0
+
+    def room(self) -> int:
+        return (1 if self.aside else max(1, int(self.limit))) - self.outstanding
+
+
+class _Fleet:
+    """Per-URL in-flight slots: least-outstanding choice, AIMD limits, cool-down of failing URLs."""
+
+    def __init__(
+        self, urls: Sequence[str], cap: int, cooldown_s: float, fail_threshold: int, cooldown_max_s: float
+    ) -> None:
+        self.urls = [_Url(u, cap, float(cap), float(cap)) for u in urls]
+        self.cooldown_s = cooldown_s
+        self.cooldown_max_s = max(cooldown_s, cooldown_max_s)
+        self.fail_threshold = max(1, fail_threshold)
+        self.waiters: deque[asyncio.Future[None]] = deque()
+        self.set_asides = 0
+
+    def capacity(self) -> int:
+        return sum(u.cap for u in self.urls)
+
+    def _pick(self, now: float, avoid: _Url | None) -> _Url | None:
+        best, best_key = None, None
+        for u in self.urls:
+            if u.available_at > now or u.room() <= 0:
+                continue
+            key = (u is avoid, u.outstanding, u.hits)
+            if best_key is None or key < best_key:
+                best, best_key = u, key
+        return best
+
+    async def acquire(self, avoid: _Url | None = None) -> _Url:
+        """A slot on the best URL now, waiting (FIFO) while none has room or all are paused."""
+        loop = asyncio.get_running_loop()
+        queued = False
+        while True:
+            now = loop.time()
+            if not self.waiters or queued:
+                u = self._pick(now, avoid)
+                if u is not None:
+                    u.outstanding += 1
+                    u.hits += 1
+                    return u
+            paused = [u.available_at for u in self.urls if u.available_at > now]
+            # A bounded wait as well as the wake-ups: a pause that ends frees a slot without an answer.
+            timeout = min([1.0, *(t - now for t in paused)])
+            fut: asyncio.Future[None] = loop.create_future()
+            if queued:
+                self.waiters.appendleft(fut)  # keep its place in line
+            else:
+                self.waiters.append(fut)
+                self.wake()  # a slot may be free already (a limit that grew): serve the line in order
+            queued = True
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(fut, max(timeout, 0.001))
+            if fut in self.waiters:
+                self.waiters.remove(fut)
+
+    def release(self, u: _Url) -> None:
+        u.outstanding -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake as many waiters as there are free slots on URLs that take requests now."""
+        if not self.waiters:
+            return
+        now = asyncio.get_running_loop().time()
+        free = sum(max(0, u.room()) for u in self.urls if u.available_at <= now)
+        while free > 0 and self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                free -= 1
+
+    def ok(self, u: _Url) -> None:
+        u.fails = 0
+        if u.aside:  # the probe answered: back in slow start towards the full limit
+            u.aside, u.cooldown, u.limit, u.ssthresh = False, 0.0, 1.0, float(u.cap)
+            log.info("%s answers again: back in service (slow start)", u.url)
+        elif u.limit < u.cap:
+            u.limit = min(float(u.cap), u.limit + (1.0 if u.limit < u.ssthresh else 1.0 / u.limit))
+
+    def pushback(self, u: _Url, epoch: int, wait_s: float | None, now: float) -> None:
+        if wait_s:
+            u.available_at = max(u.available_at, now + wait_s)
+        if epoch == u.epoch:  # one cut per round trip, not one per answer of the same window
+            u.ssthresh = max(1.0, u.limit / 2)
+            u.limit = u.ssthresh
+            u.epoch += 1
+
+    def failure(self, u: _Url, now: float) -> None:
+        u.fails += 1
+        if not (u.aside or u.fails >= self.fail_threshold):
+            return
+        if not any(o is not u and not o.aside for o in self.urls):
+            return  # the last URL in service is never set aside: its requests back off instead
+        u.cooldown = min(self.cooldown_max_s, u.cooldown * 2 if u.cooldown else self.cooldown_s)
+        u.available_at = max(u.available_at, now + u.cooldown)
+        u.aside, u.fails = True, 0
+        self.set_asides += 1
+        log.warning("%s keeps failing: set aside for %.0fs, then probed", u.url, u.cooldown)
+        self.wake()
+
+
+class _Call:
+    """Transport numbers of one ``generate`` / ``embed`` call (touched only from the loop)."""
+
+    def __init__(self) -> None:
+        self.stats = TransportStats()
+        self.in_flight = 0
+        self.first = self.last = None  # type: float | None
+
+    def enter(self, now: float) -> None:
+        self.in_flight += 1
+        self.stats.attempts += 1
+        self.stats.in_flight_max = max(self.stats.in_flight_max, self.in_flight)
+        if self.first is None:
+            self.first = now
+
+    def leave(self, now: float, sent: float) -> None:
+        self.in_flight -= 1
+        self.stats.busy_s += now - sent
+        self.last = now
+
+    def done(self, set_asides: int) -> TransportStats:
+        if self.first is not None and self.last is not None:
+            self.stats.span_s = self.last - self.first
+        self.stats.url_set_asides = set_asides
+        return self.stats
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:  # uvloop, when installed, spends less CPU per request
+        import uvloop
+
+        return uvloop.new_event_loop()
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+def _parse_chat(content: bytes, completion: bool) -> Completion:
+    try:
+        data = orjson.loads(content)
+        choice = data["choices"][0]
+        message = {"content": choice["text"]} if completion else choice["message"]
+        usage = data.get("usage") or {}
+        return Completion(
+            text=message.get("content") or "",
+            reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            finish_reason=choice.get("finish_reason"),
+        )
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError):
+        raise _Malformed from None
 
 
 class OpenAIBackend:
-    """Chat completions over HTTP.
+    """Chat and raw completions over HTTP (see the module docstring).
 
     Args:
         base_urls: server roots ending in ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``).
-        model: the model name the server serves.
+        model: the model name the servers serve.
         api_key_env: the environment variable holding the key ("" or unset: no key).
-        concurrency: requests in flight at once (over all URLs).
+        concurrency: requests in flight at once **per base URL** (the AIMD ceiling).
         timeout_s: per-attempt timeout.
-        max_retries: retries after the first attempt.
+        max_retries: retries after the first attempt (429s are bounded apart, by ``max_throttled``).
         backoff_s: first backoff; doubles per retry (with jitter), capped at ``backoff_max_s``.
         weights_id: what identifies the served weights (a hash or revision); part of cache keys.
+            Empty: ``served:<root>`` from ``/v1/models``. ``unknown``: none (said in the log).
         json_mode: how to ask for a schema: ``json_schema`` (OpenAI ``response_format``) or
             ``structured_outputs`` (vLLM's extra body field, for older vLLM servers).
+        reasoning_model: an OpenAI reasoning model (``max_completion_tokens``, no temperature).
+        reasoning_effort: sent as ``reasoning_effort`` when set (reasoning models).
+        role: the role this backend serves (names its thread; one backend per role).
+        cooldown_s: first cool-down of a URL set aside; doubles up to ``cooldown_max_s``.
+        fail_threshold: failures in a row that set a URL aside.
+        max_throttled: 429 answers one request may get before it ends with an error.
     """
 
     def __init__(
@@ -55,13 +298,20 @@ class OpenAIBackend:
         model: str,
         *,
         api_key_env: str = "",
-        concurrency: int = 8,
+        concurrency: int = 128,
         timeout_s: float = 120.0,
         max_retries: int = 4,
         backoff_s: float = 1.0,
         backoff_max_s: float = 30.0,
         weights_id: str = "",
         json_mode: str = "json_schema",
+        reasoning_model: bool = False,
+        reasoning_effort: str = "",
+        role: str = "",
+        cooldown_s: float = 5.0,
+        cooldown_max_s: float = 120.0,
+        fail_threshold: int = 3,
+        max_throttled: int = 50,
     ) -> None:
         if not base_urls:
             raise ValueError("the openai backend needs at least one base URL")
@@ -75,65 +325,282 @@ class OpenAIBackend:
         self.backoff_max_s = backoff_max_s
         self.weights_id = weights_id
         self.json_mode = json_mode
-        self._client: httpx.Client | None = None
+        self.reasoning_model = reasoning_model
+        self.reasoning_effort = reasoning_effort
+        self.takes_chat_template_kwargs = not reasoning_model
+        self.role = role
+        self.cooldown_s = cooldown_s
+        self.cooldown_max_s = cooldown_max_s
+        self.fail_threshold = fail_threshold
+        self.max_throttled = max(1, max_throttled)
+        self._client: httpx.Client | None = None  # /v1/models only (once, before any call)
         self._identity: dict[str, str] | None = None
         self._served: dict[str, Any] | None = None
+        self._unlisted: list[str] = []  # URLs whose /v1/models never answered: start set aside
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._session: Any = None
+        self._fleet: _Fleet | None = None
         self.attempts = 0  # total HTTP attempts (tests check that retries are bounded)
         self.url_hits: dict[str, int] = {u: 0 for u in self.base_urls}
 
+    # ----- identity (/v1/models), synchronous, once ------------------------------------------
+
     def identity(self) -> dict[str, str]:
-        """backend/model/weights: the configured ``weights_id``, else what ``/v1/models`` says.
+        """backend/model/weights: the configured ``weights_id``, else the root ``/v1/models`` gives.
 
         The URLs are not part of the identity: a fleet of replicas serves one model. Read once
         per backend (the identity is in every cache key, so it must not change mid-run).
+
+        Raises:
+            ServedModelError: no URL serves the model (the message lists the served names), URLs
+                serve different roots under its name, or no weights identity can be had and
+                ``weights_id`` is not set (``unknown`` is accepted when set explicitly).
         """
-        if self._identity is None:
-            served = self.served_model()
-            weights = self.weights_id
-            if not weights and served.get("root"):
-                weights = f"served:{served['root']}"  # the weights the server loaded (path or hub id)
-            if not weights:
-                weights = "unknown"
-                log.warning(
-                    "openai backend %s at %s: no weights_id configured and /v1/models gave no root (%s);"
-                    " cache keys will use weights 'unknown' - set RAGSFT_<ROLE>_WEIGHTS_ID",
-                    self.model,
-                    self.base_urls[0],
-                    served.get("error", "model not listed"),
-                )
-            else:
-                log.info(
-                    "openai backend %s at %s: weights %s, %s", self.model, self.base_urls[0], weights, served
-                )
-            self._identity = {"backend": "openai", "model": self.model, "weights_sha256": weights}
-        return dict(self._identity)
+        with self._lock:
+            if self._identity is None:
+                self._identity = self._resolve_identity()
+            return dict(self._identity)
 
     def served_model(self) -> dict[str, Any]:
-        """What the first server says of ``model`` in ``/v1/models``: id, root, max_model_len (or error)."""
+        """What the servers say of ``model``: id, root, max_model_len (or ``error``), and
+        ``weights_note`` when the weights are ``unknown`` by the user's choice."""
         if self._served is None:
             try:
-                resp = self._http().get(f"{self.base_urls[0]}/models", headers=self._headers(), timeout=10.0)
-                resp.raise_for_status()
-                entries = orjson.loads(resp.content).get("data") or []
-                entry = next((e for e in entries if e.get("id") == self.model), None)
-                if entry is None:
-                    ids = [e.get("id") for e in entries]
-                    self._served = {"error": f"model {self.model!r} not served (served: {ids})"}
+                self.identity()
+            except ServedModelError as exc:
+                return {"error": str(exc)}
+        return dict(self._served or {})
+
+    def _list_models(self, url: str) -> list[dict[str, Any]]:
+        """``data`` of ``url``/models, retrying transient failures like a call does.
+
+        Raises:
+            RuntimeError: the URL did not answer with a listing (the last reason).
+        """
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = self._http().get(f"{url}/models", headers=self._headers(), timeout=10.0)
+                if resp.status_code < 400:
+                    data = orjson.loads(resp.content).get("data")
+                    if isinstance(data, list):
+                        return [e for e in data if isinstance(e, dict)]
+                    last = "a body without a `data` list"
                 else:
-                    self._served = {
-                        k: entry[k] for k in ("id", "root", "max_model_len") if entry.get(k) is not None
-                    }
-            except Exception as exc:  # a provider without /v1/models: the identity says so, loudly
-                self._served = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-        return dict(self._served)
+                    last = f"HTTP {resp.status_code}"
+                    if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
+                        break  # 404: a provider without /v1/models; asking again will not help
+            except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError) as exc:
+                last = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if attempt < self.max_retries:
+                time.sleep(min(self.backoff_max_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2))
+        raise RuntimeError(f"{url}/models: {last}")
+
+    def _resolve_identity(self) -> dict[str, str]:
+        with ThreadPoolExecutor(max_workers=min(8, len(self.base_urls))) as pool:
+            futures = {u: pool.submit(self._list_models, u) for u in self.base_urls}
+        listings: dict[str, list[dict[str, Any]]] = {}
+        failed: dict[str, str] = {}
+        for u, f in futures.items():
+            try:
+                listings[u] = f.result()
+            except RuntimeError as exc:
+                failed[u] = str(exc)
+        who = f"{self.role or 'openai'} role, model {self.model!r}"
+        pin_hint = (
+            f"set weights_id (RAGSFT_{(self.role or '<ROLE>').upper()}_WEIGHTS_ID) to the weights'"
+            " revision, or to 'unknown' to run without a weights identity"
+        )
+        explicit = self.weights_id
+        served: dict[str, Any] = {}
+        if listings:
+            entries = {
+                u: next((e for e in data if e.get("id") == self.model), None) for u, data in listings.items()
+            }
+            serving = {u: e for u, e in entries.items() if e is not None}
+            if not serving:
+                names = sorted({str(e.get("id")) for data in listings.values() for e in data})
+                raise ServedModelError(f"{who}: no URL serves it; served: {names} (at {sorted(listings)})")
+            if len(serving) < len(listings):
+                lacking = {u: [e.get("id") for e in listings[u]] for u in listings if u not in serving}
+                raise ServedModelError(f"{who}: served by {sorted(serving)} but not by {lacking}")
+            roots = {u: e.get("root") for u, e in serving.items() if e.get("root")}
+            if len(set(roots.values())) > 1:
+                raise ServedModelError(f"{who}: the URLs serve different weights under one name: {roots}")
+            first = next(iter(serving.values()))
+            served = {k: first[k] for k in ("id", "root", "max_model_len") if first.get(k) is not None}
+            for u, reason in failed.items():
+                log.warning("%s: %s did not list its models (%s); the others did", who, u, reason)
+            self._unlisted = list(failed)
+        else:
+            served = {"error": "; ".join(failed.values())}
+            if not explicit:
+                raise ServedModelError(
+                    f"{who}: /v1/models answered at none of {self.base_urls} ({served['error']}), so the"
+                    f" served weights are unknown; {pin_hint}"
+                )
+        weights = explicit or (f"served:{served['root']}" if served.get("root") else "")
+        if not weights:
+            raise ServedModelError(f"{who}: /v1/models gives no `root` for it (providers do not); {pin_hint}")
+        if weights == UNKNOWN_WEIGHTS:
+            served["weights_note"] = (
+                "weights_id=unknown was set explicitly: cache entries of this model cannot tell"
+                " its weights apart"
+            )
+            log.warning("%s: weights 'unknown' (set explicitly); %s", who, served["weights_note"])
+        else:
+            log.info("%s at %s: weights %s, %s", who, self.base_urls, weights, served)
+        self._served = served
+        return {"backend": "openai", "model": self.model, "weights_sha256": weights}
 
     def _http(self) -> httpx.Client:
         if self._client is None:
-            limits = httpx.Limits(
-                max_connections=self.concurrency * 2, max_keepalive_connections=self.concurrency
-            )
-            self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s), limits=limits)
+            self._client = httpx.Client(timeout=httpx.Timeout(self.timeout_s))
         return self._client
+
+    def _headers(self) -> dict[str, str]:
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    # ----- the event loop and the dispatch -----------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = _new_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"ragsft-http-{self.role or self.model}", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _submit(self, coro: Awaitable[T]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())  # type: ignore[arg-type]
+
+    async def _ready(self) -> _Fleet:
+        if self._fleet is None:
+            import aiohttp
+
+            self._fleet = _Fleet(
+                self.base_urls, self.concurrency, self.cooldown_s, self.fail_threshold, self.cooldown_max_s
+            )
+            now = asyncio.get_running_loop().time()
+            for u in self._fleet.urls:
+                if u.url in self._unlisted and len(self._unlisted) < len(self.base_urls):
+                    u.aside, u.cooldown, u.available_at = True, self.cooldown_s, now + self.cooldown_s
+            connector = aiohttp.TCPConnector(
+                limit=self._fleet.capacity() + 8, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
+            )
+        return self._fleet
+
+    async def _send(self, path: str, body: bytes, call: _Call, parse: Callable[[bytes], T]) -> T:
+        """POST ``body`` to ``path`` of the best URL until it answers, retrying as the module says.
+
+        Raises:
+            GiveUp: retries (or the 429 allowance) used up.
+            Refused: a 4xx other than 429.
+        """
+        import aiohttp
+
+        fleet = await self._ready()
+        loop = asyncio.get_running_loop()
+        headers = {"Content-Type": "application/json", **self._headers()}
+        failures = throttled = 0
+        avoid: _Url | None = None
+        last = ""
+        while True:
+            u = await fleet.acquire(avoid)
+            epoch = u.epoch
+            sent = loop.time()
+            call.enter(sent)
+            self.attempts += 1
+            self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
+            status, content, wait_s = 0, b"", None
+            left = False
+            try:
+                try:
+                    async with self._session.post(u.url + path, data=body, headers=headers) as resp:
+                        status = resp.status
+                        content = await resp.read()
+                        wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    last = f"{type(exc).__name__} from {u.url}"
+                now = loop.time()
+                call.leave(now, sent)
+                left = True
+                if 200 <= status < 300:
+                    try:
+                        value = parse(content)
+                    except _Malformed:
+                        last = f"malformed response body from {u.url}"
+                    else:
+                        fleet.ok(u)
+                        return value
+                elif status == 429 or (status == 503 and wait_s is not None):
+                    fleet.pushback(u, epoch, wait_s, now)
+                    last = f"HTTP {status} from {u.url}"
+                elif status and status not in RETRY_STATUS and status < 500:
+                    u.fails = 0  # it answered: the request is wrong, not the server
+                    text = content[:300].decode("utf-8", "replace")
+                    raise Refused(f"HTTP {status} from {u.url}: {text}")
+                elif status:
+                    last = f"HTTP {status} from {u.url}"
+                if status != 429 and not (status == 503 and wait_s is not None):
+                    fleet.failure(u, now)
+            finally:
+                if not left:  # cancelled mid-flight
+                    call.leave(loop.time(), sent)
+                fleet.release(u)
+            if status == 429:
+                throttled += 1
+                call.stats.http_429 += 1
+                if throttled > self.max_throttled:
+                    raise GiveUp(
+                        f"gave up after {failures + throttled} attempts ({throttled} answered 429): {last}"
+                    )
+            else:
+                failures += 1
+                if failures > self.max_retries:
+                    raise GiveUp(f"gave up after {failures + throttled} attempts: {last}")
+            call.stats.retries += 1
+            avoid = u
+            if wait_s is None:  # a Retry-After pauses the URL itself; otherwise back off here
+                n = failures + throttled
+                delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))  # jitter: no lockstep
+
+    async def _run_many(self, n: int, make: Callable[[int], Awaitable[None]], call: _Call) -> TransportStats:
+        """Run ``make(i)`` for i < n, starting each as the fleet has room (few idle tasks)."""
+        fleet = await self._ready()
+        set_asides = fleet.set_asides
+        gate = asyncio.Semaphore(fleet.capacity() + max(32, fleet.capacity() // 4))
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(i: int) -> None:
+            try:
+                await make(i)
+            finally:
+                gate.release()
+
+        try:
+            for i in range(n):
+                await gate.acquire()
+                task = asyncio.ensure_future(one(i))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks))
+        except BaseException:
+            for t in list(tasks):
+                t.cancel()
+            raise
+        return call.done(fleet.set_asides - set_asides)
 
     def _body(self, req: Request) -> dict[str, Any]:
         p = req.params
@@ -142,15 +609,17 @@ class OpenAIBackend:
             body["prompt"] = req.prompt  # /v1/completions: the text as is, no chat template
         else:
             body["messages"] = [{"role": m["role"], "content": m["content"]} for m in req.messages]
-        if req.chat_template_kwargs:
+        if req.chat_template_kwargs and self.takes_chat_template_kwargs:
             # vLLM's OpenAI server reads this extra body field (e.g. {"enable_thinking": false}).
             body["chat_template_kwargs"] = dict(req.chat_template_kwargs)
-        body |= {
-            "temperature": p.temperature,
-            "top_p": p.top_p,
-            "max_tokens": p.max_tokens,
-            "seed": p.seed,
-        }
+        if self.reasoning_model:
+            # OpenAI reasoning models answer 400 to max_tokens and to any temperature / top_p.
+            body["max_completion_tokens"] = p.max_tokens
+            if self.reasoning_effort:
+                body["reasoning_effort"] = self.reasoning_effort
+        else:
+            body |= {"temperature": p.temperature, "top_p": p.top_p, "max_tokens": p.max_tokens}
+        body["seed"] = p.seed
         if p.stop:
             body["stop"] = list(p.stop)
         if req.json_schema is not None:
@@ -163,71 +632,89 @@ class OpenAIBackend:
                 }
         return body
 
-    def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def _attempt(self, url: str, body: bytes, completion: bool = False) -> Completion:
-        self.url_hits[url] = self.url_hits.get(url, 0) + 1
-        self.attempts += 1
+    async def _chat_one(self, req: Request, call: _Call) -> Completion:
+        completion = req.is_completion
         try:
-            resp = self._http().post(
-                f"{url}/completions" if completion else f"{url}/chat/completions",
-                content=body,
-                headers={"Content-Type": "application/json", **self._headers()},
+            return await self._send(
+                "/completions" if completion else "/chat/completions",
+                orjson.dumps(self._body(req)),
+                call,
+                lambda content: _parse_chat(content, completion),
             )
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
-            raise _Retryable(f"{type(exc).__name__} from {url}") from None
-        if resp.status_code in RETRY_STATUS or resp.status_code >= 500:
-            raise _Retryable(f"HTTP {resp.status_code} from {url}")
-        if resp.status_code >= 400:
-            # The body of a 4xx says what was wrong with the request; retrying cannot help.
-            raise ValueError(f"HTTP {resp.status_code} from {url}: {resp.text[:300]}")
-        try:
-            data = orjson.loads(resp.content)
-            choice = data["choices"][0]
-            message = {"content": choice["text"]} if completion else choice["message"]
-            text = message.get("content") or ""
-            usage = data.get("usage") or {}
-            return Completion(
-                text=text,
-                reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
-                prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                completion_tokens=int(usage.get("completion_tokens") or 0),
-                finish_reason=choice.get("finish_reason"),
-            )
-        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError):
-            raise _Retryable(f"malformed response body from {url}") from None
+        except (GiveUp, Refused) as exc:
+            return Completion(error=str(exc))
 
-    def _one(self, index: int, req: Request) -> Completion:
-        body = orjson.dumps(self._body(req))
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            url = self.base_urls[(index + attempt) % len(self.base_urls)]
-            try:
-                return self._attempt(url, body, req.is_completion)
-            except _Retryable as exc:
-                last = str(exc)
-            except ValueError as exc:
-                return Completion(error=str(exc))
-            if attempt < self.max_retries:
-                delay = min(self.backoff_max_s, self.backoff_s * 2**attempt)
-                log.debug("request %d: %s; retry %d in %.2fs", index, last, attempt + 1, delay)
-                time.sleep(delay * (0.5 + random.random() / 2))  # jitter: replicas are not hit in lockstep
-        return Completion(error=f"gave up after {self.max_retries + 1} attempts: {last}")
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> TransportStats:
+        """Answer every request; ``on_result`` runs in the calling thread as each one ends."""
+        if not requests:
+            return TransportStats()
+        results: queue.SimpleQueue[tuple[int, Completion]] = queue.SimpleQueue()
+        call = _Call()
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
-        def work(i: int) -> None:
+        async def one(i: int) -> None:
             try:
-                c = self._one(i, requests[i])
+                c = await self._chat_one(requests[i], call)
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # never lose a request to an unexpected bug: report it
                 c = Completion(error=f"{type(exc).__name__}: {exc}")
-            on_result(i, c)
+            results.put((i, c))
 
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(requests)))) as pool:
-            list(pool.map(work, range(len(requests))))
+        future = self._submit(self._run_many(len(requests), one, call))
+        reported = [False] * len(requests)
+        left = len(requests)
+        try:
+            while left:
+                try:
+                    i, c = results.get(timeout=0.5)
+                except queue.Empty:
+                    if future.done():
+                        break
+                    continue
+                reported[i] = True
+                left -= 1
+                on_result(i, c)
+        except BaseException:
+            future.cancel()  # an interrupted run: what is in flight is abandoned, nothing cached
+            raise
+        failure = None
+        if left:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    i, c = results.get_nowait()
+                    if not reported[i]:
+                        reported[i], left = True, left - 1
+                        on_result(i, c)
+            exc = future.exception() if future.done() and not future.cancelled() else None
+            failure = f"{type(exc).__name__}: {exc}" if exc else "the request was not answered"
+            for i, done in enumerate(reported):
+                if not done:  # never a silent loss
+                    on_result(i, Completion(error=failure))
+        return future.result() if failure is None else call.done(0)
+
+    def run_coroutine(self, coro: Awaitable[T]) -> T:
+        """Run a coroutine on this backend's loop and wait for it (for subclasses' endpoints)."""
+        future = self._submit(coro)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        session, self._session, self._fleet = self._session, None, None
+        if session is not None:
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        with contextlib.suppress(Exception):
+            loop.close()
