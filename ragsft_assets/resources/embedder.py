@@ -231,6 +231,10 @@ class PoolingBackend:
                 kwargs["dtype"] = self.dtype or "float32"
             elif self.dtype:
                 kwargs["dtype"] = self.dtype
+            if device != "cpu" and "gpu_memory_utilization" not in self.engine_kwargs:
+                from ragsft_assets.llm.gpu_share import engine_share  # its part of the GPU (docs/one-gpu.md)
+
+                kwargs["gpu_memory_utilization"] = engine_share(self.model)
             kwargs |= self.engine_kwargs
             _log.info(
                 "starting vLLM pooling engine for %s on %s (env defaults set: %s)",

@@ -228,6 +228,11 @@ class VLLMBackend:
                 kwargs["max_num_batched_tokens"] = max(self.max_model_len or 0, 8192)
                 if not cpu_has_fast_bf16():
                     kwargs["dtype"] = "float32"  # emulated bf16 is slower than fp32 on such CPUs
+            elif "gpu_memory_utilization" not in self.engine_kwargs:
+                # vLLM's 0.9 for each engine: a second model on this GPU would not start.
+                from ragsft_assets.llm.gpu_share import engine_share
+
+                kwargs["gpu_memory_utilization"] = engine_share(self.model)
             kwargs |= self.engine_kwargs
             log.info("starting vLLM engine for %s on %s (env defaults set: %s)", self.model, device, applied)
             self._llm = LLM(**kwargs)
