@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ragsft_assets.rag_sft import formatting as fm
 from ragsft_assets.rag_sft import statistics as st
 from ragsft_assets.rag_sft.citations import check_response
 from ragsft_assets.rag_sft.examples import ANSWERABLE, UNANSWERABLE, RagPrompt
+from ragsft_assets.rag_sft.recipes import FR_V2_RECIPE, HOTPOTQA_CITE_RECIPE, TRUST_ALIGN_RECIPE
 
 DOC = "Paris is the capital of France. It has, famously, 2.1 million inhabitants."
 
@@ -21,7 +24,9 @@ DOC = "Paris is the capital of France. It has, famously, 2.1 million inhabitants
         ("Paris is ... France", "Paris is ... France"),  # skips words: kept
         ("Paris…capital", "Paris…capital"),  # skips "is the": kept
         ("... Paris is", "Paris is"),  # leading: nothing before in the document
-        ("million ... ", "million ... "),  # trailing: "inhabitants." follows: kept
+        ("million ... ", "million"),  # trailing: skips no word of the quote, whatever follows
+        ("It has, famously ...", "It has, famously"),  # trailing, mid-document
+        ("2.1 million inhabitants. ...", "2.1 million inhabitants."),  # trailing at the end
         ("France ... Paris", "France ... Paris"),  # out of order: untouched
     ],
 )
@@ -96,6 +101,64 @@ def test_format_examples_strict_and_untagged_source_drop_twin() -> None:
     )
 
 
+def test_untagged_source_step_follows_the_recipe() -> None:
+    prompts = [_prompt("p1", ANSWERABLE), _prompt("p1", UNANSWERABLE), _prompt("p2", ANSWERABLE)]
+    prompts += [_prompt("p2", UNANSWERABLE)]
+    responses = {
+        "p1-answerable": 'Paris. <ref id="1">Paris is the capital</ref>',
+        "p1-unanswerable": "[Source 1] describes Paris, not the question. The documents do not say.",
+        "p2-answerable": 'Paris, see [Source 3]. <ref id="1">Paris is the capital</ref>',
+        "p2-unanswerable": "The documents do not say.",
+    }
+    kept = {p.id for p in prompts}
+
+    def rows(recipe) -> set[str]:
+        return {r["id"] for r in fm.format_examples(prompts, responses, kept, recipe=recipe).rows}
+
+    # hotpotqa_cite: answers only; a refusal that names a document is kept (with its answer)
+    assert rows(HOTPOTQA_CITE_RECIPE) == {"p1-answerable", "p1-unanswerable"}
+    assert rows(FR_V2_RECIPE) == kept  # fr_v2 has no such step
+    assert rows(replace(TRUST_ALIGN_RECIPE, multi_answer=False)) == set()  # "all": refusals too
+
+
+def test_fr_v2_rewrites_refusal_openings_by_default() -> None:
+    assert FR_V2_RECIPE.rewrite_refusals and not HOTPOTQA_CITE_RECIPE.rewrite_refusals
+    assert fm.NEUTRAL_OPENERS["fr"] == (
+        "D'après les documents fournis",
+        "Pour répondre à cette question",
+        "Selon les documents fournis",
+    )
+    describes = "[Source 2] décrit Lyon et ses fleuves."
+    verdict = "Les documents ne permettent pas de répondre à cette question."
+    text = f'{describes} {verdict} <ref id="2">Lyon est une ville</ref> le confirme.'
+    modes = {}
+    for i in range(40):
+        out, mode = fm.rewrite_refusal(text, "fr", 3, f"pair{i}")
+        modes.setdefault(mode, out)
+        assert describes in out and '<ref id="2">Lyon est une ville</ref>' in out  # never deleted
+    assert set(modes) == {"move", "vary", "neutral"}
+    assert modes["move"].endswith(verdict) and modes["move"].startswith(describes)
+    assert verdict not in modes["vary"] and modes["vary"].startswith(describes)
+    opener = next(o for o in fm.NEUTRAL_OPENERS["fr"] if modes["neutral"].startswith(o))
+    # the opener starts the first sentence: "Selon les documents fournis, [Source 2] décrit ..."
+    assert modes["neutral"] == f"{opener}, {text}"
+    lowered = fm.rewrite_refusal(
+        verdict,
+        "fr",
+        3,
+        next(
+            f"pair{i}" for i in range(40) if fm.rewrite_refusal(verdict, "fr", 3, f"pair{i}")[1] == "neutral"
+        ),
+    )[0]
+    assert ", les documents ne permettent pas" in lowered
+    # on by default in fr_v2's formatting: the refusals' openings vary
+    prompts = [replace(_prompt(f"p{i}", UNANSWERABLE), language="fr") for i in range(12)]
+    responses = {p.id: verdict + " Ajoutez des documents." for p in prompts}
+    out = fm.format_examples(prompts, responses, set(responses), recipe=FR_V2_RECIPE)
+    firsts = {r["messages"][2]["content"].split(".")[0] for r in out.rows}
+    assert len(firsts) > 1 and sum(v for k, v in out.funnel.items() if k.startswith("rewrite:")) == 12
+
+
 def test_answer_only_inside_a_ref_drops_the_pair() -> None:
     assert fm.answer_only_in_ref('It is there. <ref id="1">Paris is the capital</ref>', "Paris")
     assert not fm.answer_only_in_ref('It is  PARIS. <ref id="1">Paris is the capital</ref>', "paris")
@@ -109,7 +172,9 @@ def test_answer_only_inside_a_ref_drops_the_pair() -> None:
     }
     kept = {p.id for p in prompts}
     assert {r["id"] for r in fm.format_examples(prompts, responses, kept).rows} == set(kept)  # off by default
-    out = fm.format_examples(prompts, responses, kept, drop_answer_only_in_ref=True)
+    out = fm.format_examples(
+        prompts, responses, kept, recipe=replace(HOTPOTQA_CITE_RECIPE, drop_answer_only_in_ref=True)
+    )
     assert [r["id"] for r in out.rows] == ["p2-answerable"]
     reasons = {d.candidate_id: d.reason for d in out.decisions}
     assert reasons["p1-answerable"] == "answer_only_in_ref" and reasons["p1-unanswerable"] == "twin_dropped"
@@ -137,7 +202,9 @@ def test_wrong_language_drops_the_pair() -> None:
     }
     kept = {p.id for p in prompts}
     assert len(fm.format_examples(prompts, responses, kept).rows) == 3  # off by default
-    out = fm.format_examples(prompts, responses, kept, drop_wrong_language=True)
+    out = fm.format_examples(
+        prompts, responses, kept, recipe=replace(HOTPOTQA_CITE_RECIPE, drop_wrong_language=True)
+    )
     assert [r["id"] for r in out.rows] == ["p2-answerable"]
     reasons = {d.candidate_id: (d.reason, d.detail) for d in out.decisions}
     assert reasons["p1-answerable"] == ("wrong_language", {"language": "en"})
@@ -156,7 +223,7 @@ def test_rewrite_refusal_is_deterministic_and_keeps_tags() -> None:
     tagged_first = '<ref id="1">Paris</ref> is not it. No answer.'
     for i in range(10):
         out, mode = fm.rewrite_refusal(tagged_first, "en", 1, f"pair{i}")
-        assert out.startswith(tagged_first) or out.endswith(tagged_first)
+        assert '<ref id="1">Paris</ref> is not it.' in out  # a sentence with a tag never moves nor goes
 
 
 def test_rewrite_refusal_keeps_paragraphs_references_and_tags() -> None:
@@ -221,7 +288,7 @@ def test_commitment_table_on_a_ten_percent_refusal_mix() -> None:
     assert everyone["commitment_1"] == round((6 * 6 / 8 + 6 * 1.0) / 12, 4)  # "the": 6 of 8; "i": 6 of 6
     lines = "\n".join(st.card_section({"commitment": table}, "c"))
     assert "refusal commitment (on a mix resampled to 10% refusals)" in lines
-    assert f"| commitment after two words | {table['commitment_2']} |" in lines
+    assert f"| commitment after two words | {table['commitment_2']} | not recorded |" in lines
 
 
 def test_statistics() -> None:

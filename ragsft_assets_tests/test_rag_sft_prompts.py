@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from ragsft_assets.rag_sft import examples as ex
 from ragsft_assets.rag_sft.citations import REFERENCE
 from ragsft_assets.rag_sft.hotpot_input import HotpotRecord, read_records
 from ragsft_assets.rag_sft.layout import parse_documents
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE_RECIPE, RECIPES
 
 N = 3000
 
@@ -109,7 +111,7 @@ def test_markup_collision_dropped_with_twin() -> None:
     recs = [make_record(i) for i in range(50)]
     recs[3] = make_record(3, 'A3 was born <ref name="x">cite</ref> in town3.')
     recs[4] = make_record(4, "A4 [CHUNK_END] born in town4.")
-    out = ex.build_prompts(recs, seed=1, shares=ex.PromptShares(twin=1.0))
+    out = ex.build_prompts(recs, seed=1, recipe=replace(HOTPOTQA_CITE_RECIPE, twin_share=1.0))
     dropped = {d.candidate_id: d.reason for d in out.decisions if d.verdict == "dropped"}
     assert dropped == {recs[3].id: "markup_collision", recs[4].id: "markup_collision"}
     assert not {p.question_id for p in out.prompts} & set(dropped)
@@ -131,3 +133,25 @@ def test_bad_rows_are_counted_not_raised() -> None:
     records, bad = read_records(rows)
     assert [r.id for r in records] == ["y"]
     assert [b[0] for b in bad] == ["x", "#1"]
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_inline_prompt_quotes_the_card_word_for_word(name: str) -> None:
+    # The two sentences of the card's citation rule (OpenRAG's inference prompt), as the card quotes them.
+    card = (
+        'When quoting from the context, wrap each excerpt inline with `<ref id="N">excerpt</ref>`, '
+        "where N is the number of the cited document (the N of its [Source N] marker) and excerpt is "
+        "copied verbatim from that document. From a table, quote the row you use as it is written, "
+        'e.g. `<ref id="N">| Revenue | 1,234 | 1,100 |</ref>`, and give any value you compute from '
+        "it after the tag."
+    )
+    recipe = RECIPES[name]
+    lang = "fr" if name == "hotpotqa_fr_abstracts_v2" else "en"
+    out = ex.build_prompts([make_record(i) for i in range(60)], seed=2, lang=lang, recipe=recipe)
+    inline = [p for p in out.prompts if p.citation_style == "inline"]
+    assert inline and all(card in p.system for p in inline)
+    assert not any(card in p.system for p in out.prompts if p.citation_style == REFERENCE)
+    parts = ex.prompt_parts(recipe.instructions_language)
+    assert parts["quoted"] == {"rag_rule_cite_inline.en": list(ex.CARD_CITATION_SENTENCES)}
+    assert " ".join(ex.CARD_CITATION_SENTENCES) == card
+    assert "rag_system.en" in parts["ours"] and "rag_rule_cite_references.en" in parts["ours"]

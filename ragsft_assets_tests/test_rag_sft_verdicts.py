@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from ragsft_assets.rag_sft import examples as ex
 from ragsft_assets.rag_sft import verdicts as vd
 from ragsft_assets.rag_sft.layout import parse_documents
+from ragsft_assets.rag_sft.recipes import FR_V2_RECIPE, HOTPOTQA_CITE_RECIPE, TRUST_ALIGN_RECIPE
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 from ragsft_assets_tests.test_rag_sft_prompts import make_record
 
@@ -26,7 +28,12 @@ def _answer(p: ex.RagPrompt) -> str:
 @pytest.fixture(scope="module")
 def prompts() -> list[ex.RagPrompt]:
     recs = [make_record(i) for i in range(40)]
-    return ex.build_prompts(recs, seed=5, lang="fr", shares=ex.PromptShares(twin=0.5, references=0.0)).prompts
+    recipe = replace(HOTPOTQA_CITE_RECIPE, twin_share=0.5, references_share=0.0)
+    return ex.build_prompts(recs, seed=5, lang="fr", recipe=recipe).prompts
+
+
+# The fixture's gold B paragraphs are two words ("B0 lives."): quotes of two words are allowed here.
+TWO_WORDS = replace(HOTPOTQA_CITE_RECIPE, min_quote_words=2)
 
 
 def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
@@ -55,8 +62,7 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
         return json.dumps({"score": 5})
 
     model = ScriptedChatModel(judge)
-    # The fixture's gold B paragraphs are two words ("B0 lives."): quotes of two words are allowed here.
-    run = vd.judge_examples(prompts, responses, model, min_quote_words=2)
+    run = vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)
     by_id = {v.id: v for v in run.verdicts}
     assert by_id[broken.id].reason == "citations_invalid" and by_id[broken.id].factual_score is None
     victims = [v for v in run.verdicts if v.pair_id == victim]
@@ -70,10 +76,8 @@ def test_french_needs_language_judge_and_twins_fall_together(prompts) -> None:
 
 def test_language_judge_on_answerable_only(prompts) -> None:
     # hotpotqa_fr_abstracts_v2: the French-quality judge gates answerable examples, never refusals
-    assert vd.language_judge_scope("", "hotpotqa_fr_abstracts_v2") == "answerable"
-    assert (
-        vd.language_judge_scope("", "hotpotqa_cite") == "all" and vd.language_judge_scope("all", "x") == "all"
-    )
+    assert FR_V2_RECIPE.language_judge_scope == "answerable"
+    assert HOTPOTQA_CITE_RECIPE.language_judge_scope == "all"
     responses = [
         {
             "id": p.id,
@@ -94,20 +98,24 @@ def test_language_judge_on_answerable_only(prompts) -> None:
         return json.dumps({"score": 5})
 
     model = ScriptedChatModel(judge)
-    run = vd.judge_examples(prompts, responses, model, min_quote_words=2, language_scope="answerable")
+    run = vd.judge_examples(
+        prompts, responses, model, recipe=replace(TWO_WORDS, language_judge_scope="answerable")
+    )
     refusals = [v for v in run.verdicts if v.kind == ex.UNANSWERABLE]
     assert refusals and all(v.kept and v.language_score is None for v in refusals)
     assert all(v.kept and v.language_score == 5 for v in run.verdicts if v.kind == ex.ANSWERABLE)
     n_answerable = sum(p.kind == ex.ANSWERABLE for p in prompts)
     assert len(model.calls) == len(prompts) + n_answerable  # factual/refusal each + language on answers
-    with pytest.raises(ValueError, match="language_scope"):
-        vd.judge_examples(prompts, responses, model, language_scope="refusals")
+    with pytest.raises(ValueError, match="language_judge_scope"):
+        vd.judge_examples(
+            prompts, responses, model, recipe=replace(TWO_WORDS, language_judge_scope="refusals")
+        )
 
 
 def test_unreadable_judge_is_a_verdict(prompts) -> None:
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
     run = vd.judge_examples(
-        prompts, responses, ScriptedChatModel(lambda m: "not json at all"), min_quote_words=2
+        prompts, responses, ScriptedChatModel(lambda m: "not json at all"), recipe=TWO_WORDS
     )
     assert {v.reason for v in run.verdicts if not v.kept} <= {"judge_unreadable", "twin_dropped"}
     assert not any(v.kept for v in run.verdicts)
@@ -139,13 +147,49 @@ def test_embedded_tokenizer_counts_tokens() -> None:
     assert counter(["one two three four five six"])[0] > 0
 
 
-def test_strict_quotes_drop_short_quotes_before_the_judges(prompts) -> None:
+def test_stricter_quoting_flags_by_default_and_drops_on_the_recipe_option(prompts) -> None:
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
     model = ScriptedChatModel(lambda m: json.dumps({"score": 5, "refuses": True}))
-    run = vd.judge_examples(prompts, responses, model)  # default: 3 words at least
-    answerable = [v for v in run.verdicts if v.kind == ex.ANSWERABLE]
-    assert answerable and all(v.reason == "citations_invalid" for v in answerable)
-    assert all('"too_short"' in v.citations for v in answerable)
-    # The switch off: the same responses pass the deterministic checks and reach the judges.
-    off = vd.judge_examples(prompts, responses, ScriptedChatModel(model.responder), strict_quotes=False)
-    assert not any(v.reason == "citations_invalid" for v in off.verdicts)
+    # The card's check (verbatim, fragments in order): a two-word quote passes and reaches the
+    # judges; the stricter rule (3 words) only flags it, in the verdicts and the ledger.
+    card = vd.judge_examples(prompts, responses, model)
+    answerable = [v for v in card.verdicts if v.kind == ex.ANSWERABLE]
+    assert answerable and not any(v.reason == "citations_invalid" for v in card.verdicts)
+    assert all(v.quote_flags == ["too_short"] for v in answerable)
+    assert vd.quote_flag_counts(card.verdicts)["kept_flagged"] == sum(v.kept for v in answerable) > 0
+    ledger = {d.candidate_id: d for d in vd.verdict_decisions(card.verdicts)}
+    assert all(ledger[v.id].detail["quote_flags"] == ["too_short"] for v in answerable)
+    # The recipe option: the same rule drops them before the judges.
+    strict = vd.judge_examples(
+        prompts,
+        responses,
+        ScriptedChatModel(model.responder),
+        recipe=replace(HOTPOTQA_CITE_RECIPE, citation_check="drop"),
+    )
+    dropped = [v for v in strict.verdicts if v.kind == ex.ANSWERABLE]
+    assert all(v.reason == "citations_invalid" and '"too_short"' in v.citations for v in dropped)
+
+
+def test_factual_rubric_and_what_each_judge_sees(prompts) -> None:
+    responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
+    model = ScriptedChatModel(lambda m: json.dumps({"score": 5, "refuses": True}))
+    vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)
+    factual = [c[0]["content"] for c in model.calls if "Réponse de référence" in c[0]["content"]]
+    assert factual
+    for text in factual:  # the card's rubric: correct answer, every supporting fact, sound reasoning
+        assert "faits justificatifs" in text and "raisonnement" in text
+        assert "[CHUNK_START]" not in text  # gold answer and supporting fact titles, no passages
+    kwargs = [
+        k
+        for c, k in zip(model.calls, model.template_kwargs, strict=True)
+        if "Réponse de référence" in c[0]["content"]
+    ]
+    assert kwargs == [{"enable_thinking": False}] * len(factual)  # the recipe's judge does not think
+    # trust_align's judge reads the passages' text and thinks first
+    en = [replace(p, language="en") for p in prompts if p.kind == ex.ANSWERABLE][:3]
+    multi = ScriptedChatModel(lambda m: json.dumps({"score": 5}))
+    vd.judge_examples(en, responses, multi, recipe=replace(TRUST_ALIGN_RECIPE, min_quote_words=2))
+    assert len(multi.calls) == 3
+    for call, p in zip(multi.calls, sorted(en, key=lambda x: x.id), strict=True):
+        assert all(par in call[0]["content"] for par in p.paragraphs)
+    assert multi.template_kwargs == [{"enable_thinking": True}] * 3

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,10 @@ import pytest
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.rag_sft import multi_answer
 from ragsft_assets.rag_sft.citations import check_response
-from ragsft_assets.rag_sft.examples import ANSWERABLE, UNANSWERABLE, PromptShares, build_prompts
+from ragsft_assets.rag_sft.examples import ANSWERABLE, UNANSWERABLE, build_prompts
 from ragsft_assets.rag_sft.formatting import format_examples
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE_RECIPE, TRUST_ALIGN_RECIPE
 from ragsft_assets.sources import trust_align as ta
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
 from ragsft_assets_tests.llm_double import ScriptedBackend
@@ -259,8 +261,7 @@ def _prompts(n_answerable: int = 30, n_unanswerable: int = 10):
         )
     records, bad = records_from_table(ta.rows_table(rows))
     assert not bad
-    shares = PromptShares(0.0, 0.0, 0.0, multi_answer.STRICT_SHARE, 0.7)
-    return build_prompts(records, shares=shares, multi_answer=True), records
+    return build_prompts(records, recipe=TRUST_ALIGN_RECIPE), records
 
 
 def test_multi_answer_prompts_keep_source_unanswerables_no_twins_inline() -> None:
@@ -273,7 +274,7 @@ def test_multi_answer_prompts_keep_source_unanswerables_no_twins_inline() -> Non
             assert set(p.gold_titles) <= set(p.titles)  # supporting documents never dropped
         assert p.chunks_total >= 2
     # without the recipe, a row without supporting documents is a bad record (hotpotqa_cite's rule)
-    plain = build_prompts(records, shares=PromptShares(0.0, 0.0, 0.0, 0.04, 0.7))
+    plain = build_prompts(records, recipe=replace(TRUST_ALIGN_RECIPE, multi_answer=False))
     assert sum(d.reason == "bad_record" for d in plain.decisions) == 10
 
 
@@ -289,12 +290,12 @@ def test_multi_answer_formatting_drops_are_counted_and_recorded() -> None:
         p1.id: f"As Document 2 says, it is {p1.answer}.",
         p2.id: f"It is {p2.answer}.",
     }
-    fmt = format_examples(build.prompts, responses, set(responses), multi_answer=True)
+    fmt = format_examples(build.prompts, responses, set(responses), recipe=TRUST_ALIGN_RECIPE)
     reasons = {d.candidate_id: d.reason for d in fmt.decisions}
     assert reasons == {p0.id: "formatted", p1.id: "names_document_number", p2.id: "answerable_without_ref"}
     assert fmt.funnel["dropped:names_document_number"] == 1
     assert fmt.funnel["dropped:answerable_without_ref"] == 1
-    plain = format_examples(build.prompts, responses, set(responses))
+    plain = format_examples(build.prompts, responses, set(responses), recipe=HOTPOTQA_CITE_RECIPE)
     assert len(plain.rows) == 3  # hotpotqa_cite's cleanup keeps them
 
 
@@ -314,7 +315,7 @@ def test_multi_answer_judging_has_no_citation_f1_requirement() -> None:
         seen.append(messages[0]["content"])
         return json.dumps({"score": 5, "reason": "scripted"})
 
-    multi = judge_examples([p], rows, ScriptedChatModel(judge), multi_answer=True)
+    multi = judge_examples([p], rows, ScriptedChatModel(judge), recipe=TRUST_ALIGN_RECIPE)
     assert multi.verdicts[0].kept and "each must be given" in seen[0]
     plain = judge_examples([p], rows, ScriptedChatModel(judge))
     assert plain.verdicts[0].reason == "citation_f1"

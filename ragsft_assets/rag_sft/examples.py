@@ -20,6 +20,7 @@ from ragsft_assets.prompts import load_prompt
 from ragsft_assets.rag_sft.citations import INLINE, REFERENCE
 from ragsft_assets.rag_sft.hotpot_input import HotpotRecord
 from ragsft_assets.rag_sft.layout import collides, join_sentences, render_documents
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE_RECIPE, RagSftRecipe
 
 ANSWERABLE = "answerable"
 UNANSWERABLE = "unanswerable"
@@ -60,17 +61,6 @@ STAGE_PHRASE = "rag_prompts.refusal_phrase"
 
 def refusal_phrases(lang: str) -> tuple[str, ...]:
     return REFUSAL_PHRASES.get(lang, REFUSAL_PHRASES["en"])
-
-
-@dataclass(frozen=True, slots=True)
-class PromptShares:
-    """The drawn shares (defaults from the issue)."""
-
-    twin: float = 0.22  # questions that get an unanswerable twin
-    twin_both: float = 0.6  # of twins: both golds removed (else one)
-    references: float = 0.04  # pairs asked for a References section
-    strict: float = 0.05  # pairs under the strict refusal rule
-    max_drop_fraction: float = 0.7  # drop count uniform in 0..floor(this x distractors)
 
 
 @dataclass(slots=True)
@@ -141,16 +131,47 @@ def prompts_from_table(table: pa.Table) -> list[RagPrompt]:
     return [RagPrompt(**row) for row in table.to_pylist()]
 
 
+PROMPT_TASKS = (
+    "rag_system",
+    "rag_rule_cite_inline",
+    "rag_rule_cite_references",
+    "rag_rule_refusal_generic",
+    "rag_rule_refusal_strict",
+)
+# The citation rule's two sentences the card quotes from the prompt OpenRAG sends at inference,
+# word for word in the inline-citation template (rag_rule_cite_inline.en.txt); the rest is ours.
+CARD_CITATION_SENTENCES = (
+    'When quoting from the context, wrap each excerpt inline with `<ref id="N">excerpt</ref>`, where N '
+    "is the number of the cited document (the N of its [Source N] marker) and excerpt is copied "
+    "verbatim from that document.",
+    'From a table, quote the row you use as it is written, e.g. `<ref id="N">| Revenue | 1,234 | '
+    "1,100 |</ref>`, and give any value you compute from it after the tag.",
+)
+
+
 def prompt_template_versions(lang: str) -> dict[str, str]:
     """Version hash of every template the prompts use (provenance and code versions)."""
-    tasks = (
-        "rag_system",
-        "rag_rule_cite_inline",
-        "rag_rule_cite_references",
-        "rag_rule_refusal_generic",
-        "rag_rule_refusal_strict",
-    )
-    return {t: load_prompt(t, lang).version for t in tasks}
+    return {t: load_prompt(t, lang).version for t in PROMPT_TASKS}
+
+
+def prompt_parts(lang: str) -> dict[str, object]:
+    """What the system prompt in ``lang`` quotes from the card and what is ours, for the card.
+
+    ``quoted``: the card's sentences found word for word, with the template holding them;
+    ``ours``: every other part (the templates' other sentences: framing, the ellipsis rule, the
+    References placement, the refusal rules); ``versions``: each template's version hash.
+    """
+    inline = load_prompt("rag_rule_cite_inline", lang)
+    quoted = [s for s in CARD_CITATION_SENTENCES if s in inline.text]
+    return {
+        "quoted": {inline.name: quoted} if quoted else {},
+        "ours": [
+            f"{t}.{load_prompt(t, lang).lang}"
+            + (" (its other sentences)" if t == "rag_rule_cite_inline" and quoted else "")
+            for t in PROMPT_TASKS
+        ],
+        "versions": prompt_template_versions(lang),
+    }
 
 
 def system_message(
@@ -246,10 +267,8 @@ def build_prompts(
     *,
     seed: int = ids.DEFAULT_SEED,
     lang: str = "en",
-    shares: PromptShares = PromptShares(),
+    recipe: RagSftRecipe = HOTPOTQA_CITE_RECIPE,
     pool_records: Sequence[HotpotRecord] | None = None,
-    instructions_lang: str = "",
-    multi_answer: bool = False,
 ) -> PromptBuild:
     """Prompts for every record: the answerable example, and for a drawn share its unanswerable twin.
 
@@ -257,15 +276,13 @@ def build_prompts(
         records: the questions to build (already limited by ``max_questions``).
         seed: the run seed.
         lang: language of the instructions and refusal phrases.
-        shares: the drawn shares.
+        recipe: the drawn shares (twins, both golds, References, strict rule, distractors
+            dropped), the instructions' language (the refusal phrases, the prompt's ``language``
+            and so the judges stay in ``lang``) and ``multi_answer``: a record whose ``level`` is
+            ``unanswerable`` (no supporting document, no answer) becomes one unanswerable example
+            with every document a distractor (trust_align's own unanswerable rows).
         pool_records: records whose non-gold paragraphs may replace removed golds (default:
             ``records``).
-        instructions_lang: language of the system instructions and citation/refusal rules
-            (default ``lang``); the refusal phrases, the prompt's ``language`` and so the judges
-            stay in ``lang``.
-        multi_answer: the multi-answer recipe (trust_align): a record whose ``level`` is
-            ``unanswerable`` (no supporting document, no answer) becomes one unanswerable example
-            with every document a distractor; no twin is drawn when ``shares.twin`` is 0.
 
     Returns:
         the prompts (unsorted), one ledger decision per question (kept, or dropped with a reason)
@@ -275,7 +292,7 @@ def build_prompts(
     pool = replacement_pool(pool_records if pool_records is not None else records)
     for rec in records:
         out.funnel["questions"] += 1
-        decision = _build_one(rec, seed, lang, shares, pool, out, instructions_lang or lang, multi_answer)
+        decision = _build_one(rec, seed, lang, recipe, pool, out)
         out.decisions.append(decision)
         out.funnel[f"{decision.verdict}:{decision.reason}" if decision.verdict != KEPT else "kept"] += 1
     out.funnel["examples"] = len(out.prompts)
@@ -288,17 +305,15 @@ def _build_one(
     rec: HotpotRecord,
     seed: int,
     lang: str,
-    shares: PromptShares,
+    recipe: RagSftRecipe,
     pool: Sequence[_PoolEntry],
     out: PromptBuild,
-    instructions_lang: str,
-    multi_answer: bool = False,
 ) -> Decision:
     qid = rec.id
     pid = ids.pair_id(qid)
     titles_in_context = [t for t, _ in rec.context]
     # A multi-answer source brings its own unanswerable rows: no answer, no supporting document.
-    own_unanswerable = multi_answer and rec.level == UNANSWERABLE and not rec.supporting_titles
+    own_unanswerable = recipe.multi_answer and rec.level == UNANSWERABLE and not rec.supporting_titles
     if not rec.question.strip() or (
         not own_unanswerable and (not rec.answer.strip() or not rec.supporting_titles)
     ):
@@ -312,7 +327,7 @@ def _build_one(
     distractors = [t for t in titles_in_context if t not in golds]
 
     rng = ids.item_rng(seed, STAGE_DROP, qid)
-    n_drop = rng.randint(0, math.floor(shares.max_drop_fraction * len(distractors) + 1e-9))
+    n_drop = rng.randint(0, math.floor(recipe.max_drop_fraction * len(distractors) + 1e-9))
     dropped = set(rng.sample(distractors, n_drop))
     shown = [t for t in titles_in_context if t not in dropped]
     rng.shuffle(shown)
@@ -325,8 +340,10 @@ def _build_one(
         if hit:
             return Decision(qid, DROPPED, "markup_collision", {"pair_id": pid, "markup": hit})
 
-    citation_style = REFERENCE if ids.item_uniform(seed, STAGE_CITATION, pid) < shares.references else INLINE
-    strict = ids.item_uniform(seed, STAGE_REFUSAL, pid) < shares.strict
+    citation_style = (
+        REFERENCE if ids.item_uniform(seed, STAGE_CITATION, pid) < recipe.references_share else INLINE
+    )
+    strict = ids.item_uniform(seed, STAGE_REFUSAL, pid) < recipe.strict_share
     phrases = refusal_phrases(lang)
     phrase = phrases[ids.item_rng(seed, STAGE_PHRASE, pid).randrange(len(phrases))] if strict else ""
     rule = STRICT if strict else GENERIC
@@ -351,7 +368,7 @@ def _build_one(
             citation_style=citation_style,
             refusal_rule=rule,
             refusal_phrase=phrase,
-            system=system_message(documents, instructions_lang, citation_style, rule, phrase),
+            system=system_message(documents, recipe.instructions_language, citation_style, rule, phrase),
             user=rec.question,
             chunks_total=len(documents),
             distractors_total=len(distractors),
@@ -368,8 +385,10 @@ def _build_one(
         "distractors_dropped": n_drop,
         "chunks_total": len(docs),
     }
-    if ids.item_uniform(seed, STAGE_TWIN, qid) < shares.twin:
-        twin_kind = TWIN_BOTH if ids.item_uniform(seed, STAGE_TWIN_KIND, pid) < shares.twin_both else TWIN_ONE
+    if ids.item_uniform(seed, STAGE_TWIN, qid) < recipe.twin_share:
+        twin_kind = (
+            TWIN_BOTH if ids.item_uniform(seed, STAGE_TWIN_KIND, pid) < recipe.twin_both_share else TWIN_ONE
+        )
         gold_shown = [g for g in golds if g in shown]
         if twin_kind == TWIN_BOTH or len(gold_shown) < 2:
             removed = gold_shown
@@ -389,36 +408,7 @@ def _build_one(
     return Decision(qid, KEPT, "prompted", detail)
 
 
-# hotpotqa_fr_abstracts_v2's card: questions whose documents exceed 8,192 tokens are dropped.
-PRODUCT_TOKEN_BUDGETS = {"hotpotqa_fr_abstracts_v2": 8192}
 OVER_TOKEN_BUDGET = "over_token_budget"
-
-
-# hotpotqa_fr_abstracts_v2's card: the English OpenRAG instructions whatever the data's language
-# (they ask to answer in the language of the question); refusal phrases and judges follow the data.
-PRODUCT_INSTRUCTIONS = {"hotpotqa_fr_abstracts_v2": "en"}
-
-
-def instructions_language(configured: str, lang: str, product: str) -> str:
-    """The language of the system instructions: ``configured``, else the product's, else ``lang``."""
-    return configured or PRODUCT_INSTRUCTIONS.get(product, lang)
-
-
-# hotpotqa_fr_abstracts_v2's card: a twin always loses both golds (no half-supported twin).
-PRODUCT_TWIN_BOTH = {"hotpotqa_fr_abstracts_v2": 1.0}
-DEFAULT_TWIN_BOTH = 0.6
-
-
-def twin_both_share(configured: float, product: str) -> float:
-    """The share of twins that lose both golds: ``configured`` when >= 0, else the product's
-    (1.0 for ``hotpotqa_fr_abstracts_v2``, 0.6 for ``hotpotqa_cite``)."""
-    return configured if configured >= 0 else PRODUCT_TWIN_BOTH.get(product, DEFAULT_TWIN_BOTH)
-
-
-def document_token_budget(configured: int, product: str) -> int:
-    """The token budget of a question's documents: ``configured`` when >= 0 (0 = none), else the
-    product's (8,192 for ``hotpotqa_fr_abstracts_v2``, none for ``hotpotqa_cite``)."""
-    return configured if configured >= 0 else PRODUCT_TOKEN_BUDGETS.get(product, 0)
 
 
 def within_token_budget(

@@ -1,17 +1,21 @@
 """Final formatting of kept examples into ``rag_sft`` chat rows.
 
-- An ellipsis that skips no word of the source is removed from its excerpt (the excerpt then
-  reads as the contiguous source text); every other character of a tag stays as it is.
+The recipe (``rag_sft/recipes.py``) turns each step on or off:
+
+- Step 5: an ellipsis that skips no word of the source (a trailing ``...``, or fragments adjacent
+  in the document) is removed from its excerpt; every other character of a tag stays as it is.
 - Under the strict refusal rule, an unanswerable target becomes the dictated phrase alone;
   answerable targets keep their answer.
-- An answer that names a ``[Source N]`` it does not cite with a tag is dropped, with its twin.
-- Optionally (``hotpotqa_fr_abstracts_v2``'s card), an answer whose gold answer appears only
-  inside a ``<ref>`` excerpt, never in its own words, is dropped with its twin; and a response in
-  the wrong language (its own words, identified by ``py3langid`` between the data's language and
-  English) is dropped with its twin.
-- Optionally, a deterministic rewrite of refusal openings (move the verdict sentence to the
-  end, vary it, or open with a phrase answerable responses also use); it only moves or adds
-  sentences that hold no tag, so tags are never modified.
+- Step 6: a response that names a ``[Source N]`` it does not cite with a tag is dropped, with its
+  twin: answers only (``hotpotqa_cite``), every response, or never (``hotpotqa_fr_abstracts_v2``).
+- An answer whose gold answer appears only inside a ``<ref>`` excerpt, never in its own words, is
+  dropped with its twin; and a response in the wrong language (its own words, identified by
+  ``py3langid`` between the data's language and English) is dropped with its twin.
+- Step 7: a deterministic rewrite of refusal openings: the verdict sentence (the one that says
+  the documents do not answer) moves to the end, or is replaced by a variant, or the response
+  opens with a neutral opener that answerable responses also use, read as the start of the
+  first sentence. A sentence that describes a document is never deleted and a sentence holding a
+  tag never moves, so tags are byte-identical.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ragsft_assets.rag_sft.citations import (
     rewrite_inline_tags,
 )
 from ragsft_assets.rag_sft.examples import ANSWERABLE, STRICT, UNANSWERABLE, RagPrompt
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE_RECIPE, RagSftRecipe
 
 _SEP_RE = re.compile(rf"(\s*(?:{ELLIPSIS_PATTERN})\s*)")
 _WORD_RE = re.compile(r"\w")
@@ -50,10 +55,6 @@ STAGE_REWRITE = "rag_sft.refusal_rewrite"
 ANSWER_ONLY_IN_REF = "answer_only_in_ref"
 WRONG_LANGUAGE = "wrong_language"
 MIN_LANGUAGE_WORDS = 3  # fewer words of its own: too short to identify, kept
-# hotpotqa_fr_abstracts_v2's card drops answers that give the answer only inside a <ref> tag, and
-# responses in the wrong language.
-PRODUCT_DROP_ANSWER_ONLY_IN_REF = {"hotpotqa_fr_abstracts_v2": True}
-PRODUCT_DROP_WRONG_LANGUAGE = {"hotpotqa_fr_abstracts_v2": True}
 
 # Openings of the rewrite: verdict variants and neutral openers answerable responses also use.
 REFUSAL_VARIANTS: dict[str, tuple[str, ...]] = {
@@ -68,9 +69,45 @@ REFUSAL_VARIANTS: dict[str, tuple[str, ...]] = {
         "Aucun des documents ne donne la réponse à cette question.",
     ),
 }
+# The card's neutral openers (fr_v2 step 7), each the start of the first sentence ("<opener>, ...").
 NEUTRAL_OPENERS: dict[str, tuple[str, ...]] = {
-    "en": ("Based on the documents provided:", "According to the documents:"),
-    "fr": ("D'après les documents fournis :", "Selon les documents :"),
+    "en": (
+        "According to the documents provided",
+        "To answer this question",
+        "Based on the documents provided",
+    ),
+    "fr": ("D'après les documents fournis", "Pour répondre à cette question", "Selon les documents fournis"),
+}
+# What a refusal's verdict sentence says: the documents do not give the answer.
+_VERDICT_RE = re.compile(
+    r"\b(?:not?|cannot|can't|unable|none|nothing|neither|nor|ne|n'|aucun\w*|pas|impossible|"
+    r"rien|ni)\b",
+    re.IGNORECASE,
+)
+# First words kept capitalized after an opener (I; proper nouns cannot be told apart: left alone
+# unless the word is one of these common sentence starts).
+_LOWER_AFTER_OPENER = {
+    "the",
+    "there",
+    "this",
+    "these",
+    "none",
+    "no",
+    "unfortunately",
+    "it",
+    "les",
+    "le",
+    "la",
+    "je",
+    "aucun",
+    "aucune",
+    "il",
+    "ce",
+    "cette",
+    "ces",
+    "malheureusement",
+    "rien",
+    "nous",
 }
 
 
@@ -78,8 +115,9 @@ def remove_idle_ellipses(excerpt: str, document: str) -> str:
     """The excerpt without the ellipses that skip no word of the document (else unchanged).
 
     An interior ellipsis is idle when the source text between the fragments it joins holds no
-    word character; it is replaced by that source text. A leading (trailing) ellipsis is idle
-    when no word precedes (follows) the excerpt in the document; it is removed.
+    word character (adjacent fragments); it is replaced by that source text. A trailing ellipsis
+    skips no word of the quote: it is removed, wherever the excerpt ends in the document. A
+    leading one is idle when no word precedes the excerpt in the document; it is removed.
     """
     # Base rules only: whether the tag then passes strict quoting is the verifier's call, not this one's.
     if match_excerpt(excerpt, document, strict=False) != OK or not _SEP_RE.search(excerpt):
@@ -109,9 +147,8 @@ def remove_idle_ellipses(excerpt: str, document: str) -> str:
         if left is None:  # leading ellipsis
             idle = right is not None and not _WORD_RE.search(doc[: right[0]])
             out.append("" if idle else sep)
-        elif right is None:  # trailing ellipsis
-            idle = not _WORD_RE.search(doc[left[1] :])
-            out.append("" if idle else sep)
+        elif right is None:  # trailing ellipsis: it skips no word of what is quoted
+            out.append("")
         else:
             gap = doc[left[1] : right[0]]
             out.append(gap if not _WORD_RE.search(gap) else sep)
@@ -188,34 +225,61 @@ def _body_and_tail(text: str) -> tuple[str, str, str]:
     return body, head[len(body) :], text[m.start() :]
 
 
+def _verdict_index(sentences: Sequence[str]) -> int | None:
+    """The first sentence that gives the refusal's verdict (a negation, no tag), or None."""
+    for k, sentence in enumerate(sentences):
+        if not _TAG_MARKUP_RE.search(sentence) and _VERDICT_RE.search(sentence):
+            return k
+    return None
+
+
+def _join(sentences: Sequence[str], seps: Sequence[str]) -> str:
+    out = [sentences[0]]
+    for sep, sentence in zip(seps, sentences[1:], strict=True):
+        out += [sep, sentence]
+    return "".join(out)
+
+
+def _after_opener(text: str) -> str:
+    """``text`` as the continuation of an opener: a common first word lower-cased, else unchanged."""
+    first = text.split(maxsplit=1)[0] if text.split() else ""
+    if first.strip(".,;:!?").lower() in _LOWER_AFTER_OPENER and first[:1].isupper():
+        return text[:1].lower() + text[1:]
+    return text
+
+
 def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[str, str]:
     """A deterministic rewrite of a refusal's opening that keeps the rest of the text intact; (text, mode).
 
-    Modes, drawn from the seed and the pair id: ``move`` (the first sentence goes to the end),
-    ``vary`` (the first sentence is replaced by a drawn variant of the verdict), ``neutral``
-    (a drawn opener that answerable responses also use goes first). Only the first sentence is
-    moved or replaced, and only when it holds no ref markup; every separator stays as written
-    (paragraph breaks included: the moved sentence takes the separator that followed it), a
-    final ``References:`` section stays last and unchanged, so every tag is byte-identical.
-    ``none`` when nothing fits.
+    Modes, drawn from the seed and the pair id: ``move`` (the verdict sentence, the first one
+    that says the documents do not answer, goes to the end), ``vary`` (the verdict sentence is
+    replaced by a drawn variant of it), ``neutral`` (a drawn opener that answerable responses also
+    use starts the first sentence: ``"D'après les documents fournis, les documents ..."``). Only
+    the verdict sentence moves or changes, and only when it holds no ref markup: a sentence that
+    describes a document is never deleted. Every separator stays as written (the moved sentence
+    takes the separator that followed it), a final ``References:`` section stays last and
+    unchanged, so every tag is byte-identical. ``none`` when the drawn mode does not fit.
     """
     body, gap, tail = _body_and_tail(response)
     lead = body[: len(body) - len(body.lstrip())]
     pieces = _SENTENCE_SEP_RE.split(body.lstrip())  # sentence, separator, sentence, ...
     if not pieces or not pieces[0]:
         return response, "none"
+    sentences, seps = pieces[0::2], pieces[1::2]
     rng = ids.item_rng(seed, STAGE_REWRITE, pair_id)
     mode = rng.choice(("move", "vary", "neutral"))
-    first_has_tag = bool(_TAG_MARKUP_RE.search(pieces[0]))
-    if mode == "move" and len(pieces) > 2 and not first_has_tag:
-        first, sep, rest = pieces[0], pieces[1], "".join(pieces[2:])
-        return lead + rest + sep + first + gap + tail, mode
-    if mode == "vary" and not first_has_tag:
-        variants = REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"])
-        return lead + rng.choice(variants) + "".join(pieces[1:]) + gap + tail, mode
+    verdict = _verdict_index(sentences)
+    if mode == "move" and verdict is not None and verdict < len(sentences) - 1:
+        sep = seps[verdict]
+        rest = _join(sentences[:verdict] + sentences[verdict + 1 :], seps[:verdict] + seps[verdict + 1 :])
+        return lead + rest + sep + sentences[verdict] + gap + tail, mode
+    if mode == "vary" and verdict is not None:
+        varied = list(sentences)
+        varied[verdict] = rng.choice(REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"]))
+        return lead + _join(varied, seps) + gap + tail, mode
     if mode == "neutral":
         opener = rng.choice(NEUTRAL_OPENERS.get(lang, NEUTRAL_OPENERS["en"]))
-        return opener + " " + response.strip(), mode
+        return lead + opener + ", " + _after_opener(body.lstrip()) + gap + tail, mode
     return response, "none"
 
 
@@ -244,27 +308,23 @@ def format_examples(
     kept_ids: set[str],
     *,
     seed: int = ids.DEFAULT_SEED,
-    rewrite_refusals: bool = False,
-    drop_answer_only_in_ref: bool = False,
-    drop_wrong_language: bool = False,
-    multi_answer: bool = False,
+    recipe: RagSftRecipe = HOTPOTQA_CITE_RECIPE,
 ) -> Formatted:
-    """Chat rows for the kept examples; drops (with the twin) answers naming untagged sources.
+    """Chat rows for the kept examples, through the recipe's cleanup steps.
 
     Args:
         prompts: all prompts.
         responses: example id -> generated response.
         kept_ids: ids the verdicts kept (twins already together).
         seed: the run seed (for the optional rewrite).
-        rewrite_refusals: apply :func:`rewrite_refusal` to generic-rule refusals.
-        drop_answer_only_in_ref: drop (with the twin) an answerable target whose gold answer
-            appears only inside a tag (:func:`answer_only_in_ref`).
-        drop_wrong_language: drop (with the twin) a response whose own words are not in the
-            prompt's language (:func:`response_language`); the strict phrase is the data's.
-        multi_answer: the multi-answer recipe (trust_align, ``multi_answer.py``): an elided
-            excerpt becomes consecutive tags instead of being joined; a response naming a
-            document by number outside a tag, or an answerable one without any ``<ref>``, is
-            dropped (counted, in the ledger).
+        recipe: the steps: ``remove_idle_ellipses`` (step 5), ``untagged_source_scope`` (step 6:
+            drop, with the twin, a response naming a ``[Source N]`` it does not cite: ``answers``,
+            ``all`` or ``off``), ``drop_wrong_language`` (:func:`response_language`; the strict
+            phrase is the data's), ``drop_answer_only_in_ref`` (:func:`answer_only_in_ref`),
+            ``rewrite_refusals`` (step 7, :func:`rewrite_refusal` on generic-rule refusals) and
+            ``multi_answer`` (trust_align, ``multi_answer.py``: an elided excerpt becomes
+            consecutive tags; a response naming a document by number outside a tag, or an
+            answerable one without any ``<ref>``, is dropped, counted, in the ledger).
     """
     out = Formatted()
     staged: dict[str, dict] = {}
@@ -273,9 +333,10 @@ def format_examples(
         if p.id not in kept_ids:
             continue
         text = responses[p.id].strip()
-        text, n_clean = clean_excerpts(text, p.paragraphs)
-        out.funnel["excerpts_ellipsis_removed"] += n_clean
-        if multi_answer:
+        if recipe.remove_idle_ellipses:
+            text, n_clean = clean_excerpts(text, p.paragraphs)
+            out.funnel["excerpts_ellipsis_removed"] += n_clean
+        if recipe.multi_answer:
             from ragsft_assets.rag_sft import multi_answer as ma
 
             text, n_split = ma.split_elided_tags(text, p.paragraphs)
@@ -287,23 +348,31 @@ def format_examples(
             if p.kind == ANSWERABLE and not ma.has_ref(text):
                 out.decisions.append(Decision(p.id, DROPPED, ma.NO_REF))
                 continue
-        named = named_untagged_sources(text)
+        scope = recipe.untagged_source_scope
+        named = (
+            named_untagged_sources(text)
+            if scope == "all" or (scope == "answers" and p.kind == ANSWERABLE)
+            else []
+        )
         if named:
             bad_pairs.add(p.pair_id)
             out.decisions.append(Decision(p.id, DROPPED, "names_untagged_source", {"sources": named}))
             continue
-        if drop_wrong_language and (found := response_language(text, p.language)) not in (None, p.language):
+        if recipe.drop_wrong_language and (found := response_language(text, p.language)) not in (
+            None,
+            p.language,
+        ):
             bad_pairs.add(p.pair_id)
             out.decisions.append(Decision(p.id, DROPPED, WRONG_LANGUAGE, {"language": found}))
             continue
-        if drop_answer_only_in_ref and p.kind == ANSWERABLE and answer_only_in_ref(text, p.answer):
+        if recipe.drop_answer_only_in_ref and p.kind == ANSWERABLE and answer_only_in_ref(text, p.answer):
             bad_pairs.add(p.pair_id)
             out.decisions.append(Decision(p.id, DROPPED, ANSWER_ONLY_IN_REF, {"answer": p.answer}))
             continue
         mode = ""
         if p.kind == UNANSWERABLE and p.refusal_rule == STRICT:
             text, mode = p.refusal_phrase, "strict_phrase"
-        elif p.kind == UNANSWERABLE and rewrite_refusals:
+        elif p.kind == UNANSWERABLE and recipe.rewrite_refusals:
             text, mode = rewrite_refusal(text, p.language, seed, p.pair_id)
         staged[p.id] = {
             "id": p.id,
@@ -334,7 +403,7 @@ def format_examples(
     out.funnel[f"dropped:{WRONG_LANGUAGE}"] = sum(d.reason == WRONG_LANGUAGE for d in out.decisions)
     out.funnel[f"dropped:{ANSWER_ONLY_IN_REF}"] = sum(d.reason == ANSWER_ONLY_IN_REF for d in out.decisions)
     out.funnel["dropped:twin_dropped"] = sum(d.reason == "twin_dropped" for d in out.decisions)
-    if multi_answer:
+    if recipe.multi_answer:
         for reason in ("names_document_number", "answerable_without_ref"):
             out.funnel[f"dropped:{reason}"] = sum(d.reason == reason for d in out.decisions)
     return out

@@ -1,11 +1,12 @@
 """The multi-answer recipe of the SFT chain: ``trust_align`` (Trust-Align's ASQA/QAMPARI rows).
 
 The same stages as ``hotpotqa_cite`` (``defs/rag_sft/assets.build_sft_chain``), with what the
-card changes: no twins (the source brings its own unanswerable rows, ``sources/trust_align.py``),
-inline citations only, the strict refusal rule on about 4% of examples, a factual judge on a
-multi-answer rubric and no citation-F1 requirement; in formatting, an ``A ... B`` excerpt becomes
-consecutive tags, and a response naming a document by number outside a tag, or an answerable one
-without any ``<ref>``, is a counted, recorded drop.
+card changes (its recipe, ``recipes.TRUST_ALIGN_RECIPE``): no twins (the source brings its own
+unanswerable rows, ``sources/trust_align.py``), inline citations only, the strict refusal rule on
+about 4% of examples, a factual judge on a multi-answer rubric that reads the passages and no
+citation-F1 requirement; in formatting, an ``A ... B`` excerpt becomes consecutive tags, and a
+response naming a document by number outside a tag, or an answerable one without any ``<ref>``,
+is a counted, recorded drop. This module holds those formatting rules and the card's statistics.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from statistics import mean
 from typing import Any
 
+from ragsft_assets.rag_sft import recipes
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_RE,
     RefTag,
@@ -24,10 +26,8 @@ from ragsft_assets.rag_sft.citations import (
     rewrite_inline_tags,
 )
 
-PRODUCT = "trust_align"
-SOURCE = "trust_align"  # the qa_source whose keys (trust_align.<lang>) get this recipe
-STRICT_SHARE = 0.04  # the card: the strict refusal rule on about 4% of examples, answerable or not
-FACTUAL_TASK = "rag_judge_factual_multi"
+PRODUCT = recipes.TRUST_ALIGN
+FACTUAL_TASK = recipes.TRUST_ALIGN_RECIPE.factual_rubric
 NAMES_DOCUMENT = "names_document_number"
 NO_REF = "answerable_without_ref"
 
@@ -39,7 +39,7 @@ _DOCUMENT_NUMBER_RE = re.compile(
 
 def is_multi_answer(partition: str) -> bool:
     """Whether a partition key is a source of this recipe (``trust_align.<lang>``)."""
-    return partition.split(".", 1)[0] == SOURCE
+    return recipes.is_trust_align_partition(partition)
 
 
 def answers(answer: str) -> list[str]:

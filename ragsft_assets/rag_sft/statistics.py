@@ -1,8 +1,10 @@
 """Statistics of a ``rag_sft`` table (asset metadata now, the dataset card later).
 
-Token counts use a real tokenizer when one is available: a callable passed by the caller, else
-the embedded model's (``ragsft_assets.llm.models.count_tokens``), else whitespace words; the
-result says which one it used under ``tokenizer``.
+Token counts use the run's tokenizer (:func:`token_counter`: a local tokenizer folder, the
+embedded model's, or whitespace words); the result says which one counted under ``tokenizer``.
+The card's statistics of each Luciole RAG config (refusals by gold left, References share,
+strict-rule counts, two-document answers, answers naming their source, the stricter quoting
+rules' flags, the commitment table beside the card's) are computed here too.
 """
 
 from __future__ import annotations
@@ -10,13 +12,24 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from statistics import mean, median
 from typing import Any
 
 import numpy as np
 
 from ragsft_assets import ids
-from ragsft_assets.rag_sft.citations import INLINE, has_ellipsis, parse_refs
+from ragsft_assets import recipes as recipe_records
+from ragsft_assets.rag_sft.citations import (
+    INLINE,
+    PARTIAL_WORD,
+    TOO_SHORT,
+    check_response,
+    has_ellipsis,
+    outside_tags,
+    parse_refs,
+)
+from ragsft_assets.rag_sft.recipes import RagSftRecipe
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -34,6 +47,50 @@ def default_token_counter() -> tuple[TokenCounter, str]:
         return count_tokens, f"{EMBEDDED_MODEL_NAME} (tokenizers)"
     except Exception:  # noqa: BLE001 - any failure to load means: no real tokenizer here
         return whitespace_counter, "whitespace"
+
+
+def folder_token_counter(folder: str | Path) -> tuple[TokenCounter, str]:
+    """The tokenizer of a local folder: its ``tokenizer.json`` through ``tokenizers``, else whatever
+    ``transformers.AutoTokenizer`` loads from it offline; and its name for the card.
+
+    Raises:
+        ValueError: the folder does not exist or holds no tokenizer either library can load.
+    """
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"tokenizer {str(folder)!r}: not 'embedded', 'whitespace' nor a folder")
+    if (path / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+
+        def count(texts: Sequence[str]) -> list[int]:
+            return [len(e.ids) for e in tok.encode_batch(list(texts), add_special_tokens=False)]
+
+        return count, f"{path.name} (tokenizers, {path})"
+    try:
+        from transformers import AutoTokenizer
+
+        hf = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is the same answer: not a tokenizer
+        raise ValueError(
+            f"tokenizer folder {str(path)!r}: no tokenizer.json and transformers cannot load it ({exc})"
+        ) from exc
+
+    def count_hf(texts: Sequence[str]) -> list[int]:
+        return [len(ids_) for ids_ in hf(list(texts), add_special_tokens=False)["input_ids"]]
+
+    return count_hf, f"{path.name} (transformers, {path})"
+
+
+def token_counter(spec: str) -> tuple[TokenCounter, str]:
+    """The tokenizer a run names: ``whitespace``, ``embedded`` (:func:`default_token_counter`) or a
+    local folder (:func:`folder_token_counter`); and its name, which the card shows."""
+    if spec == "whitespace":
+        return whitespace_counter, "whitespace"
+    if spec == "embedded":
+        return default_token_counter()
+    return folder_token_counter(spec)
 
 
 def _pct(values: Sequence[float], q: float) -> float:
@@ -223,6 +280,98 @@ def commitment_table(
     }
 
 
+# "[Source 3]", "Source 3", "document 3", "doc. 3", a bare "[3]": the text names a document.
+_NAMES_SOURCE_RE = re.compile(
+    r"\bsources?\s*\[?\s*\d+|\b(?:documents?|docs?\.?)\s*\[?\s*\d+|\[\s*\d+\s*\]", re.IGNORECASE
+)
+
+
+def names_a_source(response: str) -> bool:
+    """Whether a response's own words (tags cut out) name a document by its number."""
+    return bool(_NAMES_SOURCE_RE.search(outside_tags(response)))
+
+
+def _share(n: int, d: int) -> float | None:
+    return round(n / d, 4) if d else None
+
+
+def recipe_statistics(
+    rows: Sequence[Mapping[str, Any]], prompts: Sequence[Any], recipe: RagSftRecipe
+) -> dict[str, Any]:
+    """The Luciole RAG card's statistics of the kept rows, from their prompts.
+
+    Args:
+        rows: the ``rag_sft`` rows (``id``, ``messages``).
+        prompts: every prompt built (``RagPrompt``: kind, pair, citation style, refusal rule,
+            titles, gold titles, paragraphs).
+        recipe: the run's recipe (``min_quote_words`` for the stricter quoting rules).
+
+    Returns:
+        ``refusals_gold_left`` (kept twin refusals by how many of their question's golds are still
+        among their documents: ``none`` / ``one``, counts and shares), ``references_share`` (kept
+        rows asked for a References section), ``strict_rule`` (kept rows under the strict rule
+        and under the generic one, split answerable / unanswerable, with the refusal share under
+        each), ``answers_citing_two_documents`` (share of kept answers whose tags cite exactly
+        2 distinct documents), ``answers_naming_source`` and ``refusals_naming_source`` (shares
+        whose own words name a document by number) and ``quote_flags`` (kept rows whose tags
+        break the stricter quoting rules ``partial_word`` / ``too_short``, by rule).
+    """
+    by_id = {p.id: p for p in prompts}
+    answerable_of = {p.pair_id: p for p in prompts if p.kind == "answerable"}
+    kept = [(r, by_id[r["id"]]) for r in rows if r["id"] in by_id]
+    answers = [(r, p) for r, p in kept if p.kind == "answerable"]
+    refusals = [(r, p) for r, p in kept if p.kind != "answerable"]
+    gold_left: Counter = Counter()
+    for _, p in refusals:
+        sibling = answerable_of.get(p.pair_id)
+        if p.twin_kind and sibling is not None:
+            left = sum(g in p.titles for g in sibling.gold_titles)
+            gold_left["none" if left == 0 else "one" if left == 1 else "two_or_more"] += 1
+    twins = sum(gold_left.values())
+    rules: dict[str, dict[str, Any]] = {}
+    for rule in ("strict", "generic"):
+        under = [(r, p) for r, p in kept if p.refusal_rule == rule]
+        ans = sum(p.kind == "answerable" for _, p in under)
+        rules[rule] = {
+            "rows": len(under),
+            "answerable": ans,
+            "unanswerable": len(under) - ans,
+            "refusal_share": _share(len(under) - ans, len(under)),
+        }
+    two_docs = 0
+    for r, _ in answers:
+        cited = {t.id for t in parse_refs(_response(r)).tags if t.id is not None}
+        two_docs += len(cited) == 2
+    flags: Counter = Counter()
+    for r, p in kept:
+        rep = check_response(_response(r), p.paragraphs, strict=True, min_words=recipe.min_quote_words)
+        found = {t.verdict for t in rep.tags if t.verdict in (PARTIAL_WORD, TOO_SHORT)}
+        flags["rows"] += bool(found)
+        for f in found:
+            flags[f] += 1
+    return {
+        "refusals_gold_left": {
+            "none": gold_left["none"],
+            "one": gold_left["one"],
+            "none_share": _share(gold_left["none"], twins),
+            "one_share": _share(gold_left["one"], twins),
+        },
+        "references_share": _share(sum(p.citation_style == "reference" for _, p in kept), len(kept)),
+        "strict_rule": rules,
+        "answers_citing_two_documents": _share(two_docs, len(answers)),
+        "answers_naming_source": _share(sum(names_a_source(_response(r)) for r, _ in answers), len(answers)),
+        "refusals_naming_source": _share(
+            sum(names_a_source(_response(r)) for r, _ in refusals), len(refusals)
+        ),
+        "quote_flags": {
+            "mode": recipe.citation_check,
+            "kept_rows_flagged": flags["rows"],
+            PARTIAL_WORD: flags[PARTIAL_WORD],
+            TOO_SHORT: flags[TOO_SHORT],
+        },
+    }
+
+
 def chain_statistics(
     rows: Sequence[dict[str, Any]],
     question_meta: Mapping[str, tuple[str, str]],
@@ -230,6 +379,8 @@ def chain_statistics(
     token_counter: TokenCounter | None = None,
     tokenizer_name: str | None = None,
     strict_phrases: Sequence[str] = (),
+    prompts: Sequence[Any] = (),
+    recipe: RagSftRecipe | None = None,
 ) -> dict[str, Any]:
     """Every statistic of a chain's ``rag_sft`` rows: the asset's metadata and the card read this one dict.
 
@@ -240,15 +391,26 @@ def chain_statistics(
         token_counter: see :func:`sft_statistics`.
         tokenizer_name: its name.
         strict_phrases: the strict refusal phrases of the data's language (commitment table).
+        prompts: every prompt built, for :func:`recipe_statistics` (with ``recipe``).
+        recipe: the run's recipe: its record (``recipe``: what the card says of it), the prompt's
+            parts quoted from the card and ours (``prompt_parts``), the commitment mix's refusal
+            share, and :func:`recipe_statistics`.
     """
     stats = sft_statistics(rows, token_counter, tokenizer_name)
-    stats["commitment"] = commitment_table(rows, strict_phrases)
+    share = recipe.commitment_refusal_share if recipe is not None else COMMITMENT_REFUSAL_SHARE
+    stats["commitment"] = commitment_table(rows, strict_phrases, refusal_share=share)
     stats.update(answer_refusal_words(rows))
     stats["question_mix"] = question_mix(
         dict(question_meta),
         sorted(set(example_questions.values())),
         sorted({example_questions[r["id"]] for r in rows if r["id"] in example_questions}),
     )
+    if recipe is not None:
+        from ragsft_assets.rag_sft.examples import prompt_parts
+
+        stats["recipe"] = recipe_records.record(recipe)
+        stats["prompt_parts"] = prompt_parts(recipe.instructions_language)
+        stats.update(recipe_statistics(rows, prompts, recipe))
     return stats
 
 
@@ -256,20 +418,104 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+# The commitment numbers each card prints, by config and measure, for the "the card" column. None
+# of the cards' own numbers is held in this repository yet: the column then says so ("not
+# recorded") rather than show a number nobody checked against the card.
+CARD_COMMITMENT: dict[str, dict[str, Any]] = {}
+
+
+def _card_value(config: str, measure: str) -> str:
+    value = CARD_COMMITMENT.get(config, {}).get(measure)
+    return "not recorded" if value is None else str(value)
+
+
+def _tokens_rows(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
+    tok = stats.get("prompt_response_tokens") or {}
+    if not tok:
+        return []
+    return [
+        (
+            f"prompt + response tokens (median, p99, max; tokenizer: {stats.get('tokenizer')})",
+            f"{_cell(tok.get('median'))}, {_cell(tok.get('p99'))}, {_cell(tok.get('max'))}",
+        )
+    ]
+
+
+def recipe_lines(stats: Mapping[str, Any], config: str) -> list[str]:
+    """The recipe sentence and which parts of the system prompt the card quotes (none without a recipe)."""
+    record = stats.get("recipe")
+    if not record:
+        return []
+    lines = [f"### `{config}`: recipe and prompt", "", recipe_records.card_sentence(record), ""]
+    parts = stats.get("prompt_parts") or {}
+    for template, sentences in (parts.get("quoted") or {}).items():
+        lines += [f"Quoted word for word from the card (OpenRAG's inference prompt), in `{template}`:", ""]
+        lines += [f"> {s}" for s in sentences] + [""]
+    if parts.get("ours"):
+        versions = parts.get("versions") or {}
+        ours = ", ".join(f"`{t}`" for t in parts["ours"])
+        lines += [
+            f"Ours (not quoted by the card): {ours}. Template versions: "
+            + ", ".join(f"{t} {v}" for t, v in sorted(versions.items()))
+            + ".",
+            "",
+        ]
+    return lines
+
+
+def card_statistics_lines(stats: Mapping[str, Any], config: str) -> list[str]:
+    """The card's statistics table of :func:`recipe_statistics` (none when they were not computed)."""
+    from ragsft_assets.table_stats import markdown_table
+
+    if "strict_rule" not in stats:
+        return []
+    gold = stats["refusals_gold_left"]
+    strict, generic = stats["strict_rule"]["strict"], stats["strict_rule"]["generic"]
+    flags = stats["quote_flags"]
+    verb = "dropped" if flags["mode"] == "drop" else "flagged in the ledger, kept"
+    rows = [
+        (
+            "refusals with no gold left / one gold left (share of twin refusals)",
+            f"{gold['none']} / {gold['one']} ({_cell(gold['none_share'])} / {_cell(gold['one_share'])})",
+        ),
+        ("rows citing in a References section", _cell(stats["references_share"])),
+        (
+            "strict rule: rows (answerable / unanswerable), refusal share",
+            f"{strict['rows']} ({strict['answerable']} / {strict['unanswerable']}), {_cell(strict['refusal_share'])}",
+        ),
+        (
+            "generic rule: rows (answerable / unanswerable), refusal share",
+            f"{generic['rows']} ({generic['answerable']} / {generic['unanswerable']}), "
+            f"{_cell(generic['refusal_share'])}",
+        ),
+        ("answers citing exactly 2 distinct documents", _cell(stats["answers_citing_two_documents"])),
+        ("answers naming a source by number in the text", _cell(stats["answers_naming_source"])),
+        ("refusals naming a source by number in the text", _cell(stats["refusals_naming_source"])),
+        (
+            f"kept rows the stricter quoting rules flag (partial_word / too_short; ours, {verb})",
+            f"{flags['kept_rows_flagged']} ({flags[PARTIAL_WORD]} / {flags[TOO_SHORT]})",
+        ),
+    ]
+    return [f"### `{config}`: the card's statistics", "", markdown_table(["measure", "value"], rows), ""]
+
+
 def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
     """The card's markdown lines for a config's :func:`chain_statistics` (the seed card's tables).
 
-    Documents per prompt; words of answers and of refusals (median, p90); ``<ref>`` tags per
-    answer; the share of rows with an elided excerpt; and the type (bridge/comparison) and level
-    shares of the generated and the kept questions side by side, so that a skew from the filter
-    shows.
+    The recipe ("as the card" or its differences) and the prompt's parts quoted from the card;
+    documents per prompt; words of answers and of refusals (median, p90); ``<ref>`` tags per
+    answer; the share of rows with an elided excerpt; token lengths and the tokenizer that
+    counted them; the card's statistics (:func:`recipe_statistics`); the commitment table beside
+    the card's; and the type (bridge/comparison) and level shares of the generated and the kept
+    questions side by side, so that a skew from the filter shows.
     """
     from ragsft_assets.table_stats import markdown_table
 
+    lines_head = recipe_lines(stats, config)
     docs = stats.get("documents_per_prompt") or {}
     ans, ref = stats.get("answer_words") or {}, stats.get("refusal_words") or {}
     tags = stats.get("ref_tags_per_answerable") or {}
-    lines = [f"### `{config}`: citations and answers", ""]
+    lines = [*lines_head, f"### `{config}`: citations and answers", ""]
     lines += [
         markdown_table(
             ["measure", "value"],
@@ -291,24 +537,46 @@ def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
                 ),
                 ("rows with an elided excerpt (`A ... B`)", _cell(stats.get("elided_excerpt_share"))),
                 ("refusals that quote before declining", _cell(stats.get("refusals_that_quote_share"))),
+                *_tokens_rows(stats),
             ],
         ),
         "",
     ]
+    lines += card_statistics_lines(stats, config)
     com = stats.get("commitment") or {}
     if com.get("mix_rows"):
         lines += [
             f"### `{config}`: refusal commitment (on a mix resampled to 10% refusals)",
             "",
             markdown_table(
-                ["measure", "value"],
+                ["measure", "this build", "the card"],
                 [
-                    ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}"),
-                    ("most frequent first sentence", f"{_cell(com['most_frequent_first_sentence'])}"),
-                    ("  its share of refusals", _cell(com["most_frequent_first_sentence_share"])),
-                    ("refusals opening with the strict phrase", _cell(com["strict_phrase_opening_share"])),
-                    ("commitment after one word", _cell(com["commitment_1"])),
-                    ("commitment after two words", _cell(com["commitment_2"])),
+                    ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}", ""),
+                    (
+                        "most frequent first sentence",
+                        f"{_cell(com['most_frequent_first_sentence'])}",
+                        _card_value(config, "most_frequent_first_sentence"),
+                    ),
+                    (
+                        "  its share of refusals",
+                        _cell(com["most_frequent_first_sentence_share"]),
+                        _card_value(config, "most_frequent_first_sentence_share"),
+                    ),
+                    (
+                        "refusals opening with the strict phrase",
+                        _cell(com["strict_phrase_opening_share"]),
+                        _card_value(config, "strict_phrase_opening_share"),
+                    ),
+                    (
+                        "commitment after one word",
+                        _cell(com["commitment_1"]),
+                        _card_value(config, "commitment_1"),
+                    ),
+                    (
+                        "commitment after two words",
+                        _cell(com["commitment_2"]),
+                        _card_value(config, "commitment_2"),
+                    ),
                 ],
             ),
             "",

@@ -20,8 +20,10 @@ import pyarrow as pa
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.llm.types import BatchStats, ChatModel, ChatResult, SamplingParams
 from ragsft_assets.prompts import load_prompt
-from ragsft_assets.rag_sft.citations import MIN_WORDS, CitationReport, check_response
+from ragsft_assets.rag_sft.citations import PARTIAL_WORD, TOO_SHORT, CitationReport, check_response
 from ragsft_assets.rag_sft.examples import ANSWERABLE, LANGUAGE_NAMES, RagPrompt
+from ragsft_assets.rag_sft.layout import render_documents
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE_RECIPE, LANGUAGE_SCOPES, RagSftRecipe
 
 UNREADABLE = "unreadable"
 
@@ -115,6 +117,9 @@ class ExampleVerdict:
     factual_score: int | None = None
     refuses: bool | None = None
     language_score: int | None = None
+    # The stricter quoting rules the tags break (partial_word, too_short): flagged in the ledger;
+    # they drop the example only under the recipe's citation_check "drop".
+    quote_flags: list[str] = field(default_factory=list)
     citations: str = ""  # the CitationReport as JSON text
     cache_keys: list[str] = field(default_factory=list)
 
@@ -135,19 +140,19 @@ VERDICT_SCHEMA = pa.schema(
         ("factual_score", pa.int32()),
         ("refuses", pa.bool_()),
         ("language_score", pa.int32()),
+        ("quote_flags", pa.list_(pa.string())),
         ("citations", pa.string()),
         ("cache_keys", pa.list_(pa.string())),
     ]
 )
 
 
-def citation_report(
-    p: RagPrompt, response: str, *, strict_quotes: bool = True, min_quote_words: int = MIN_WORDS
-) -> CitationReport:
+def citation_report(p: RagPrompt, response: str, *, strict: bool, min_words: int) -> CitationReport:
     """The deterministic check of one response under its own instruction variant.
 
-    ``strict_quotes``/``min_quote_words`` are the verifier's ``strict``/``min_words`` switch
-    (``partial_word`` and ``too_short``), off only to compare with data built without them.
+    ``strict``/``min_words`` are the verifier's stricter quoting rules (``partial_word``,
+    ``too_short``); without them a tag passes when it is verbatim, or its fragments are verbatim
+    and in order around an ellipsis (the card's check).
     """
     return check_response(
         response,
@@ -155,9 +160,15 @@ def citation_report(
         p.titles,
         p.gold_titles if p.kind == ANSWERABLE else None,
         style=p.citation_style,
-        strict=strict_quotes,
-        min_words=min_quote_words,
+        strict=strict,
+        min_words=min_words,
     )
+
+
+def quote_flags(p: RagPrompt, response: str, min_words: int) -> list[str]:
+    """The stricter quoting verdicts (``partial_word``, ``too_short``) the response's tags get, sorted."""
+    strict = citation_report(p, response, strict=True, min_words=min_words)
+    return sorted({t.verdict for t in strict.tags if t.verdict in (PARTIAL_WORD, TOO_SHORT)})
 
 
 def _judge_message(task: str, lang: str, **values: object) -> tuple[list[dict[str, str]], str]:
@@ -181,12 +192,9 @@ def judge_examples(
     responses: Sequence[dict[str, Any]],
     judge: ChatModel,
     *,
+    recipe: RagSftRecipe = HOTPOTQA_CITE_RECIPE,
     params: SamplingParams = JUDGE_PARAMS,
     log: Any = None,
-    strict_quotes: bool = True,
-    min_quote_words: int = MIN_WORDS,
-    language_scope: str = "all",
-    multi_answer: bool = False,
 ) -> JudgeRun:
     """Decide every example: deterministic checks first, judges only on what passed them.
 
@@ -194,13 +202,15 @@ def judge_examples(
         prompts: the prompts (rows of ``rag_prompts``).
         responses: rows of ``rag_responses`` (id, response, status, cache_key).
         judge: the judge model.
-        strict_quotes: apply the verifier's ``partial_word``/``too_short`` verdicts.
-        min_quote_words: the fewest words of a quoted fragment under ``strict_quotes``.
-        language_scope: which non-English examples the language-quality judge gates: ``all``,
-            or ``answerable`` (refusals are not language-judged; hotpotqa_fr_abstracts_v2's card).
-        multi_answer: the multi-answer recipe (trust_align): the factual judge grades on the
-            multi-answer rubric (``rag_judge_factual_multi``) and no citation F1 is required.
+        recipe: the citation check (``citation_check``: the stricter quoting rules flag the
+            example, or drop it; ``min_quote_words``), the language judge's scope (``all``, or
+            ``answerable``: refusals are not language-judged), the factual rubric
+            (``factual_rubric``; the judge reads the documents' text when
+            ``factual_judge_sees_passages``, and reasons first when ``factual_judge_thinking``)
+            and ``multi_answer`` (no citation F1 required).
+        params: the judges' sampling (the factual judge's ``max_tokens`` is the recipe's).
     """
+    language_scope = recipe.language_judge_scope
     if language_scope not in LANGUAGE_SCOPES:
         raise ValueError(f"language_scope must be one of {LANGUAGE_SCOPES}, not {language_scope!r}")
     by_id = {r["id"]: r for r in responses}
@@ -215,12 +225,15 @@ def judge_examples(
             v.cache_keys = [r["cache_key"]] if r and r["cache_key"] else []
             continue
         v.cache_keys = [r["cache_key"]] if r["cache_key"] else []
-        rep = citation_report(p, r["response"], strict_quotes=strict_quotes, min_quote_words=min_quote_words)
+        rep = citation_report(
+            p, r["response"], strict=recipe.strict_quotes_drop, min_words=recipe.min_quote_words
+        )
+        v.quote_flags = quote_flags(p, r["response"], recipe.min_quote_words)
         v.tags_valid, v.f1, v.n_tags = rep.tags_valid, rep.f1, rep.n_tags
         v.citations = orjson.dumps({**rep.to_dict(), "cited_ids": rep.cited_ids}).decode()
         if not rep.tags_valid:
             v.reason = "citations_invalid"
-        elif p.kind == ANSWERABLE and rep.f1 != 1.0 and not multi_answer:
+        elif p.kind == ANSWERABLE and rep.f1 != 1.0 and not recipe.multi_answer:
             v.reason = "citation_f1"
         else:
             need.append((p, r["response"]))
@@ -236,7 +249,11 @@ def judge_examples(
     language = [(p, resp) for p, resp in need if language_judged(p)]
 
     def run(
-        task: str, items: list[tuple[RagPrompt, str]], schema: dict[str, Any], **extra: Any
+        task: str,
+        items: list[tuple[RagPrompt, str]],
+        schema: dict[str, Any],
+        task_params: SamplingParams = params,
+        thinking: bool | None = None,
     ) -> list[ChatResult]:
         nonlocal stats
         if not items:
@@ -245,7 +262,14 @@ def judge_examples(
         for p, resp in items:
             msgs, version = _judge_message(task, p.language, **extra_values(p, resp))
             convs.append(msgs)
-        batch = judge.chat(convs, params, json_schema=schema, template_version=version, log=log)
+        batch = judge.chat(
+            convs,
+            task_params,
+            json_schema=schema,
+            template_version=version,
+            log=log,
+            **thinking_kwargs(thinking),
+        )
         stats = stats.add(batch.stats)
         return batch.results
 
@@ -256,10 +280,16 @@ def judge_examples(
             "gold_titles": "; ".join(p.gold_titles),
             "response": resp,
             "language_name": LANGUAGE_NAMES.get(p.language, p.language),
+            "passages": render_documents(list(zip(p.titles, p.paragraphs, strict=True))),
         }
 
-    factual_task = "rag_judge_factual_multi" if multi_answer else "rag_judge_factual"
-    for (p, _), res in zip(factual, run(factual_task, factual, SCORE_SCHEMA), strict=True):
+    factual_params = SamplingParams(
+        params.temperature, recipe.factual_judge_max_tokens, params.seed, params.top_p, params.stop
+    )
+    factual_results = run(
+        recipe.factual_rubric, factual, SCORE_SCHEMA, factual_params, recipe.factual_judge_thinking
+    )
+    for (p, _), res in zip(factual, factual_results, strict=True):
         v = verdicts[p.id]
         v.cache_keys.append(res.cache_key)
         v.factual_score = _score(res, "score")
@@ -291,15 +321,22 @@ def judge_examples(
     return JudgeRun(final, stats, funnel)
 
 
-LANGUAGE_SCOPES = ("all", "answerable")
-# hotpotqa_fr_abstracts_v2's card: the French-quality judge gates answerable examples only.
-PRODUCT_LANGUAGE_SCOPE = {"hotpotqa_fr_abstracts_v2": "answerable"}
+def thinking_kwargs(thinking: bool | None) -> dict[str, Any]:
+    """The chat call's arguments that switch a judge's reasoning on or off (none when unset).
+
+    The chat template's ``enable_thinking`` (Qwen3-style templates) is what the LLM layer offers
+    per call; it is part of the cache key, so a judge that thinks never shares an answer with one
+    that does not.
+    """
+    return {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
 
 
-def language_judge_scope(configured: str, product: str) -> str:
-    """``configured`` (``all``/``answerable``), else the product's (``answerable`` for
-    hotpotqa_fr_abstracts_v2, ``all`` otherwise)."""
-    return configured or PRODUCT_LANGUAGE_SCOPE.get(product, "all")
+def quote_flag_counts(verdicts: Sequence[ExampleVerdict]) -> dict[str, int]:
+    """How many examples the stricter quoting rules flag: kept ones, and per rule (any verdict)."""
+    out = {"kept_flagged": sum(bool(v.quote_flags) and v.kept for v in verdicts)}
+    for flag in (PARTIAL_WORD, TOO_SHORT):
+        out[flag] = sum(flag in v.quote_flags for v in verdicts)
+    return out
 
 
 def keep_twins_together(verdicts: Sequence[ExampleVerdict]) -> list[ExampleVerdict]:
@@ -332,6 +369,7 @@ def verdict_decisions(verdicts: Sequence[ExampleVerdict]) -> list[Decision]:
                 "factual_score": v.factual_score,
                 "refuses": v.refuses,
                 "language_score": v.language_score,
+                **({"quote_flags": v.quote_flags} if v.quote_flags else {}),
             },
             list(v.cache_keys),
         )

@@ -5,17 +5,24 @@ chain (on a snapshot's ``multihop_questions``, today's keys) and the QA chain (o
 partition's ``qa/questions``, keys under the ``qa/`` prefix). The Parquet artifacts keep the stage
 names (``assets/<key>/rag_prompts/...``): keys are unique across partition sets.
 
+What each stage does is the run's recipe (``rag_sft/recipes.py``: one per published config,
+resolved once per stage from ``recipe`` and ``overrides``); each stage writes the resolved recipe
+beside its files (``_recipe.json``) and into its metadata.
+
 No ``from __future__ import annotations`` here: Dagster resolves the config and resource
 annotations at decoration time.
 """
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import dagster as dg
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets import recipes as recipe_records
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
@@ -23,17 +30,20 @@ from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.prompts import templates_version
-from ragsft_assets.rag_sft import citations, examples, formatting, multi_answer, statistics, verdicts
+from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
+from ragsft_assets.rag_sft.recipes import RagSftRecipe, default_recipe
+from ragsft_assets.rag_sft.recipes import resolve as resolve_recipe
 from ragsft_assets.resources.store import ArtifactStore
-from ragsft_assets.storage import SPLITS
+from ragsft_assets.storage import SPLITS, atomic_write_bytes
 
 GROUP = "rag_sft"
 QA_GROUP = "qa_sft"
 QA_PREFIX = "qa"
 INPUT_ASSET = "multihop_questions"
 QA_INPUT_ASSET = "questions"  # store name of qa/questions
-JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language", multi_answer.FACTUAL_TASK)
+JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language", "rag_judge_factual_multi")
+STATISTICS_FILE = "_statistics.json"  # beside rag_sft's files: what the card shows
 # The question configurations the snapshot chain can read: config name -> store name of its asset.
 SNAPSHOT_INPUTS = {
     "default": INPUT_ASSET,
@@ -41,98 +51,68 @@ SNAPSHOT_INPUTS = {
     "filtered_qwen": "multihop_filtered_qwen",
     "filtered_qwen_v2": "multihop_filtered_qwen_v2",
 }
-# A product's input when the run config leaves it out: (questions config, splits; () = all). The
-# French card builds hotpotqa_fr_abstracts_v2 from filtered_qwen_v2's train split; hotpotqa_cite
-# (the English snapshot chain) reads default, every split, as before.
-PRODUCT_INPUTS = {"hotpotqa_fr_abstracts_v2": ("filtered_qwen_v2", ("train",))}
 
 
 class RagSftConfig(dg.Config):
-    """Run settings of the rag_sft family (every asset reads the ones it needs)."""
+    """Run settings of the rag_sft family (every stage reads the ones it needs).
+
+    The data's recipe is the card's: ``recipe`` names it and ``overrides`` changes some of its
+    fields (``rag_sft/recipes.py`` lists them, e.g. ``{"twin_share": 0.3}``); the rest is the
+    run's shape.
+    """
 
     seed: int = DEFAULT_SEED
     max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
-    # Snapshot chain only: the question configuration read (default | filtered | filtered_qwen |
-    # filtered_qwen_v2) and its splits; "" / [] = the product's (filtered_qwen_v2, train for
-    # hotpotqa_fr_abstracts_v2 as its card; default, every split, for hotpotqa_cite).
-    questions: str = ""
-    questions_splits: list[str] = []
     language: str = ""  # the data's language (refusal phrases, judges); default: the partition key's
-    # The system instructions' language; "" = the product's (English for hotpotqa_fr_abstracts_v2,
-    # as its card), else the data's.
-    instructions_language: str = ""
-    twin_share: float = 0.22
-    # Of twins, the share losing both golds; -1 = the product's (1.0 for hotpotqa_fr_abstracts_v2
-    # as its card, 0.6 for hotpotqa_cite).
-    twin_both_share: float = -1.0
-    references_share: float = 0.04
-    strict_share: float = 0.05
-    max_drop_fraction: float = 0.7
-    temperature: float = 0.1
-    max_tokens: int = 512
-    rewrite_refusals: bool = False
-    # Drop (with the twin) an answer whose gold answer appears only inside a <ref> tag; None = the
-    # product's (on for hotpotqa_fr_abstracts_v2 as its card, off for hotpotqa_cite).
-    drop_answer_only_in_ref: bool | None = None
-    # Drop (with the twin) a response not in the data's language; None = the product's (on for
-    # hotpotqa_fr_abstracts_v2 as its card, off for hotpotqa_cite).
-    drop_wrong_language: bool | None = None
-    # The citation verifier's strict quoting (partial_word, too_short); off only to compare with
-    # data built without it.
-    strict_quotes: bool = True
-    min_quote_words: int = 3
-    # Which non-English examples the language judge gates: "all" | "answerable"; "" = the
-    # product's ("answerable" for hotpotqa_fr_abstracts_v2 as its card, "all" otherwise).
-    language_judge_scope: str = ""
-    # Questions whose documents exceed this many tokens are dropped (rag_prompts); 0 = no budget,
-    # -1 = the product's (8,192 for hotpotqa_fr_abstracts_v2, as its card; none for hotpotqa_cite).
-    max_document_tokens: int = -1
-    tokenizer: str = "embedded"  # "embedded" (the embedded model's, whitespace if absent) | "whitespace"
+    # None = the partition's product recipe: trust_align for a trust_align.<lang> source,
+    # hotpotqa_fr_abstracts_v2 for French data, hotpotqa_cite otherwise.
+    recipe: str | None = None
+    overrides: dict[str, Any] = {}  # recipe fields changed for this run (recorded in the manifest)
+    # Token counts (the token budget, the statistics): "embedded" (the embedded model's,
+    # whitespace if absent), "whitespace", or a local tokenizer folder (tokenizer.json, or one
+    # that transformers loads offline), e.g. the Luciole tokenizer for the card's lengths.
+    tokenizer: str = "embedded"
 
 
 def _language(config: RagSftConfig, partition: str) -> str:
     return config.language or snapshot_language(partition)
 
 
-def _token_counter(config: RagSftConfig) -> tuple[statistics.TokenCounter, str]:
-    """The config's tokenizer: whitespace words, or the embedded model's (whitespace if absent)."""
-    if config.tokenizer == "whitespace":
-        return statistics.whitespace_counter, "whitespace"
-    return statistics.default_token_counter()
-
-
 def product_name(lang: str, partition: str = "") -> str:
-    """The seed dataset this reproduces: a ``trust_align.<lang>`` source is ``trust_align`` (the
-    multi-answer recipe, ``rag_sft/multi_answer.py``); French input is ``hotpotqa_fr_abstracts_v2``."""
-    if multi_answer.is_multi_answer(partition):
-        return multi_answer.PRODUCT
-    return "hotpotqa_fr_abstracts_v2" if lang == "fr" else "hotpotqa_cite"
+    """The published config a partition builds by default (``recipes.default_recipe``)."""
+    return default_recipe(lang, partition)
+
+
+def run_recipe(config: RagSftConfig, partition: str) -> RagSftRecipe:
+    """The stage's resolved recipe; a bad name or override fails the run with the recipe's message."""
+    try:
+        return resolve_recipe(config.recipe, config.overrides, _language(config, partition), partition)
+    except (KeyError, ValueError) as exc:
+        raise dg.Failure(f"rag_sft recipe: {exc.args[0] if exc.args else exc}") from exc
 
 
 def question_input(
-    config: RagSftConfig, lang: str, input_store: str, inputs: Mapping[str, str] | None
+    recipe: RagSftRecipe, overrides: Mapping[str, Any], input_store: str, inputs: Mapping[str, str] | None
 ) -> tuple[str, str, tuple[str, ...]]:
     """The questions a chain reads: ``(config name, store name, splits)``; no splits = every split.
 
     ``inputs`` (config name -> store name) are the configurations the chain can choose from (the
-    snapshot chain's); ``None`` is a chain with one input (the QA chain), which refuses a choice.
+    snapshot chain's, chosen by the recipe's ``questions``/``questions_splits``); ``None`` is a
+    chain with one input (the QA chain), which refuses an override of them.
 
     Raises:
         ValueError: an unknown questions config, or one given to a chain with a single input.
     """
     if inputs is None:
-        if config.questions or config.questions_splits:
+        if {"questions", "questions_splits"} & set(overrides):
             raise ValueError(
                 "questions / questions_splits choose among a snapshot's question configurations; this "
                 f"chain reads {input_store!r} only (choose its splits on qa/questions)"
             )
         return "", input_store, ()
-    name, splits = PRODUCT_INPUTS.get(product_name(lang), ("default", ()))
-    name = config.questions or name
+    name, splits = recipe.questions, recipe.questions_splits
     if name not in inputs:
         raise ValueError(f"questions config {name!r} is not one of {sorted(inputs)}")
-    if config.questions_splits:
-        splits = tuple(config.questions_splits)
     unknown = sorted(set(splits) - set(SPLITS))
     if unknown:
         raise ValueError(f"questions_splits {unknown} are not splits ({', '.join(SPLITS)})")
@@ -146,7 +126,7 @@ def read_questions(
     if not store.files(partition, store_name):
         raise FileNotFoundError(
             f"partition {partition!r}: the questions config {name or store_name!r} (asset {store_name!r}) "
-            "is not materialized: materialize it first, or choose another with the rag_prompts config "
+            "is not materialized: materialize it first, or choose another with the recipe override "
             "`questions` (e.g. `default`)"
         )
     table = store.read(partition, store_name)
@@ -155,13 +135,7 @@ def read_questions(
     return table
 
 
-PROMPT_TASKS = (
-    "rag_system",
-    "rag_rule_cite_inline",
-    "rag_rule_cite_references",
-    "rag_rule_refusal_generic",
-    "rag_rule_refusal_strict",
-)
+PROMPT_TASKS = examples.PROMPT_TASKS
 
 
 def _sft_check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
@@ -243,6 +217,31 @@ def sft_checks(
     ]
 
 
+def _write_stage(
+    store: ArtifactStore,
+    partition: str,
+    stage: str,
+    recipe: RagSftRecipe,
+    table: pa.Table,
+    decisions: Sequence[Decision],
+    *,
+    preview: Sequence[str],
+    funnel: Mapping[str, int],
+    funnel_key: str = "funnel",
+) -> dict[str, Any]:
+    """Write a stage's split files, its ledger rows and its recipe record; its common metadata."""
+    paths = store.write_splits(table, partition, stage)
+    store.write_ledger(ledger_table(partition, recipe.name, stage, list(decisions)), partition, stage)
+    record = recipe_records.record(recipe)
+    recipe_records.write_record(store.path(partition, stage).parent, record)
+    files = [paths[s] for s in sorted(paths)]
+    return {
+        **table_metadata(files, table.schema, preview_columns=list(preview), split_column="split"),
+        **funnel_metadata(dict(sorted(funnel.items())), key=funnel_key),
+        "recipe": dg.MetadataValue.json(record),
+    }
+
+
 def build_sft_chain(
     *,
     partitions_def: dg.PartitionsDefinition,
@@ -267,15 +266,25 @@ def build_sft_chain(
     prompts_key, responses_key, verdicts_key, sft_key = (
         dg.AssetKey([*prefix, n]) for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
     )
-    key_prefix = prefix or None
 
-    @dg.asset(
-        partitions_def=partitions_def,
-        group_name=group,
-        key_prefix=key_prefix,
-        deps=[input_key, *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store)],
-        code_version=f"5-{templates_version(PROMPT_TASKS)}",
-        kinds={"parquet"},
+    def stage(name: str, deps: list, code_version: str, *, llm: bool = False, **extra: Any) -> Callable:
+        """The decorator every stage shares: partitions, group, prefix; the GPU pool for LLM stages."""
+        return dg.asset(
+            name=name,
+            partitions_def=partitions_def,
+            group_name=group,
+            key_prefix=prefix or None,
+            deps=deps,
+            code_version=code_version,
+            kinds={"parquet"},
+            **({"pool": "gpu", "retry_policy": LLM_RETRY_POLICY} if llm else {}),
+            **extra,
+        )
+
+    @stage(
+        "rag_prompts",
+        [input_key, *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store)],
+        f"6-{templates_version(PROMPT_TASKS)}",
     )
     def rag_prompts(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
@@ -283,37 +292,19 @@ def build_sft_chain(
         """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
         partition = context.partition_key
         lang = _language(config, partition)
-        name, source, splits = question_input(config, lang, input_store, inputs)
+        recipe = run_recipe(config, partition)
+        name, source, splits = question_input(recipe, config.overrides, input_store, inputs)
         records, bad = records_from_table(read_questions(store, partition, name, source, splits))
         records.sort(key=lambda r: r.id)
         selected = records[: config.max_questions] if config.max_questions > 0 else records
-        budget = examples.document_token_budget(config.max_document_tokens, product_name(lang, partition))
+        budget = recipe.document_token_budget
         over: list[Decision] = []
         if budget > 0:
-            counter, tokenizer = _token_counter(config)
+            counter, tokenizer = statistics.token_counter(config.tokenizer)
             selected, over = examples.within_token_budget(selected, counter, budget)
             context.log.info(f"{partition}: {len(over)} question(s) over {budget} {tokenizer} tokens dropped")
-        shares = examples.PromptShares(
-            config.twin_share,
-            examples.twin_both_share(config.twin_both_share, product_name(lang, partition)),
-            config.references_share,
-            config.strict_share,
-            config.max_drop_fraction,
-        )
-        multi = multi_answer.is_multi_answer(partition)
-        if multi:  # trust_align's card: no twins, inline citations only, the strict rule on ~4%
-            shares = examples.PromptShares(0.0, 0.0, 0.0, multi_answer.STRICT_SHARE, config.max_drop_fraction)
-        ilang = examples.instructions_language(
-            config.instructions_language, lang, product_name(lang, partition)
-        )
         build = examples.build_prompts(
-            selected,
-            seed=config.seed,
-            lang=lang,
-            shares=shares,
-            pool_records=records,
-            instructions_lang=ilang,
-            multi_answer=multi,
+            selected, seed=config.seed, lang=lang, recipe=recipe, pool_records=records
         )
         decisions = (
             build.decisions
@@ -324,60 +315,33 @@ def build_sft_chain(
         build.funnel[f"dropped:{examples.OVER_TOKEN_BUDGET}"] = len(over)
         build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
         table = examples.prompts_table(build.prompts)
-        paths = store.write_splits(table, partition, "rag_prompts")
-        store.write_ledger(
-            ledger_table(partition, product_name(lang, partition), "rag_prompts", decisions),
-            partition,
-            "rag_prompts",
-        )
-        files = [paths[s] for s in sorted(paths)]
+        preview = ["id", "kind", "twin_kind", "citation_style", "refusal_rule", "chunks_total", "question"]
         return dg.MaterializeResult(
             metadata={
-                **table_metadata(
-                    files,
-                    table.schema,
-                    preview_columns=[
-                        "id",
-                        "kind",
-                        "twin_kind",
-                        "citation_style",
-                        "refusal_rule",
-                        "chunks_total",
-                        "question",
-                    ],
-                    split_column="split",
+                **_write_stage(
+                    store,
+                    partition,
+                    "rag_prompts",
+                    recipe,
+                    table,
+                    decisions,
+                    preview=preview,
+                    funnel=build.funnel,
                 ),
-                **funnel_metadata(dict(sorted(build.funnel.items()))),
                 "seed": config.seed,
                 "language": lang,
                 "questions": name or source,
                 "questions_asset": source,
                 "questions_splits": dg.MetadataValue.json(list(splits) or "all"),
                 "document_token_budget": budget,
-                "shares": dg.MetadataValue.json(
-                    {
-                        "twin": shares.twin,
-                        "twin_both": shares.twin_both,
-                        "references": shares.references,
-                        "strict": shares.strict,
-                        "max_drop_fraction": shares.max_drop_fraction,
-                    }
+                "instructions_language": recipe.instructions_language,
+                "prompt_versions": dg.MetadataValue.json(
+                    examples.prompt_template_versions(recipe.instructions_language)
                 ),
-                "instructions_language": ilang,
-                "prompt_versions": dg.MetadataValue.json(examples.prompt_template_versions(ilang)),
             }
         )
 
-    @dg.asset(
-        partitions_def=partitions_def,
-        group_name=group,
-        key_prefix=key_prefix,
-        deps=[prompts_key],
-        pool="gpu",
-        retry_policy=LLM_RETRY_POLICY,
-        code_version="1",
-        kinds={"parquet"},
-    )
+    @stage("rag_responses", [prompts_key], "2", llm=True)
     def rag_responses(
         context: dg.AssetExecutionContext,
         config: RagSftConfig,
@@ -386,15 +350,14 @@ def build_sft_chain(
     ) -> dg.MaterializeResult:
         """Generated targets: the generator answers under exactly the training prompt (no gold answer)."""
         partition = context.partition_key
-        lang = _language(config, partition)
+        recipe = run_recipe(config, partition)
         prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
         params = SamplingParams(
-            temperature=config.temperature, max_tokens=config.max_tokens, seed=config.seed
+            temperature=recipe.temperature, max_tokens=recipe.max_tokens, seed=config.seed
         )
         t0 = time.perf_counter()
         table, stats = verdicts.generate_responses(prompts, generator, params, log=context.log)
         stats.wall_s = stats.wall_s or time.perf_counter() - t0
-        paths = store.write_splits(table, partition, "rag_responses")
         decisions = [
             Decision(
                 r["id"],
@@ -405,38 +368,30 @@ def build_sft_chain(
             )
             for r in table.to_pylist()
         ]
-        store.write_ledger(
-            ledger_table(partition, product_name(lang, partition), "rag_responses", decisions),
-            partition,
-            "rag_responses",
-        )
-        files = [paths[s] for s in sorted(paths)]
         status_counts: dict[str, int] = {}
         for s in table.column("status").to_pylist():
             status_counts[s] = status_counts.get(s, 0) + 1
         return dg.MaterializeResult(
             metadata={
-                **table_metadata(
-                    files, table.schema, preview_columns=["id", "status", "response"], split_column="split"
+                **_write_stage(
+                    store,
+                    partition,
+                    "rag_responses",
+                    recipe,
+                    table,
+                    decisions,
+                    preview=["id", "status", "response"],
+                    funnel=status_counts,
+                    funnel_key="status",
                 ),
-                **funnel_metadata(dict(sorted(status_counts.items())), key="status"),
                 **stats.to_metadata("llm"),
                 **model_metadata(generator, "generator"),
-                "temperature": config.temperature,
+                "temperature": recipe.temperature,
                 "seed": config.seed,
             }
         )
 
-    @dg.asset(
-        partitions_def=partitions_def,
-        group_name=group,
-        key_prefix=key_prefix,
-        deps=[responses_key],
-        pool="gpu",
-        retry_policy=LLM_RETRY_POLICY,
-        code_version=f"3-{templates_version(JUDGE_TASKS)}",
-        kinds={"parquet"},
-    )
+    @stage("rag_verdicts", [responses_key], f"4-{templates_version(JUDGE_TASKS)}", llm=True)
     def rag_verdicts(
         context: dg.AssetExecutionContext,
         config: RagSftConfig,
@@ -445,125 +400,95 @@ def build_sft_chain(
     ) -> dg.MaterializeResult:
         """Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together."""
         partition = context.partition_key
-        lang = _language(config, partition)
+        recipe = run_recipe(config, partition)
         prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
         responses = store.read(partition, "rag_responses").to_pylist()
         t0 = time.perf_counter()
-        run = verdicts.judge_examples(
-            prompts,
-            responses,
-            judge,
-            log=context.log,
-            strict_quotes=config.strict_quotes,
-            min_quote_words=config.min_quote_words,
-            language_scope=verdicts.language_judge_scope(
-                config.language_judge_scope, product_name(lang, partition)
-            ),
-            multi_answer=multi_answer.is_multi_answer(partition),
-        )
+        run = verdicts.judge_examples(prompts, responses, judge, recipe=recipe, log=context.log)
         run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
         table = verdicts.verdicts_table(run.verdicts)
-        paths = store.write_splits(table, partition, "rag_verdicts")
-        ledger = ledger_table(
-            partition, product_name(lang, partition), "rag_verdicts", verdicts.verdict_decisions(run.verdicts)
-        )
-        store.write_ledger(ledger, partition, "rag_verdicts")
-        files = [paths[s] for s in sorted(paths)]
+        preview = ["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses", "quote_flags"]
         return dg.MaterializeResult(
             metadata={
-                **table_metadata(
-                    files,
-                    table.schema,
-                    preview_columns=["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses"],
-                    split_column="split",
+                **_write_stage(
+                    store,
+                    partition,
+                    "rag_verdicts",
+                    recipe,
+                    table,
+                    verdicts.verdict_decisions(run.verdicts),
+                    preview=preview,
+                    funnel=run.funnel,
                 ),
-                **funnel_metadata(dict(sorted(run.funnel.items()))),
                 "kept": sum(v.kept for v in run.verdicts),
+                "quote_flags": dg.MetadataValue.json(verdicts.quote_flag_counts(run.verdicts)),
                 **run.stats.to_metadata("llm"),
                 **model_metadata(judge, "judge"),
             }
         )
 
-    @dg.asset(
-        partitions_def=partitions_def,
-        group_name=group,
-        key_prefix=key_prefix,
-        deps=[verdicts_key],
-        code_version="5",
-        kinds={"parquet"},
-        check_specs=_sft_check_specs(sft_key),
-    )
+    @stage("rag_sft", [verdicts_key], "6", check_specs=_sft_check_specs(sft_key))
     def rag_sft(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
     ) -> dg.MaterializeResult:
         """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
         partition = context.partition_key
         lang = _language(config, partition)
+        recipe = run_recipe(config, partition)
         prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
         responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
         kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
-        only_in_ref = config.drop_answer_only_in_ref
-        if only_in_ref is None:
-            only_in_ref = formatting.PRODUCT_DROP_ANSWER_ONLY_IN_REF.get(product_name(lang, partition), False)
-        wrong_lang = config.drop_wrong_language
-        if wrong_lang is None:
-            wrong_lang = formatting.PRODUCT_DROP_WRONG_LANGUAGE.get(product_name(lang, partition), False)
-        fmt = formatting.format_examples(
-            prompts,
-            responses,
-            kept,
-            seed=config.seed,
-            rewrite_refusals=config.rewrite_refusals,
-            drop_answer_only_in_ref=only_in_ref,
-            drop_wrong_language=wrong_lang,
-            multi_answer=multi_answer.is_multi_answer(partition),
-        )
+        fmt = formatting.format_examples(prompts, responses, kept, seed=config.seed, recipe=recipe)
         table = formatting.sft_table(fmt.rows)
-        paths = store.write_splits(table, partition, "rag_sft")
-        store.write_ledger(
-            ledger_table(partition, product_name(lang, partition), "rag_sft", fmt.decisions),
+        metadata = _write_stage(
+            store,
             partition,
             "rag_sft",
+            recipe,
+            table,
+            fmt.decisions,
+            preview=["id", "pair_id", "chunks_total"],
+            funnel=fmt.funnel,
         )
-        files = [paths[s] for s in sorted(paths)]
-        counter, name = _token_counter(config)
+        counter, tokenizer = statistics.token_counter(config.tokenizer)
         # Type/level shares of the generated and the kept questions (the filter must not skew them).
-        name, store_name, splits = question_input(config, lang, input_store, inputs)
+        name, store_name, splits = question_input(recipe, config.overrides, input_store, inputs)
         source = (
             read_questions(store, partition, name, store_name, splits)
             .select(["id", "type", "level"])
             .to_pylist()
         )
+        rows = table.to_pylist()
         stats = statistics.chain_statistics(
-            table.to_pylist(),
+            rows,
             {q["id"]: (q["type"], q["level"]) for q in source},
             {p.id: p.question_id for p in prompts},
             counter,
-            name,
+            tokenizer,
             strict_phrases=examples.refusal_phrases(lang),
+            prompts=prompts,
+            recipe=recipe,
+        )
+        atomic_write_bytes(
+            store.path(partition, "rag_sft").parent / STATISTICS_FILE,
+            orjson.dumps(stats, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2),
         )
         return dg.MaterializeResult(
             metadata={
-                **table_metadata(
-                    files,
-                    table.schema,
-                    preview_columns=["id", "pair_id", "chunks_total"],
-                    split_column="split",
-                ),
-                **funnel_metadata(dict(sorted(fmt.funnel.items()))),
+                **metadata,
                 "statistics": dg.MetadataValue.json(stats),
                 "tokenizer": stats["tokenizer"],
                 "seed": config.seed,
-                "rewrite_refusals": config.rewrite_refusals,
-                "drop_answer_only_in_ref": only_in_ref,
-                "drop_wrong_language": wrong_lang,
+                "rewrite_refusals": recipe.rewrite_refusals,
+                "drop_answer_only_in_ref": recipe.drop_answer_only_in_ref,
+                "drop_wrong_language": recipe.drop_wrong_language,
             },
             check_results=sft_checks(
-                table.to_pylist(),
+                rows,
                 prompts,
-                strict_quotes=config.strict_quotes,
-                min_quote_words=config.min_quote_words,
-                require_f1=not multi_answer.is_multi_answer(partition),
+                strict_quotes=recipe.strict_quotes_drop,
+                min_quote_words=recipe.min_quote_words,
+                require_f1=not recipe.multi_answer,
             ),
         )
 
