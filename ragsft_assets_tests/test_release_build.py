@@ -375,6 +375,9 @@ def test_verify_catches_an_added_a_removed_and_a_flipped_file(tmp_path: Path) ->
         report = verify_release(folder)
         assert not report.ok and report.unlisted == [stray], report.lines()
         (folder / stray).unlink()
+    report = verify_release(folder)  # the emptied config_x/ is reported too
+    assert not report.ok and report.empty_dirs == ["config_x"] and "EMPTYDIR config_x" in report.lines()
+    (folder / "config_x").rmdir()
     assert verify_release(folder).ok
     victim = listed[0]
     data = victim.read_bytes()
@@ -412,3 +415,105 @@ def test_a_plot_interrupted_mid_write_leaves_no_png(tmp_path: Path, monkeypatch:
     rels = card.write_histograms(tmp_path, "default", {"words": [1, 2, 3]})
     assert [(tmp_path / r).read_bytes()[:8] for r in rels] == [b"\x89PNG\r\n\x1a\n"]
     assert sorted(p.name for p in (tmp_path / layout.PLOTS).iterdir()) == [Path(rels[0]).name]
+
+
+def test_verify_rejects_a_listed_file_replaced_by_a_symlink_to_an_identical_copy(tmp_path: Path) -> None:
+    """``is_file()`` follows links: a link to an identical copy outside the folder must still fail."""
+    _, folder, _ = make_release(tmp_path / "home")
+    rel = layout.data_file("corpus", "test")
+    outside = tmp_path / "elsewhere.parquet"
+    outside.write_bytes((folder / rel).read_bytes())
+    (folder / rel).unlink()
+    (folder / rel).symlink_to(outside)
+    report = verify_release(folder)
+    assert not report.ok and report.not_regular == [rel] and report.mismatched == [], report.lines()
+    assert f"NOTFILE  {rel}" in "\n".join(report.lines())
+    # a linked folder on the way to a listed file is caught the same way
+    (folder / rel).unlink()
+    (folder / rel).write_bytes(outside.read_bytes())
+    assert verify_release(folder).ok
+    moved = tmp_path / "corpus_moved"
+    (folder / "corpus").rename(moved)
+    (folder / "corpus").symlink_to(moved, target_is_directory=True)
+    report = verify_release(folder)
+    assert not report.ok and rel in report.not_regular, report.lines()
+
+
+def test_verify_names_an_entry_without_sha256(tmp_path: Path) -> None:
+    _, folder, _ = make_release(tmp_path / "home")
+    m = folder / "provenance" / "corpus" / "manifest.json"
+    doc = orjson.loads(m.read_bytes())
+    rel = next(iter(doc["files"]))
+    del doc["files"][rel]["sha256"]
+    m.write_bytes(orjson.dumps(doc))
+    report = verify_release(folder)  # no KeyError: a clear error naming the entry
+    assert not report.ok
+    assert any(f"the entry for {rel} has no sha256" in e for e in report.errors), report.lines()
+
+
+def test_root_digest_catches_a_self_consistent_edit(tmp_path: Path) -> None:
+    """Edit a file, re-hash it in its manifest and the manifest in release.json: only the digest catches it."""
+    from ragsft_assets.cli.release import verify
+    from ragsft_assets.release.catalog import open_catalog, record_release_digest
+    from ragsft_assets.release.manifest import json_bytes, root_digest, sha256_file
+
+    home = tmp_path / "home"
+    _, folder, _ = make_release(home)
+    digest = root_digest(folder)
+    assert digest == sha256_file(folder / "provenance" / "release.json")
+    record_release_digest(folder, PARTITION, digest, "run-1", home)
+    ok = CliRunner().invoke(verify, [str(folder), "--digest", digest])
+    assert ok.exit_code == 0 and f"root digest {digest} (as expected)" in ok.output, ok.output
+
+    rel = layout.data_file("corpus", "test")
+    table = pq.read_table(folder / rel)
+    pq.write_table(table.slice(0, 1), folder / rel)  # a row fewer
+    mpath = folder / "provenance" / "corpus" / "manifest.json"
+    doc = orjson.loads(mpath.read_bytes())
+    doc["files"][rel]["sha256"] = sha256_file(folder / rel)
+    mpath.write_bytes(json_bytes(doc))
+    ipath = folder / "provenance" / "release.json"
+    index = orjson.loads(ipath.read_bytes())
+    index["files"]["provenance/corpus/manifest.json"]["sha256"] = sha256_file(mpath)
+    ipath.write_bytes(json_bytes(index))
+    assert verify_release(folder).ok  # the folder certifies itself: consistent
+    res = CliRunner().invoke(verify, [str(folder), "--digest", digest])
+    assert res.exit_code == 1 and "DIGEST" in res.output, res.output
+    os.environ["RAGSFT_HOME"] = str(home)
+    try:
+        res = CliRunner().invoke(verify, [str(folder), "--catalog"])
+        assert res.exit_code == 1 and f"is not the expected {digest}" in res.output, res.output
+        con = open_catalog(home, rebuild=True)
+        assert con.execute("SELECT digest, run_id FROM main.release_digests").fetchall() == [
+            (digest, "run-1")
+        ]
+        con.close()
+    finally:
+        del os.environ["RAGSFT_HOME"]
+
+
+def test_review_sample_is_drawn_with_the_seed_listed_and_hashed(tmp_path: Path) -> None:
+    from ragsft_assets.release import manifest
+
+    _, folder, _ = make_release(tmp_path / "a")
+    m = orjson.loads((folder / "provenance" / "corpus" / "manifest.json").read_bytes())
+    rel = "provenance/corpus/review_sample.jsonl"
+    assert m["review_sample"] == rel and rel in m["provenance_files"]
+    lines = [orjson.loads(x) for x in (folder / rel).read_bytes().splitlines()]
+    assert len(lines) == m["rows_total"] == 14  # fewer rows than 200: all of them, each once
+    ids_ = [x["row"]["id"] for x in lines]
+    assert len(set(ids_)) == 14 and all(x["split"] in m["row_counts"] for x in lines)
+    # 200 of many rows, drawn by the seed: another seed draws others, the same seed the same
+    data = {"train": layout.data_file("corpus", "train")}
+    big = tmp_path / "big"
+    (big / "corpus").mkdir(parents=True)
+    pq.write_table(
+        pa.table({"id": [f"r{i}" for i in range(1000)], "x": list(range(1000))}), big / data["train"]
+    )
+    a = manifest.review_sample_rows(big, data, "corpus", seed=1)
+    b = manifest.review_sample_rows(big, data, "corpus", seed=1)
+    c = manifest.review_sample_rows(big, data, "corpus", seed=2)
+    assert len(a) == 200 and a == b and {r["row"]["id"] for r in a} != {r["row"]["id"] for r in c}
+    # the manifest lists it: a changed sample fails verify
+    (folder / rel).write_bytes((folder / rel).read_bytes()[:-10])
+    assert verify_release(folder).mismatched == [rel]

@@ -1,4 +1,4 @@
-"""``ragsft verify FOLDER``, ``ragsft catalog [--rebuild] [--sql Q]``, ``ragsft explain ID``."""
+"""``ragsft verify FOLDER [--digest SHA | --catalog]``, ``ragsft catalog [--rebuild] [--sql Q]``, ``ragsft explain ID``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,29 @@ import click
 
 @click.command()
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
-def verify(folder: Path) -> None:
-    """Recompute every SHA-256 of release FOLDER against its manifests (exit 1 on any difference)."""
+@click.option("--digest", default=None, help="The root digest printed when the release was built (SHA-256).")
+@click.option(
+    "--catalog",
+    "use_catalog",
+    is_flag=True,
+    help="Check against the root digest recorded for FOLDER in $RAGSFT_HOME/release_digests.jsonl.",
+)
+def verify(folder: Path, digest: str | None, use_catalog: bool) -> None:
+    """Recompute every SHA-256 of release FOLDER against its manifests (exit 1 on any difference).
+
+    The manifests certify the files and provenance/release.json certifies the manifests; give the
+    root digest (--digest, or --catalog for the recorded one) to catch an edit that re-hashed them.
+    """
+    from ragsft_assets.release.catalog import digests_path, recorded_digest
     from ragsft_assets.release.verify import verify_release
 
-    report = verify_release(folder)
+    if digest and use_catalog:
+        raise click.UsageError("give --digest or --catalog, not both")
+    if use_catalog:
+        digest = recorded_digest(folder)
+        if digest is None:
+            raise click.ClickException(f"no root digest recorded for {folder.resolve()} in {digests_path()}")
+    report = verify_release(folder, expected_digest=digest)
     for line in report.lines():
         click.echo(line)
     sys.exit(0 if report.ok else 1)

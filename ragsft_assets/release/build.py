@@ -31,6 +31,7 @@ from ragsft_assets.release.manifest import (
     source_info,
     write_manifest,
     write_release_index,
+    write_run_stats,
 )
 from ragsft_assets.storage import write_parquet
 
@@ -170,14 +171,19 @@ def write_manifests(
     cache_lookup: Any = "default",
     upstream_metadata: Mapping[str, Mapping[str, Any]] | None = None,
     resources: Mapping[str, Any] | None = None,
+    statistics: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Write every config's manifest and the release index; returns ``{config: manifest}``.
+    """Write every config's manifest, the release index and the run statistics; returns ``{config: manifest}``.
 
     ``cache_lookup`` (key -> cached call or None) reads the model and sampling parameters of the
     calls behind the ledger; by default the LLM cache of the home above ``assets_root``. With
     ``upstream_metadata`` (``{asset: metadata}``), ``llm_roles`` is derived from it and those
-    calls (``provenance.llm_roles``); ``resources`` are recorded with secrets left out.
+    calls (``provenance.llm_roles``), and its calls and cache hits (``provenance.llm_stats``) go
+    with ``statistics`` (hosts, runs, times) to ``provenance/run_stats.json``, outside the root
+    digest. ``resources`` are recorded with credentials masked; the recipe records the
+    partition's assets wrote (``recipes.read_records``) go into every manifest.
     """
+    from ragsft_assets import recipes
     from ragsft_assets.release.explain import default_cache_lookup
 
     files = layout.release_files(folder)
@@ -185,8 +191,11 @@ def write_manifests(
     if cache_lookup == "default":
         cache_lookup = default_cache_lookup(assets_root.parent)
     calls = ledger_calls_by_stage(ledger_files(assets_root, partition), cache_lookup)
+    stats: dict[str, Any] = dict(statistics or {})
     if upstream_metadata is not None:
         llm_roles = provenance.llm_roles(upstream_metadata, calls)
+        stats["llm_stats"] = provenance.llm_stats(upstream_metadata)
+    records = recipes.read_records(assets_root / partition)
     manifests = {}
     shipped = layout.read_configs(folder)
     for config, splits in files.items():
@@ -194,10 +203,12 @@ def write_manifests(
         extra = {"lineage": lineage_path(config)} if (folder / lineage_path(config)).is_file() else {}
         if (folder / verdicts_path(config)).is_file():
             extra["verdicts"] = verdicts_path(config)
+        asset = cfg.asset if cfg else config
+        seed = ((run_config or {}).get(asset.rsplit("/", 1)[-1]) or {}).get("seed")
         m = build_manifest(
             folder,
             config=config,
-            asset=cfg.asset if cfg else config,
+            asset=asset,
             partition=partition,
             data_files=splits,
             source=source,
@@ -206,8 +217,11 @@ def write_manifests(
             extra_files=extra,
             llm_calls=calls,
             resources=resources,
+            recipes=records,
+            seed=seed if isinstance(seed, int) else None,
         )
         write_manifest(folder, m)
         manifests[config] = m
     write_release_index(folder, list(files))
+    write_run_stats(folder, stats)
     return manifests

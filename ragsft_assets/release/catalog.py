@@ -19,6 +19,11 @@ Naming: one schema per partition, the asset name as the view name::
 
 One writer: the database is built in a temporary file and renamed into place, so readers
 (``read_only=True`` connections) never see a half-built catalog and never block the build.
+
+Root digests: each built release appends ``{folder, partition, digest, run_id, at}`` to
+``$RAGSFT_HOME/release_digests.jsonl`` (``record_release_digest``), which lives outside every
+release folder and survives catalog rebuilds; the catalog shows it as ``main.release_digests`` and
+``ragsft verify FOLDER --catalog`` checks the folder against its latest recorded digest.
 """
 
 from __future__ import annotations
@@ -37,6 +42,60 @@ from ragsft_assets.sql import sql_literal
 from ragsft_assets.storage import LEDGER_DIR
 
 CATALOG_FILE = "catalog.duckdb"
+DIGESTS_FILE = "release_digests.jsonl"
+
+
+def digests_path(home: Path | None = None) -> Path:
+    return (home or ragsft_home()) / DIGESTS_FILE
+
+
+def record_release_digest(
+    folder: Path, partition: str, digest: str, run_id: str = "", home: Path | None = None
+) -> Path:
+    """Append one line to the digest log: this release folder was built with this root digest.
+
+    One ``write`` of one line on a file opened for appending: concurrent builds never interleave
+    their lines (POSIX appends of a few hundred bytes are atomic on local file systems).
+    """
+    import time
+
+    import orjson
+
+    path = digests_path(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = orjson.dumps(
+        {
+            "folder": str(Path(folder).resolve()),
+            "partition": partition,
+            "digest": digest,
+            "run_id": run_id,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line + b"\n")
+    finally:
+        os.close(fd)
+    return path
+
+
+def recorded_digest(folder: Path, home: Path | None = None) -> str | None:
+    """The latest root digest recorded for release ``folder`` (None when it was never recorded)."""
+    import orjson
+
+    path = digests_path(home)
+    if not path.is_file():
+        return None
+    want, found = str(Path(folder).resolve()), None
+    for line in path.read_bytes().splitlines():
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a line cut by a crash: the next ones are still read
+        if isinstance(entry, dict) and entry.get("folder") == want:
+            found = entry.get("digest")
+    return found
 
 
 def catalog_path(home: Path | None = None) -> Path:
@@ -126,6 +185,13 @@ def build_catalog(home: Path | None = None, db_path: Path | None = None) -> Cata
                 f"CREATE VIEW main.final_decisions AS {final_decisions_sql('SELECT * FROM main.decisions')}"
             )
             summary.views += ["decisions", "final_decisions"]
+        if digests_path(home).is_file():
+            con.execute(
+                "CREATE VIEW main.release_digests AS SELECT * FROM read_json("
+                f"{sql_literal(digests_path(home))}, format='newline_delimited', ignore_errors=true, "
+                "columns={folder: 'VARCHAR', partition: 'VARCHAR', digest: 'VARCHAR', run_id: 'VARCHAR', \"at\": 'VARCHAR'})"
+            )
+            summary.views.append("release_digests")
         con.execute("CHECKPOINT")
     except BaseException:
         con.close()

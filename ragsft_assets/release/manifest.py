@@ -1,16 +1,25 @@
 """Release manifests: which bytes were shipped, and everything that made them.
 
-``provenance/<config>/manifest.json`` holds the snapshot key and source revisions, the project
-version and git commit, the run config, the prompt template hashes, the model ids and sampling
-parameters per LLM role, row counts and the SHA-256 of every data file of the config (and of its
-lineage file). ``provenance/release.json`` closes the loop with the SHA-256 of the README, the
-plots, the decisions table and each manifest. Bytes are deterministic: keys sorted, two-space
-indent, no timestamps; the same inputs give byte-identical manifests.
+``provenance/<config>/manifest.json`` (the content manifest) holds the snapshot key and source
+revisions (an unpinned source says so), the project version and git commit, the run config, the
+recipes, the prompt template hashes, the model ids and sampling parameters per LLM role, row
+counts and the SHA-256 of every data file of the config, of its lineage file and of its review
+sample (``review_sample.jsonl``: ``REVIEW_SAMPLE_SIZE`` rows drawn with the seed, one JSON object a
+line, for a person to read). ``provenance/release.json`` closes the loop with the SHA-256 of the
+README, the plots, the decisions table and each manifest; its own SHA-256 is the release's root
+digest (``root_digest``), printed at build and recorded outside the folder, which is what makes
+a self-consistent edit of the folder detectable.
+
+Bytes are deterministic: keys sorted, two-space indent, no timestamps, nothing that depends on
+the run's history; the same inputs give byte-identical manifests whether the run was resumed or
+not. How the run got there (calls, cache hits, hosts, times) goes to ``provenance/run_stats.json``
+(``write_run_stats``), which the root digest does not cover.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from functools import cache
 from importlib import metadata
@@ -23,11 +32,14 @@ import pyarrow.parquet as pq
 from ragsft_assets.corpus.hub_snapshot import snapshot_revision
 from ragsft_assets.prompts import all_prompts
 from ragsft_assets.release.layout import PLOTS, PROVENANCE, README
-from ragsft_assets.release.provenance import git_commit, redact_settings
+from ragsft_assets.release.provenance import GIT_COMMIT_ENV, git_commit, git_dirty, redact_settings
 from ragsft_assets.storage import atomic_write_bytes
 
 MANIFEST = "manifest.json"
 RELEASE_INDEX = "release.json"
+RUN_STATS = "run_stats.json"  # provenance/run_stats.json: the run's statistics, outside the root digest
+REVIEW_SAMPLE = "review_sample.jsonl"
+REVIEW_SAMPLE_SIZE = 200
 DECISIONS = "decisions.parquet"
 LINEAGE = "lineage.parquet"
 FORMAT_VERSION = 1
@@ -48,7 +60,7 @@ def json_bytes(obj: Any) -> bytes:
 
 
 @cache
-def project_info() -> dict[str, str]:
+def project_info() -> dict[str, Any]:
     """The installed project version and git commit (``RAGSFT_GIT_COMMIT``, else the checkout).
 
     With no commit found, ``git_commit`` is ``unknown`` and ``warning`` says why (in the manifest).
@@ -58,9 +70,11 @@ def project_info() -> dict[str, str]:
     except metadata.PackageNotFoundError:
         version = "unknown"
     commit, warning = git_commit()
-    info = {"name": "ragsft", "version": version, "git_commit": commit}
+    info: dict[str, Any] = {"name": "ragsft", "version": version, "git_commit": commit}
     if warning:
         info["warning"] = warning
+    elif not os.environ.get(GIT_COMMIT_ENV):  # a checkout: say whether it held uncommitted changes
+        info["git_dirty"] = git_dirty()
     return info
 
 
@@ -205,6 +219,54 @@ def ledger_calls_by_stage(files: list[Path], lookup: Any) -> dict[str, list[dict
         con.close()
 
 
+def review_sample_rows(
+    folder: Path, data_files: Mapping[str, str], config: str, seed: int, size: int = REVIEW_SAMPLE_SIZE
+) -> list[dict[str, Any]]:
+    """``size`` rows of a config drawn with the seed: the rows whose ``sha256(seed, config, id)`` is lowest.
+
+    The draw depends on the seed, the config name and each row's ``id`` (its position in its
+    split file when the config has no ``id`` column), never on file order or batching; each row
+    comes with its ``split``. Sorted by that hash, so the file reads in a stable order.
+    """
+    import pyarrow as pa
+
+    ranked: list[tuple[str, str, int]] = []
+    for split, rel in sorted(data_files.items()):
+        pf = pq.ParquetFile(folder / rel)
+        has_id = "id" in pf.schema_arrow.names
+        ids = pf.read(columns=["id"]).column("id").to_pylist() if has_id else range(pf.metadata.num_rows)
+        for i, rid in enumerate(ids):
+            digest = hashlib.sha256(f"{seed}\x1f{config}\x1f{split}\x1f{rid}".encode()).hexdigest()
+            ranked.append((digest, split, i))
+    chosen = sorted(ranked)[:size]
+    rows: list[dict[str, Any]] = []
+    by_split: dict[str, list[int]] = {}
+    for _, split, i in chosen:
+        by_split.setdefault(split, []).append(i)
+    picked: dict[tuple[str, int], dict[str, Any]] = {}
+    for split, idx in by_split.items():
+        table = pq.read_table(folder / data_files[split])
+        taken = table.take(pa.array(sorted(idx), pa.int64()))
+        for i, row in zip(sorted(idx), taken.to_pylist(), strict=True):
+            picked[(split, i)] = row
+    for _, split, i in chosen:
+        rows.append({"split": split, "row": picked[(split, i)]})
+    return rows
+
+
+def write_review_sample(
+    folder: Path, config: str, data_files: Mapping[str, str], seed: int, size: int = REVIEW_SAMPLE_SIZE
+) -> str:
+    """Write ``provenance/<config>/review_sample.jsonl`` (``review_sample_rows``); returns its relative path."""
+    rel = f"{PROVENANCE}/{config}/{REVIEW_SAMPLE}"
+    lines = [
+        orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str)
+        for r in review_sample_rows(folder, data_files, config, seed, size)
+    ]
+    atomic_write_bytes(folder / rel, b"".join(line + b"\n" for line in lines))
+    return rel
+
+
 def build_manifest(
     folder: Path,
     *,
@@ -218,10 +280,16 @@ def build_manifest(
     extra_files: Mapping[str, str] | None = None,
     llm_calls: Mapping[str, Any] | None = None,
     prompts: Mapping[str, str] | None = None,
-    project: Mapping[str, str] | None = None,
+    project: Mapping[str, Any] | None = None,
     resources: Mapping[str, Any] | None = None,
+    recipes: Mapping[str, Any] | None = None,
+    review_sample: int = REVIEW_SAMPLE_SIZE,
+    seed: int | None = None,
 ) -> dict[str, Any]:
-    """The manifest of one config, hashing its files as they lie in ``folder``.
+    """The content manifest of one config, hashing its files as they lie in ``folder``.
+
+    Writes the config's review sample first (``write_review_sample``, unless ``review_sample`` is
+    0), so the manifest lists and hashes it with the lineage.
 
     Args:
         folder: the release folder.
@@ -231,15 +299,21 @@ def build_manifest(
         data_files: ``{split: relative path}`` of the config's data files.
         source: see ``source_info``.
         run_config: per upstream asset, its op's effective config, defaults included.
-        llm_roles: per LLM stage, per role: backend, model, weights_id, sampling, calls, cache_hits
-            (``provenance.llm_roles``).
+        llm_roles: per LLM stage, per role: backend, model, weights_id, sampling
+            (``provenance.llm_roles``); call counts and cache hits are dropped here (they belong to
+            the run statistics, ``write_run_stats``).
         llm_calls: per ledger stage, the model identities and sampling parameters of the cached
             calls behind its decisions (``llm_calls_by_stage``).
         extra_files: ``{name: relative path}`` of provenance files to hash too (lineage).
         prompts: template hashes (default: every template shipped).
         project: version and git commit (default: ``project_info()``).
-        resources: the resources' settings; secrets are left out here (``redact_settings``).
+        resources: the resources' settings; credentials are masked here (``redact_settings``).
+        recipes: ``{asset: recipe record}`` (``recipes.read_records``); ``{}`` when none was written.
+        review_sample: rows in the review sample (0: none written).
+        seed: the seed of the review sample's draw (default: the project's).
     """
+    from ragsft_assets.ids import DEFAULT_SEED
+
     files: dict[str, dict[str, Any]] = {}
     rows: dict[str, int] = {}
     for split, rel in data_files.items():
@@ -247,7 +321,19 @@ def build_manifest(
         n = pq.ParquetFile(path).metadata.num_rows
         rows[split] = n
         files[rel] = {"sha256": sha256_file(path), "bytes": path.stat().st_size, "rows": n, "split": split}
-    provenance = {rel: {"sha256": sha256_file(folder / rel)} for rel in (extra_files or {}).values()}
+    extra = dict(extra_files or {})
+    if review_sample > 0 and data_files:
+        extra["review_sample"] = write_review_sample(
+            folder, config, data_files, DEFAULT_SEED if seed is None else seed, review_sample
+        )
+    provenance = {rel: {"sha256": sha256_file(folder / rel)} for rel in extra.values()}
+    roles = {
+        stage: {
+            role: {k: v for k, v in info.items() if k not in ("calls", "cache_hits")}
+            for role, info in r.items()
+        }
+        for stage, r in llm_roles.items()
+    }
     return {
         "format_version": FORMAT_VERSION,
         "config": config,
@@ -256,14 +342,16 @@ def build_manifest(
         "source": dict(source),
         "project": dict(project or project_info()),
         "run_config": dict(run_config),
+        "recipes": dict(recipes or {}),
         "prompt_templates": dict(prompts if prompts is not None else prompt_hashes()),
         "resources": redact_settings(dict(resources or {})),
-        "llm_roles": dict(llm_roles),
+        "llm_roles": roles,
         "llm_calls": dict(llm_calls or {}),
         "row_counts": rows,
         "rows_total": sum(rows.values()),
         "files": files,
         "provenance_files": provenance,
+        "review_sample": extra.get("review_sample"),
     }
 
 
@@ -298,4 +386,25 @@ def build_release_index(folder: Path, configs: list[str]) -> dict[str, Any]:
 def write_release_index(folder: Path, configs: list[str]) -> Path:
     return atomic_write_bytes(
         folder / PROVENANCE / RELEASE_INDEX, json_bytes(build_release_index(folder, configs))
+    )
+
+
+def root_digest(folder: Path) -> str:
+    """The release's root digest: the SHA-256 of ``provenance/release.json``.
+
+    The index hashes every manifest, which hash every file: one value names the whole content.
+    Recorded outside the folder (the run's metadata, the catalog's digest log), it is what
+    ``ragsft verify --digest`` checks, since a folder can always be made consistent with itself.
+    """
+    return sha256_file(folder / PROVENANCE / RELEASE_INDEX)
+
+
+def write_run_stats(folder: Path, stats: Mapping[str, Any]) -> Path:
+    """Write ``provenance/run_stats.json``: the run's statistics (calls, cache hits, hosts, times).
+
+    Not listed in ``release.json``: two runs that made the same data (one resumed) have other
+    statistics and the same root digest. ``verify`` checks it is a regular JSON file, nothing more.
+    """
+    return atomic_write_bytes(
+        folder / PROVENANCE / RUN_STATS, json_bytes({"format_version": FORMAT_VERSION, **stats})
     )

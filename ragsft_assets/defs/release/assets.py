@@ -59,59 +59,111 @@ def release_folder(store: ArtifactStore, partition: str) -> Path:
     return store.home_path / "releases" / partition
 
 
-def _repository(context: Any) -> Any:
-    """The code location's repository, or None (``dg.materialize`` of an asset list sets none)."""
-    try:
-        return context.repository_def
-    except Exception:  # noqa: BLE001 - Dagster raises a CheckError when no repository is set
-        return None
+def resolve_config(schema: Any, type_key: str, value: Any) -> Any:
+    """``value`` completed with the defaults of config type ``type_key`` of a job's config schema snapshot.
 
-
-def _effective_config(
-    context: dg.AssetExecutionContext,
-    asset: str | dg.AssetKey,
-    passed: Any,
-    known: Mapping[dg.AssetKey, dg.AssetsDefinition] | None = None,
-) -> dict[str, Any] | None:
-    """The op config an asset ran with: what the run passed, completed with the config class's defaults.
-
-    The asset's definition comes from the code location, else from ``known`` (the caller's own
-    definitions: ``execute_in_process`` and ``dg.materialize`` set no repository).
+    Walks Dagster's ``ConfigSchemaSnapshot`` (stored with every run, in-process runs included):
+    a field the value lacks takes its declared default, recursively; keys the schema does not
+    declare (a permissive shape) are kept as given.
     """
-    from dagster._config import process_config  # Dagster's own config resolution (defaults included)
+    import json
 
-    key = asset if isinstance(asset, dg.AssetKey) else dg.AssetKey(asset)
-    repo = _repository(context)
-    node = None
-    if repo is not None and key in repo.assets_defs_by_key:
-        node = repo.assets_defs_by_key[key].node_def
-    elif known and key in known:
-        node = known[key].node_def
-    if node is None:  # not in this code location (a test's asset list): as passed
-        return dict(passed) if isinstance(passed, dict) else None
-    if node.config_schema is None or not node.has_config_field:
+    from dagster._config import ConfigTypeKind
+
+    if not schema.has_config_snap(type_key):
+        return value
+    snap = schema.get_config_snap(type_key)
+    kind = snap.kind
+    if ConfigTypeKind.has_fields(kind) and not ConfigTypeKind.is_selector(kind):
+        if value is not None and not isinstance(value, dict):
+            return value
+        given = dict(value or {})
+        out: dict[str, Any] = {}
+        for f in snap.fields or []:
+            if f.name in given:
+                out[f.name] = resolve_config(schema, f.type_key, given.pop(f.name))
+            elif f.default_provided and f.default_value_as_json_str is not None:
+                out[f.name] = resolve_config(schema, f.type_key, json.loads(f.default_value_as_json_str))
+        return out | given
+    if ConfigTypeKind.is_selector(kind) and isinstance(value, dict):
+        types = {f.name: f.type_key for f in snap.fields or []}
+        return {k: resolve_config(schema, types[k], v) if k in types else v for k, v in value.items()}
+    inner = (snap.type_param_keys or [None])[-1]
+    if inner is None or value is None:
+        return value
+    if kind == ConfigTypeKind.NONEABLE:
+        return resolve_config(schema, inner, value)
+    if kind == ConfigTypeKind.ARRAY and isinstance(value, list):
+        return [resolve_config(schema, inner, v) for v in value]
+    if kind == ConfigTypeKind.MAP and isinstance(value, dict):
+        return {k: resolve_config(schema, inner, v) for k, v in value.items()}
+    return value
+
+
+def _field_type(schema: Any, type_key: str | None, name: str) -> str | None:
+    """The type key of field ``name`` of config type ``type_key`` (None when there is no such field)."""
+    if type_key is None or not schema.has_config_snap(type_key):
         return None
-    done = process_config(node.config_schema.config_type, passed if passed is not None else {})
-    return dict(done.value) if done.success else {"unresolved": passed}
+    return next((f.type_key for f in schema.get_config_snap(type_key).fields or [] if f.name == name), None)
+
+
+def _secret_fields(schema: Any, root: str, resource: str) -> frozenset[str]:
+    """Names of the fields resource ``resource`` declares secret (Dagster's ``is_secret``)."""
+    key = _field_type(schema, _field_type(schema, _field_type(schema, root, "resources"), resource), "config")
+    if key is None:
+        return frozenset()
+    return frozenset(f.name for f in schema.get_config_snap(key).fields or [] if f.is_secret)
+
+
+def _job_schema(instance: dg.DagsterInstance, run: Any) -> tuple[Any, str] | None:
+    """``(config schema snapshot, root config type key)`` of the job a run ran, from the run record."""
+    snapshot_id = getattr(run, "job_snapshot_id", None)
+    if not snapshot_id:
+        return None
+    try:
+        snap = instance.get_job_snapshot(snapshot_id)
+    except Exception:  # noqa: BLE001 - a run store without its snapshot: the run config as passed
+        return None
+    modes = snap.mode_def_snaps
+    return (snap.config_schema_snapshot, modes[0].root_config_key) if modes else None
+
+
+def resolved_run_config(instance: dg.DagsterInstance, run: Any) -> dict[str, Any]:
+    """A run's config as it ran: the run record's config resolved against its job's config schema.
+
+    Every run has both (``execute_in_process``, the daemon, ``dg.materialize``), so the defaults
+    are filled in the same way with or without a code location.
+    """
+    passed = dict(getattr(run, "run_config", None) or {})
+    found = _job_schema(instance, run)
+    if found is None:
+        return passed
+    schema, root = found
+    out = resolve_config(schema, root, passed)
+    return out if isinstance(out, dict) else passed
 
 
 def resource_settings(context: dg.AssetExecutionContext) -> dict[str, Any]:
-    """Every resource's settings as the code location binds them, with this run's overrides.
+    """Every resource's settings in this run, by the names of its declared config fields.
 
-    Plain config values only (never a resource's runtime state); secrets are dropped later by
-    ``release.provenance.redact_settings``.
+    Resolved from the run record against the job's config schema (the values a resource was
+    built with are its fields' defaults there, the run's overrides on top), so what is recorded
+    is declared configuration, never a resource's runtime state. Fields declared secret are
+    masked here; credentials in names, URLs and headers are masked by
+    ``release.provenance.redact_settings`` when the manifest is built.
     """
-    repo = _repository(context)
-    if repo is None:
-        return {}
-    resources = repo.get_top_level_resources()
-    overrides = (context.run.run_config or {}).get("resources", {})
+    from ragsft_assets.release.provenance import REDACTED
+
+    run = context.run
+    resolved = resolved_run_config(context.instance, run).get("resources") or {}
+    found = _job_schema(context.instance, run)
     out: dict[str, Any] = {}
-    for name, res in sorted(resources.items()):
-        field = getattr(res, "config_field", None)
-        settings = dict(field.default_value) if field is not None and field.default_provided else {}
-        settings |= (overrides.get(name) or {}).get("config") or {}
-        out[name] = settings
+    for name, entry in sorted(resolved.items()):
+        config = (entry or {}).get("config") if isinstance(entry, dict) else None
+        if not isinstance(config, dict):
+            continue  # a resource without declared fields (a plain object): nothing to record
+        secret = _secret_fields(*found, name) if found is not None else frozenset()
+        out[name] = {k: (REDACTED if k in secret and v not in (None, "") else v) for k, v in config.items()}
     return out
 
 
@@ -144,8 +196,8 @@ def upstream_provenance(
     Args:
         context: the release asset's context (its partition, instance and code location).
         upstream: the upstream assets, names or keys (default: the snapshot chain's).
-        known: definitions of those assets to resolve their config with when the run has no
-            code location (see ``_effective_config``).
+        known: accepted for callers that passed their definitions; not needed any more: each
+            run's record holds its config and its job's config schema (``resolved_run_config``).
     """
     run_config: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -166,10 +218,10 @@ def upstream_provenance(
         rec = res.records[0]
         mat = rec.asset_materialization
         run = instance.get_run_by_id(rec.run_id)
-        ops = (run.run_config or {}).get("ops", {}) if run else {}
-        effective = _effective_config(context, key, (ops.get(op_name) or {}).get("config"), known)
-        if effective is not None:
-            run_config[asset] = effective
+        ops = resolved_run_config(instance, run).get("ops", {}) if run else {}
+        op = ops.get(op_name)
+        if isinstance(op, dict) and isinstance(op.get("config"), dict):
+            run_config[asset] = op["config"]
         md = mat.metadata if mat else {}
         metadata[asset] = {
             k: _value(v)
@@ -183,6 +235,66 @@ def upstream_provenance(
                 if isinstance(val, int | float | str):
                     limits[k.split("/")[-1]] = val
     return run_config, metadata, limits
+
+
+def run_statistics(
+    context: dg.AssetExecutionContext, upstream: Sequence[str | dg.AssetKey] = UPSTREAM
+) -> dict[str, Any]:
+    """How this release's inputs were made: per upstream asset its run, job, host and time; this run's too.
+
+    For ``provenance/run_stats.json``: a resumed run has other runs, hosts and times for the same
+    data, so none of this is in the content manifest.
+    """
+    import socket
+    import time
+
+    from ragsft_assets.defs.runs import TAG_HOST
+
+    runs: dict[str, Any] = {}
+    for entry in upstream:
+        key = entry if isinstance(entry, dg.AssetKey) else dg.AssetKey(entry)
+        try:
+            res = context.instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[context.partition_key]), limit=1
+            )
+        except Exception:  # noqa: BLE001 - an instance without event records: nothing to record
+            continue
+        if not res.records:
+            continue
+        rec = res.records[0]
+        run = context.instance.get_run_by_id(rec.run_id)
+        runs[key.path[-1]] = {
+            "run_id": rec.run_id,
+            "job": run.job_name if run else None,
+            "host": run.tags.get(TAG_HOST) if run else None,
+            "materialized_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.timestamp)),
+        }
+    return {
+        "release_run": {
+            "run_id": context.run_id,
+            "host": socket.gethostname(),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        },
+        "upstream_runs": runs,
+    }
+
+
+def record_digest(
+    context: dg.AssetExecutionContext, folder: Path, home: Path, partition: str
+) -> tuple[str, str]:
+    """Log and record a built release's root digest (the catalog's digest log); returns ``(digest, note)``."""
+    from ragsft_assets.release.catalog import record_release_digest
+    from ragsft_assets.release.manifest import root_digest
+
+    digest = root_digest(folder)
+    context.log.info(
+        f"release {folder}: root digest {digest} (check with: ragsft verify {folder} --digest {digest})"
+    )
+    try:
+        record_release_digest(folder, partition, digest, context.run_id, home)
+        return digest, "recorded"
+    except OSError as e:  # a read-only home: the digest is still in the run's metadata
+        return digest, f"not recorded: {e}"
 
 
 @dg.asset(
@@ -270,7 +382,7 @@ def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
 @dg.asset(
     partitions_def=snapshot_partitions,
     group_name=GROUP,
-    code_version="release-manifest-1",
+    code_version="release-manifest-2",
     deps=[release, dataset_card, "multihop_audit"],
     kinds={"json"},
     check_specs=[dg.AssetCheckSpec("release_verifies", asset="release_manifest", blocking=True)],
@@ -288,8 +400,10 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
         run_config=run_config,
         upstream_metadata=upstream_md,
         resources=resource_settings(context),
+        statistics=run_statistics(context),
     )
-    report = verify_release(folder)
+    digest, digest_note = record_digest(context, folder, store.home_path, partition)
+    report = verify_release(folder, expected_digest=digest)
     written = _written_sha256(context)
     shipped = {rel: f["sha256"] for m in manifests.values() for rel, f in m["files"].items()}
     changed = sorted(rel for rel, sha in written.items() if shipped.get(rel) != sha)
@@ -306,6 +420,8 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
                 {rel: f["sha256"] for m in manifests.values() for rel, f in m["files"].items()}
             ),
             "git_commit": next(iter(manifests.values()))["project"]["git_commit"] if manifests else "",
+            "root_digest": digest,
+            "root_digest_log": digest_note,
             "catalog": catalog_note,
             **funnel_metadata({c: m["rows_total"] for c, m in manifests.items()}, key="rows_per_config"),
         }
