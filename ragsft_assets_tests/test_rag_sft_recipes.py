@@ -40,7 +40,7 @@ def test_recipe_values_are_the_cards() -> None:
     # the factual judges: the card's rubric; trust_align's reads the passages and thinks
     assert cite.factual_rubric == fr.factual_rubric == "rag_judge_factual"
     assert ta.factual_rubric == "rag_judge_factual_multi" and ta.multi_answer
-    assert ta.factual_judge_sees_passages and ta.factual_judge_thinking
+    assert ta.factual_judge_thinking and ta.factual_judge_thinking_max_tokens > ta.factual_judge_max_tokens
     assert not (cite.factual_judge_thinking or fr.factual_judge_thinking)
 
 

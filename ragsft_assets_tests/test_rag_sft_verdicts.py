@@ -170,26 +170,36 @@ def test_stricter_quoting_flags_by_default_and_drops_on_the_recipe_option(prompt
     assert all(v.reason == "citations_invalid" and '"too_short"' in v.citations for v in dropped)
 
 
+class ParamsRecorder(ScriptedChatModel):
+    """The double, also recording the sampling parameters of every conversation."""
+
+    def __init__(self, responder) -> None:  # noqa: ANN001
+        super().__init__(responder)
+        self.params: list = []
+
+    def chat(self, conversations, params, **kwargs):  # noqa: ANN001, ANN003, ANN201
+        self.params += [params] * len(conversations)
+        return super().chat(conversations, params, **kwargs)
+
+
 def test_factual_rubric_and_what_each_judge_sees(prompts) -> None:
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
-    model = ScriptedChatModel(lambda m: json.dumps({"score": 5, "refuses": True}))
+    model = ParamsRecorder(lambda m: json.dumps({"score": 5, "refuses": True}))
     vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)
     factual = [c[0]["content"] for c in model.calls if "Réponse de référence" in c[0]["content"]]
     assert factual
     for text in factual:  # the card's rubric: correct answer, every supporting fact, sound reasoning
         assert "faits justificatifs" in text and "raisonnement" in text
         assert "[CHUNK_START]" not in text  # gold answer and supporting fact titles, no passages
-    kwargs = [
-        k
-        for c, k in zip(model.calls, model.template_kwargs, strict=True)
-        if "Réponse de référence" in c[0]["content"]
+    params = [
+        k for c, k in zip(model.calls, model.params, strict=True) if "Réponse de référence" in c[0]["content"]
     ]
-    assert kwargs == [{"enable_thinking": False}] * len(factual)  # the recipe's judge does not think
+    assert {(k.enable_thinking, k.max_tokens) for k in params} == {(False, 160)}  # the recipe's: no thinking
     # trust_align's judge reads the passages' text and thinks first
     en = [replace(p, language="en") for p in prompts if p.kind == ex.ANSWERABLE][:3]
-    multi = ScriptedChatModel(lambda m: json.dumps({"score": 5}))
+    multi = ParamsRecorder(lambda m: json.dumps({"score": 5}))
     vd.judge_examples(en, responses, multi, recipe=replace(TRUST_ALIGN_RECIPE, min_quote_words=2))
     assert len(multi.calls) == 3
     for call, p in zip(multi.calls, sorted(en, key=lambda x: x.id), strict=True):
         assert all(par in call[0]["content"] for par in p.paragraphs)
-    assert multi.template_kwargs == [{"enable_thinking": True}] * 3
+    assert {(k.enable_thinking, k.thinking_max_tokens) for k in multi.params} == {(True, 2048)}

@@ -50,9 +50,9 @@ class RagSftRecipe:
     max_tokens: int
     # -- verdicts
     factual_rubric: str  # the factual judge's prompt task
-    factual_judge_sees_passages: bool  # the judge reads the documents' text, not only their titles
     factual_judge_thinking: bool  # the factual judge reasons before its verdict
-    factual_judge_max_tokens: int
+    factual_judge_max_tokens: int  # the verdict's budget without thinking
+    factual_judge_thinking_max_tokens: int  # the budget of a call that thinks (reasoning + verdict)
     citation_check: str  # "flag" | "drop": the stricter quoting rules (CITATION_CHECK_MODES)
     min_quote_words: int  # too_short below this many words per fragment
     language_judge_scope: str  # which non-English examples the language judge gates
@@ -104,9 +104,9 @@ HOTPOTQA_CITE_RECIPE = RagSftRecipe(
     temperature=0.1,  # the generator's sampling on the card
     max_tokens=512,
     factual_rubric="rag_judge_factual",  # "correct answer, all supporting facts used, sound reasoning"
-    factual_judge_sees_passages=False,  # "the judge sees the gold answer and the supporting fact titles"
     factual_judge_thinking=False,
     factual_judge_max_tokens=160,
+    factual_judge_thinking_max_tokens=2048,
     citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
     min_quote_words=3,  # ours: too_short under 3 words (flagged, not dropped)
     language_judge_scope="all",
@@ -133,9 +133,9 @@ FR_V2_RECIPE = RagSftRecipe(
     temperature=0.1,
     max_tokens=512,
     factual_rubric="rag_judge_factual",  # "correct answer, all supporting facts used, sound reasoning"
-    factual_judge_sees_passages=False,  # "the judge sees the gold answer and the supporting fact titles"
     factual_judge_thinking=False,
     factual_judge_max_tokens=160,
+    factual_judge_thinking_max_tokens=2048,
     citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
     min_quote_words=3,
     language_judge_scope="answerable",  # "the French-quality judge gates the answers"
@@ -162,9 +162,9 @@ TRUST_ALIGN_RECIPE = RagSftRecipe(
     temperature=0.1,
     max_tokens=512,
     factual_rubric="rag_judge_factual_multi",  # "every answer given, each statement supported by the documents"
-    factual_judge_sees_passages=True,  # the judge must read the passages to check the support
     factual_judge_thinking=True,  # "the judge thinks before its verdict"
-    factual_judge_max_tokens=2048,  # room for the reasoning before the JSON verdict
+    factual_judge_max_tokens=160,
+    factual_judge_thinking_max_tokens=2048,  # room for the reasoning before the JSON verdict
     citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
     min_quote_words=3,
     language_judge_scope="all",

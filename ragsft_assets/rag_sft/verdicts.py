@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -205,10 +205,13 @@ def judge_examples(
         recipe: the citation check (``citation_check``: the stricter quoting rules flag the
             example, or drop it; ``min_quote_words``), the language judge's scope (``all``, or
             ``answerable``: refusals are not language-judged), the factual rubric
-            (``factual_rubric``; the judge reads the documents' text when
-            ``factual_judge_sees_passages``, and reasons first when ``factual_judge_thinking``)
-            and ``multi_answer`` (no citation F1 required).
-        params: the judges' sampling (the factual judge's ``max_tokens`` is the recipe's).
+            (``factual_rubric``: its template says what the judge reads, the gold answer and
+            supporting fact titles, or the documents' text for ``rag_judge_factual_multi``), the
+            factual judge's thinking switch and budgets (``factual_judge_thinking``,
+            ``factual_judge_max_tokens``, ``factual_judge_thinking_max_tokens``) and
+            ``multi_answer`` (no citation F1 required).
+        params: the judges' sampling (the factual judge's token budgets and thinking are the
+            recipe's).
     """
     language_scope = recipe.language_judge_scope
     if language_scope not in LANGUAGE_SCOPES:
@@ -253,7 +256,6 @@ def judge_examples(
         items: list[tuple[RagPrompt, str]],
         schema: dict[str, Any],
         task_params: SamplingParams = params,
-        thinking: bool | None = None,
     ) -> list[ChatResult]:
         nonlocal stats
         if not items:
@@ -262,14 +264,7 @@ def judge_examples(
         for p, resp in items:
             msgs, version = _judge_message(task, p.language, **extra_values(p, resp))
             convs.append(msgs)
-        batch = judge.chat(
-            convs,
-            task_params,
-            json_schema=schema,
-            template_version=version,
-            log=log,
-            **thinking_kwargs(thinking),
-        )
+        batch = judge.chat(convs, task_params, json_schema=schema, template_version=version, log=log)
         stats = stats.add(batch.stats)
         return batch.results
 
@@ -283,12 +278,15 @@ def judge_examples(
             "passages": render_documents(list(zip(p.titles, p.paragraphs, strict=True))),
         }
 
-    factual_params = SamplingParams(
-        params.temperature, recipe.factual_judge_max_tokens, params.seed, params.top_p, params.stop
+    # The recipe's thinking switch is the task's default (a role's setting still wins, llm.thinking);
+    # a call that thinks gets the larger budget, its reasoning counting against it.
+    factual_params = replace(
+        params,
+        max_tokens=recipe.factual_judge_max_tokens,
+        enable_thinking=recipe.factual_judge_thinking,
+        thinking_max_tokens=recipe.factual_judge_thinking_max_tokens,
     )
-    factual_results = run(
-        recipe.factual_rubric, factual, SCORE_SCHEMA, factual_params, recipe.factual_judge_thinking
-    )
+    factual_results = run(recipe.factual_rubric, factual, SCORE_SCHEMA, factual_params)
     for (p, _), res in zip(factual, factual_results, strict=True):
         v = verdicts[p.id]
         v.cache_keys.append(res.cache_key)
@@ -319,16 +317,6 @@ def judge_examples(
     final = keep_twins_together(list(verdicts.values()))
     funnel = Counter(f"{v.verdict}:{v.reason}" for v in final)
     return JudgeRun(final, stats, funnel)
-
-
-def thinking_kwargs(thinking: bool | None) -> dict[str, Any]:
-    """The chat call's arguments that switch a judge's reasoning on or off (none when unset).
-
-    The chat template's ``enable_thinking`` (Qwen3-style templates) is what the LLM layer offers
-    per call; it is part of the cache key, so a judge that thinks never shares an answer with one
-    that does not.
-    """
-    return {} if thinking is None else {"chat_template_kwargs": {"enable_thinking": thinking}}
 
 
 def quote_flag_counts(verdicts: Sequence[ExampleVerdict]) -> dict[str, int]:
