@@ -4,9 +4,13 @@ A process killed with SIGKILL (an OOM kill, a closed laptop, an evicted pod) run
 staging folders and half-written temporary files stay where they were. Every temporary name the
 project makes beside its outputs therefore carries its owner, ``<prefix><host>-<pid>-<start>-<rand>``
 (``start``: the process's start time in whole seconds, so a pid reused by a later process, as in a
-container where the CLI is always pid 7, is not taken for the owner). The next writer of the same
-output removes the entries of that prefix whose owner is gone **on this host**; an entry made on
-another host (a shared home) is left alone, since its process cannot be seen from here.
+container where the CLI is always pid 7, is not taken for the owner). ``host`` is the host name
+followed by ``+`` and a short digest of the boot id and the pid namespace (``scope_id``): two
+containers with the same host name (``--network host``) but separate pid namespaces, or a host
+after a reboot, are different owners. The next writer of the same output removes the entries of
+that prefix whose owner is gone **in this scope**; an entry made in another scope (another host, a
+shared home) is left alone, since its process cannot be seen from here. A process that exists but
+may not be inspected (``AccessDenied``) is alive.
 """
 
 from __future__ import annotations
@@ -29,8 +33,33 @@ _HOST_CHARS = re.compile(r"[^A-Za-z0-9.-]")
 _OWNER = re.compile(r"(?P<host>.+)-(?P<pid>\d+)-(?P<start>\d+)-(?P<rest>[^-]*)")
 
 
+def boot_id() -> str:
+    """This machine's boot id (Linux ``/proc/sys/kernel/random/boot_id``); "" where there is none."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace (``pid:[4026531836]``); "" where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+@functools.cache
+def scope_id() -> str:
+    """8 hex digits naming where this process's pids mean something: boot id and pid namespace."""
+    import hashlib
+
+    return hashlib.sha256(f"{boot_id()}\n{pid_namespace()}".encode()).hexdigest()[:8]
+
+
 def _host() -> str:
-    return _HOST_CHARS.sub("_", socket.gethostname()) or "host"
+    return (_HOST_CHARS.sub("_", socket.gethostname()) or "host") + "+" + scope_id()
 
 
 def _start_time(pid: int) -> int | None:

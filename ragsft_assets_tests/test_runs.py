@@ -116,3 +116,71 @@ def test_cli_runs_clean(tmp_path, monkeypatch):
     with dg.DagsterInstance.get() as inst:
         assert inst.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
         assert hygiene.held_slots(inst) == {}
+
+
+@pytest.mark.parametrize("status", [dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.STARTING])
+def test_dead_run_in_any_unfinished_status_is_cleaned(instance, status):
+    """Ctrl-C then ``kill -9`` within the grace period leaves the run CANCELING; a kill at start, STARTING."""
+    run = create_run_for_test(instance, job_name="full_job", status=status, tags=_dead_pid_tags())
+    assert instance.event_log_storage.claim_concurrency_slot("gpu", run.run_id, "question_drafts").is_claimed
+    found, ended = hygiene.clean_dead_runs(instance)
+    assert [s.run_id for s in found] == [run.run_id] and ended == []
+    want = (
+        dg.DagsterRunStatus.CANCELED
+        if status == dg.DagsterRunStatus.CANCELING
+        else dg.DagsterRunStatus.FAILURE
+    )
+    assert instance.get_run_by_id(run.run_id).status == want
+    assert hygiene.held_slots(instance) == {}
+    line = hygiene.report_lines(found, ended)[0]
+    assert line.startswith(
+        "marked canceled (killed)" if want == dg.DagsterRunStatus.CANCELED else "marked failed"
+    )
+
+
+def test_access_denied_counts_as_alive(monkeypatch):
+    """The process exists but belongs to someone else: alive, here as in leftovers."""
+    import psutil
+
+    class Denied:
+        def __init__(self, pid):
+            raise psutil.AccessDenied(pid)
+
+    monkeypatch.setattr(hygiene.psutil, "Process", Denied)
+    assert hygiene.process_alive(12345, "1.00") is True
+    monkeypatch.setattr(leftovers.psutil, "Process", Denied)
+    assert leftovers.Owner(leftovers._host(), 12345, 7).alive() is True
+
+
+@pytest.mark.parametrize(
+    "tag, value",
+    [(hygiene.TAG_BOOT_ID, "another-boot"), (hygiene.TAG_PID_NS, "pid:[1]"), (hygiene.TAG_BOOT_ID, None)],
+)
+def test_owner_in_another_boot_or_pid_namespace_is_never_marked_dead(instance, tag, value):
+    """Same host name, dead pid here, but another boot or pid namespace (or not recorded): unknown."""
+    tags = _dead_pid_tags()
+    assert tags.get(hygiene.TAG_BOOT_ID) and tags.get(hygiene.TAG_PID_NS)  # recorded where readable
+    if value is None:
+        del tags[tag]
+    else:
+        tags[tag] = value
+    run = _started_run(instance, tags)
+    found, ended = hygiene.clean_dead_runs(instance)
+    assert found == [] and ended == []
+    assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+    state = hygiene.run_state(instance, instance.get_run_by_id(run.run_id), {})
+    assert state.alive is None and "?" in state.describe()
+
+
+def test_leftovers_of_another_pid_namespace_are_left_alone(tmp_path):
+    """Two containers with one host name share a home: the other's temporary files are not ours to remove."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    host = leftovers._host()
+    assert "+" in host and host.endswith(leftovers.scope_id())
+    other = host.split("+")[0] + "+00000000"
+    mine, theirs = tmp_path / f".x.{host}-{proc.pid}-1-a", tmp_path / f".x.{other}-{proc.pid}-1-b"
+    for p in (mine, theirs):
+        p.write_bytes(b"")
+    assert leftovers.remove_stale(tmp_path, ".x.") == [mine]
+    assert [s.path for s in leftovers.find_stale(tmp_path)] == [] and theirs.exists()

@@ -1,11 +1,15 @@
 """Run hygiene: find runs whose process died (SIGKILL, OOM, a closed laptop) and free what they hold.
 
-A run killed mid-step stays ``STARTED`` in the instance and keeps its pool slots: with the single-slot
-``gpu`` pool every later GPU step then waits forever. Runs the CLI executes in process carry their host
-and pid (and the process start time, so a reused pid is not mistaken for the run) in run tags; this
-module finds the ``STARTED`` ones whose process is gone on this host, marks them failed with a message
-saying they were killed, and frees their concurrency slots (``free_concurrency_slots_for_run`` of the
-event log storage, dagster 1.13). It also frees slots still held by runs that already ended.
+A run killed mid-step stays ``STARTED`` (or ``STARTING``, or ``CANCELING`` when the kill came within
+the grace period after a Ctrl-C) in the instance and keeps its pool slots: with the single-slot ``gpu``
+pool every later GPU step then waits forever. Runs the CLI executes in process carry their owner in run
+tags: host, boot id, pid namespace, pid and the process start time (so a reused pid, a rebooted host or
+a container with the same host name is not mistaken for the run). This module finds the unfinished
+runs whose owner is known to be gone, marks them failed (canceled when they were being canceled) with
+a message saying they were killed, and frees their concurrency slots
+(``free_concurrency_slots_for_run`` of the event log storage, dagster 1.13). It also frees slots still
+held by runs that already ended. Where the owner cannot be looked up from here, a run is never marked
+dead; a process that exists but may not be inspected (``AccessDenied``) is alive.
 
 Runs the daemon launches (``ragsft ui``, the sensor, the schedule) go through the instance's run
 launcher. Dagster's ``DefaultRunLauncher`` cannot check its workers (``supports_check_run_worker_health``
@@ -31,12 +35,21 @@ from typing import Any
 import dagster as dg
 import psutil
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+from dagster._core.storage.dagster_run import FINISHED_STATUSES
+
+from ragsft_assets.leftovers import boot_id, pid_namespace
 
 TAG_HOST = "ragsft/host"
 TAG_PID = "ragsft/pid"
 TAG_PID_START = "ragsft/pid_start"  # process create time: a pid reused by another process is not "alive"
+# Where the pid means something: two containers with one host name (``--network host``) and their
+# own pid namespaces, or a host after a reboot, see other processes behind the same pid.
+TAG_BOOT_ID = "ragsft/boot_id"
+TAG_PID_NS = "ragsft/pid_ns"
 
 CLEAN_COMMAND = "ragsft runs clean"
+# Every status of a run that has not ended: a run killed in any of them holds what it claimed.
+UNFINISHED = tuple(s for s in dg.DagsterRunStatus if s not in FINISHED_STATUSES)
 
 
 def this_host() -> str:
@@ -45,9 +58,10 @@ def this_host() -> str:
 
 
 def _create_time(pid: int) -> float | None:
+    """The process's start time; None when it is gone (AccessDenied raises: the process exists)."""
     try:
         return psutil.Process(pid).create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
 
 
@@ -58,18 +72,44 @@ def process_tags(pid: int | None = None) -> dict[str, str]:
         pid: The process id; ``os.getpid()`` when omitted.
 
     Returns:
-        Tags for host, pid and the process's start time.
+        Tags for host, boot id, pid namespace, pid and the process's start time (those that can be
+        read here).
     """
     pid = os.getpid() if pid is None else pid
-    created = _create_time(pid)
+    try:
+        created = _create_time(pid)
+    except psutil.AccessDenied:
+        created = None
     tags = {TAG_HOST: this_host(), TAG_PID: str(pid)}
+    if boot_id():
+        tags[TAG_BOOT_ID] = boot_id()
+    if pid_namespace():
+        tags[TAG_PID_NS] = pid_namespace()
     if created is not None:
         tags[TAG_PID_START] = f"{created:.2f}"
     return tags
 
 
+def same_scope(tags: dict[str, str]) -> tuple[bool, str]:
+    """Whether a run's tagged process can be looked up from here, and if not, why.
+
+    The host name, the boot id and the pid namespace must all match. A value that one side
+    records and the other cannot read makes it unknowable: never "same".
+    """
+    host = tags.get(TAG_HOST)
+    if host != this_host():
+        return False, f"tagged host {host}, not this host"
+    for tag, here, what in ((TAG_BOOT_ID, boot_id(), "boot"), (TAG_PID_NS, pid_namespace(), "pid namespace")):
+        there = tags.get(tag, "")
+        if there != here:
+            return False, f"another {what} ({there or 'not recorded'} there, {here or 'unknown'} here)"
+    return True, ""
+
+
 def process_alive(pid: int, started: str | None = None) -> bool:
-    """Whether ``pid`` is a live process on this host, and the same one as when it was tagged.
+    """Whether ``pid`` is a live process, and the same one as when it was tagged.
+
+    A process this user may not inspect (``AccessDenied``) exists: it counts as alive.
 
     Args:
         pid: The process id from the run's tags.
@@ -81,8 +121,10 @@ def process_alive(pid: int, started: str | None = None) -> bool:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
         created = proc.create_time()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
+    except psutil.AccessDenied:
+        return True
     if started is not None:
         try:
             return abs(float(started) - created) < 1.0
@@ -140,7 +182,7 @@ def run_state(instance: dg.DagsterInstance, run: dg.DagsterRun, slots: dict[str,
     pid_tag = run.tags.get(TAG_PID)
     pid = int(pid_tag) if pid_tag and pid_tag.isdigit() else None
     alive: bool | None = None
-    if pid is not None and host == this_host():
+    if pid is not None and same_scope(dict(run.tags))[0]:
         alive = process_alive(pid, run.tags.get(TAG_PID_START))
     return RunState(
         run_id=run.run_id,
@@ -154,14 +196,19 @@ def run_state(instance: dg.DagsterInstance, run: dg.DagsterRun, slots: dict[str,
 
 
 def find_dead_runs(instance: dg.DagsterInstance) -> tuple[list[RunState], list[RunState]]:
-    """Runs to clean: STARTED runs whose process is gone on this host, and ended runs holding slots.
+    """Runs to clean: unfinished runs whose process is known to be gone, and ended runs holding slots.
+
+    Unfinished is every status but the three final ones (STARTING, STARTED, CANCELING, ...): a
+    run killed while CANCELING (Ctrl-C, then ``kill -9`` within the grace period) holds its slot
+    as surely as one killed while STARTED. "Known to be gone" needs the same host, boot and pid
+    namespace (``same_scope``); anything else is never taken for dead.
 
     Returns:
         ``(dead, ended_holding)``: the first are to be marked failed and freed, the second only freed.
     """
     slots = held_slots(instance)
     dead = []
-    for run in instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])):
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=list(UNFINISHED))):
         state = run_state(instance, run, slots)
         if state.alive is False:
             dead.append(state)
@@ -195,15 +242,18 @@ def clean_dead_runs(
         return dead, ended
     for state in dead:
         run = instance.get_run_by_id(state.run_id)
-        if run is None or run.status != dg.DagsterRunStatus.STARTED:
+        if run is None or run.is_finished:
             continue  # it moved on between the look and now
-        instance.report_run_failed(
-            run,
-            message=(
-                f"ragsft: run killed (process {state.pid} on {state.host} is gone while the run was "
-                f"STARTED); marked failed and its pool slots freed by {CLEAN_COMMAND}"
-            ),
+        message = (
+            f"ragsft: run killed (process {state.pid} on {state.host} is gone while the run was "
+            f"{run.status.value})"
         )
+        if run.status == dg.DagsterRunStatus.CANCELING:  # it was being canceled: it ends canceled
+            instance.report_run_canceled(run, message=f"{message}; marked canceled and its pool slots freed")
+        else:
+            instance.report_run_failed(
+                run, message=f"{message}; marked failed and its pool slots freed by {CLEAN_COMMAND}"
+            )
     for state in [*dead, *ended]:
         instance.event_log_storage.free_concurrency_slots_for_run(state.run_id)
     return dead, ended
@@ -211,9 +261,13 @@ def clean_dead_runs(
 
 def report_lines(dead: list[RunState], ended: list[RunState], dry_run: bool = False) -> list[str]:
     """What the cleaner did (or would do), one line each."""
-    verb_fail = "would mark failed" if dry_run else "marked failed (killed)"
+
+    def verb_end(state: RunState) -> str:
+        end = "canceled" if state.status == dg.DagsterRunStatus.CANCELING.value else "failed"
+        return f"would mark {end}" if dry_run else f"marked {end} (killed)"
+
     verb_free = "would free slots of" if dry_run else "freed slots of"
-    lines = [f"{verb_fail}: {s.describe()}" for s in dead]
+    lines = [f"{verb_end(s)}: {s.describe()}" for s in dead]
     lines += [f"{verb_free} ended {s.describe()}" for s in ended]
     return lines
 
@@ -456,7 +510,10 @@ def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[boo
     if run.tags.get(TAG_PID):
         state = run_state(instance, run, {})
         if state.alive is None:
-            return None, f"process tags name {state.host}, not this host"
+            return (
+                None,
+                f"process tags name another host, boot or pid namespace: {same_scope(dict(run.tags))[1]}",
+            )
         return state.alive, f"pid {state.pid} on {state.host} (run tags)"
     if not _worker_is_local(run):
         return None, "no process tags and no local code server"
@@ -474,7 +531,11 @@ def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[boo
     pid_text = str(pid_md.value) if pid_md is not None else ""
     if not pid_text.isdigit():
         return None, "the worker's start event holds no pid"
-    pid, created = int(pid_text), _create_time(int(pid_text))
+    pid = int(pid_text)
+    try:
+        created = _create_time(pid)
+    except psutil.AccessDenied:  # it exists, someone else's: alive, never failed on a guess
+        return True, f"run worker pid {pid} on {this_host()} exists (not inspectable)"
     alive = process_alive(pid) and created is not None and created <= event.timestamp + 1.0
     return alive, f"run worker pid {pid} on {this_host()} (its start event)"
 
