@@ -14,7 +14,9 @@ annotations at decoration time.
 """
 
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -28,7 +30,7 @@ from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_m
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
-from ragsft_assets.llm.types import ChatModel, SamplingParams
+from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.prompts import templates_version
 from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
@@ -242,6 +244,86 @@ def _write_stage(
     }
 
 
+def _stage_inputs(
+    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
+) -> tuple[str, RagSftRecipe, list[examples.RagPrompt]]:
+    """What every stage after the prompts starts from: the partition, the recipe, the prompts."""
+    partition = context.partition_key
+    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
+    return partition, run_recipe(config, partition), prompts
+
+
+@dataclass(slots=True)
+class StageOutput:
+    """What an LLM stage's work gives its asset to write and show."""
+
+    table: pa.Table
+    decisions: list[Decision]
+    funnel: Mapping[str, int]
+    stats: BatchStats
+    preview: list[str]
+    metadata: dict[str, Any]
+    funnel_key: str = "funnel"
+
+
+def generate_stage(
+    store: ArtifactStore,
+    partition: str,
+    recipe: RagSftRecipe,
+    prompts: list[examples.RagPrompt],
+    generator: ChatModel,
+    seed: int,
+    log: Any,
+) -> StageOutput:
+    """``rag_responses``: every prompt answered with the recipe's sampling; one decision per example."""
+    params = SamplingParams(temperature=recipe.temperature, max_tokens=recipe.max_tokens, seed=seed)
+    table, stats = verdicts.generate_responses(prompts, generator, params, log=log)
+    rows = table.to_pylist()
+    decisions = [
+        Decision(
+            r["id"],
+            KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
+            "generated" if r["status"] == "ok" else f"response_{r['status']}",
+            {"error": r["error"]} if r["error"] else None,
+            [r["cache_key"]] if r["cache_key"] else [],
+        )
+        for r in rows
+    ]
+    status_counts = Counter(r["status"] for r in rows)
+    metadata = {"temperature": recipe.temperature, "seed": seed}
+    return StageOutput(
+        table, decisions, status_counts, stats, ["id", "status", "response"], metadata, "status"
+    )
+
+
+def judge_stage(
+    store: ArtifactStore,
+    partition: str,
+    recipe: RagSftRecipe,
+    prompts: list[examples.RagPrompt],
+    judge: ChatModel,
+    seed: int,
+    log: Any,
+) -> StageOutput:
+    """``rag_verdicts``: the deterministic checks and the judges on every response (``seed`` unused:
+    the judges sample at temperature 0)."""
+    responses = store.read(partition, "rag_responses").to_pylist()
+    run = verdicts.judge_examples(prompts, responses, judge, recipe=recipe, log=log)
+    metadata = {
+        "kept": sum(v.kept for v in run.verdicts),
+        "quote_flags": dg.MetadataValue.json(verdicts.quote_flag_counts(run.verdicts)),
+    }
+    preview = ["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses", "quote_flags"]
+    return StageOutput(
+        verdicts.verdicts_table(run.verdicts),
+        verdicts.verdict_decisions(run.verdicts),
+        run.funnel,
+        run.stats,
+        preview,
+        metadata,
+    )
+
+
 def build_sft_chain(
     *,
     partitions_def: dg.PartitionsDefinition,
@@ -341,101 +423,72 @@ def build_sft_chain(
             }
         )
 
-    @stage("rag_responses", [prompts_key], "2", llm=True)
-    def rag_responses(
-        context: dg.AssetExecutionContext,
-        config: RagSftConfig,
-        store: ArtifactStore,
-        generator: dg.ResourceParam[ChatModel],
-    ) -> dg.MaterializeResult:
-        """Generated targets: the generator answers under exactly the training prompt (no gold answer)."""
-        partition = context.partition_key
-        recipe = run_recipe(config, partition)
-        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-        params = SamplingParams(
-            temperature=recipe.temperature, max_tokens=recipe.max_tokens, seed=config.seed
-        )
-        t0 = time.perf_counter()
-        table, stats = verdicts.generate_responses(prompts, generator, params, log=context.log)
-        stats.wall_s = stats.wall_s or time.perf_counter() - t0
-        decisions = [
-            Decision(
-                r["id"],
-                KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
-                "generated" if r["status"] == "ok" else f"response_{r['status']}",
-                {"error": r["error"]} if r["error"] else None,
-                [r["cache_key"]] if r["cache_key"] else [],
-            )
-            for r in table.to_pylist()
-        ]
-        status_counts: dict[str, int] = {}
-        for s in table.column("status").to_pylist():
-            status_counts[s] = status_counts.get(s, 0) + 1
-        return dg.MaterializeResult(
-            metadata={
-                **_write_stage(
-                    store,
-                    partition,
-                    "rag_responses",
-                    recipe,
-                    table,
-                    decisions,
-                    preview=["id", "status", "response"],
-                    funnel=status_counts,
-                    funnel_key="status",
-                ),
-                **stats.to_metadata("llm"),
-                **model_metadata(generator, "generator"),
-                "temperature": recipe.temperature,
-                "seed": config.seed,
-            }
-        )
+    def llm_stage(
+        name: str, deps: list, code_version: str, role: str, description: str, work: Callable
+    ) -> Any:
+        """A stage that calls one model role: ``work`` turns the prompts into a :class:`StageOutput`."""
 
-    @stage("rag_verdicts", [responses_key], f"4-{templates_version(JUDGE_TASKS)}", llm=True)
-    def rag_verdicts(
-        context: dg.AssetExecutionContext,
-        config: RagSftConfig,
-        store: ArtifactStore,
-        judge: dg.ResourceParam[ChatModel],
-    ) -> dg.MaterializeResult:
-        """Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together."""
-        partition = context.partition_key
-        recipe = run_recipe(config, partition)
-        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-        responses = store.read(partition, "rag_responses").to_pylist()
-        t0 = time.perf_counter()
-        run = verdicts.judge_examples(prompts, responses, judge, recipe=recipe, log=context.log)
-        run.stats.wall_s = run.stats.wall_s or time.perf_counter() - t0
-        table = verdicts.verdicts_table(run.verdicts)
-        preview = ["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses", "quote_flags"]
-        return dg.MaterializeResult(
-            metadata={
-                **_write_stage(
-                    store,
-                    partition,
-                    "rag_verdicts",
-                    recipe,
-                    table,
-                    verdicts.verdict_decisions(run.verdicts),
-                    preview=preview,
-                    funnel=run.funnel,
-                ),
-                "kept": sum(v.kept for v in run.verdicts),
-                "quote_flags": dg.MetadataValue.json(verdicts.quote_flag_counts(run.verdicts)),
-                **run.stats.to_metadata("llm"),
-                **model_metadata(judge, "judge"),
-            }
+        @stage(
+            name,
+            deps,
+            code_version,
+            llm=True,
+            required_resource_keys={"store", role},
+            description=description,
         )
+        def _llm_stage(context: dg.AssetExecutionContext, config: RagSftConfig) -> dg.MaterializeResult:
+            store: ArtifactStore = context.resources.store
+            partition, recipe, prompts = _stage_inputs(context, config, store)
+            model: ChatModel = getattr(context.resources, role)
+            t0 = time.perf_counter()
+            out = work(store, partition, recipe, prompts, model, config.seed, context.log)
+            out.stats.wall_s = out.stats.wall_s or time.perf_counter() - t0
+            written = _write_stage(
+                store,
+                partition,
+                name,
+                recipe,
+                out.table,
+                out.decisions,
+                preview=out.preview,
+                funnel=out.funnel,
+                funnel_key=out.funnel_key,
+            )
+            return dg.MaterializeResult(
+                metadata={
+                    **written,
+                    **out.metadata,
+                    **out.stats.to_metadata("llm"),
+                    **model_metadata(model, role),
+                }
+            )
+
+        return _llm_stage
+
+    rag_responses = llm_stage(
+        "rag_responses",
+        [prompts_key],
+        "2",
+        "generator",
+        "Generated targets: the generator answers under exactly the training prompt (no gold answer).",
+        generate_stage,
+    )
+    rag_verdicts = llm_stage(
+        "rag_verdicts",
+        [responses_key],
+        f"4-{templates_version(JUDGE_TASKS)}",
+        "judge",
+        "Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together.",
+        judge_stage,
+    )
 
     @stage("rag_sft", [verdicts_key], "6", check_specs=_sft_check_specs(sft_key))
     def rag_sft(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
     ) -> dg.MaterializeResult:
         """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
-        partition = context.partition_key
+        partition, recipe, prompts = _stage_inputs(context, config, store)
         lang = _language(config, partition)
-        recipe = run_recipe(config, partition)
-        prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
         responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
         kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
         fmt = formatting.format_examples(prompts, responses, kept, seed=config.seed, recipe=recipe)
