@@ -221,9 +221,16 @@ def test_cli_check_strict_switch(tmp_path) -> None:
     strict = check()  # strict by default, as the data build
     assert strict["tags"] == [{"id": 1, "verdict": "partial_word"}, {"id": 2, "verdict": "too_short"}]
     assert strict["passes"] is False
-    loose = check("--no-strict")  # as data built with strict_quotes: false
+    loose = check("--no-strict")  # the card's check (a recipe's citation_check: flag)
     assert loose["tags"] == [{"id": 1, "verdict": "ok"}, {"id": 2, "verdict": "ok"}]
     assert sorted(loose) == sorted(strict)  # the output keeps its fields
+    # both checks on every row, whichever switch: the card's verdict and the stricter flags
+    for report in (strict, loose):
+        assert report["passes_card"] == loose["passes"] and report["quote_flags"] == [
+            "partial_word",
+            "too_short",
+        ]
+    assert loose["passes"] is False and loose["f1"] < 1  # Lyon is no gold: the card's check fails on F1
     short_ok = check("--min-words", "1")
     assert short_ok["tags"] == [{"id": 1, "verdict": "partial_word"}, {"id": 2, "verdict": "ok"}]
     bad = CliRunner().invoke(citations, ["check", str(f), "--min-words", "0"])

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 import click
 import orjson
 
-from ragsft_assets.rag_sft.citations import MIN_WORDS, check_response
+from ragsft_assets.rag_sft.citations import MIN_WORDS, PARTIAL_WORD, TOO_SHORT, check_response
 from ragsft_assets.rag_sft.layout import parse_documents
 
 
@@ -20,7 +20,10 @@ def check_row(row: Any, *, strict: bool = True, min_words: int = MIN_WORDS) -> d
     OpenRAG blocks of the system message(s), the response the last assistant message.
     Documents row: ``{"documents": [{"title", "text"}], "response": str, "gold_titles": [...]?}``.
     ``strict`` and ``min_words`` are the verifier's strict quoting (``partial_word``,
-    ``too_short``), as the data build's ``strict_quotes``/``min_quote_words`` set them.
+    ``too_short``), as a recipe's ``citation_check``/``min_quote_words`` set them. Whatever
+    ``strict`` says, the report holds both checks: ``passes_card`` (the card's check: verbatim, or
+    fragments verbatim and in order around an ellipsis, plus the citation F1) and ``quote_flags``
+    (the stricter rules the tags break, which the card's configs flag without dropping).
     """
     if not isinstance(row, dict):
         raise ValueError("a row must be a JSON object")
@@ -51,7 +54,16 @@ def check_row(row: Any, *, strict: bool = True, min_words: int = MIN_WORDS) -> d
         raise ValueError("the response must be a string")
     if gold is not None and (not isinstance(gold, list) or not all(isinstance(g, str) for g in gold)):
         raise ValueError("gold titles must be a list of strings")
-    return check_response(response, texts, titles, gold or None, strict=strict, min_words=min_words).to_dict()
+    report = check_response(
+        response, texts, titles, gold or None, strict=strict, min_words=min_words
+    ).to_dict()
+    card = check_response(response, texts, titles, gold or None, strict=False)
+    stricter = check_response(response, texts, titles, gold or None, strict=True, min_words=min_words)
+    report["passes_card"] = card.passes
+    report["quote_flags"] = sorted(
+        {t.verdict for t in stricter.tags if t.verdict in (PARTIAL_WORD, TOO_SHORT)}
+    )
+    return report
 
 
 def check_lines(
@@ -87,7 +99,8 @@ def citations() -> None:
     default=True,
     show_default=True,
     help="Strict quoting: a fragment cut inside a word (partial_word) or shorter than --min-words "
-    "(too_short) fails its tag. --no-strict checks as data built with strict_quotes: false.",
+    "(too_short) fails its tag (a recipe's citation_check: drop). --no-strict checks as the card "
+    "(citation_check: flag). Every row reports both: passes_card and quote_flags.",
 )
 @click.option(
     "--min-words",
@@ -103,7 +116,9 @@ def check(file: str, out: str | None, strict: bool, min_words: int) -> None:
     ``{"documents": [{"title", "text"}], "response", "gold_titles"}``. Reports hold ``tags``
     (id, verdict: ok/unknown_id/not_found/out_of_order/partial_word/too_short/malformed),
     ``defects``, ``tags_valid``, ``precision``/``recall``/``f1`` (null without golds) and
-    ``passes``; the same fields with or without ``--strict``. Lines that are not valid JSON get
+    ``passes``; the same fields with or without ``--strict``. Both checks are reported on every
+    row: ``passes_card`` (the card's check, no stricter rule) and ``quote_flags`` (the stricter
+    rules the tags break: partial_word, too_short). Lines that are not valid JSON get
     an error row; the exit code is then 1.
     """
     errors = 0
