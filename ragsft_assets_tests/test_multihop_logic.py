@@ -171,7 +171,9 @@ def test_generation_unreadable_and_missing_slots_are_rows():
     model = ScriptedChatModel(
         lambda m: '{"questions": [{"question": "q", "answer": "x", "support_a": [0], "support_b": [0]}]}'
     )
-    from ragsft_assets.multihop.generation import DRAFT_JSON_SCHEMA, SamplingParams
+    from ragsft_assets.multihop.generation import SamplingParams, draft_json_schema
+
+    DRAFT_JSON_SCHEMA = draft_json_schema(3, 10, 70)
 
     res = model.chat(
         [[{"role": "user", "content": "x"}]], SamplingParams(), json_schema=DRAFT_JSON_SCHEMA

@@ -60,7 +60,11 @@ def test_load_dataset_every_config_offline(built, tmp_path, monkeypatch) -> None
                 "type": datasets.Value("string"),
             },
         ),
-        "corpus": ({"train": 6, "validation": 4, "test": 4}, {"identifier": datasets.Value("int64")}),
+        # the card's five corpus columns: id, title, text, sentences, qid (no identifier, url, links)
+        "corpus": (
+            {"train": 6, "validation": 4, "test": 4},
+            {"sentences": datasets.List(datasets.Value("string"))},
+        ),
         "hotpotqa_cite": (
             {"train": 10, "validation": 6, "test": 6},
             {

@@ -251,6 +251,7 @@ def generate(root: Path, n_abstracts: int, n_questions: int, seed: int = SEED) -
                 {
                     "id": pid, "a_id": a_id, "a_title": a_t, "b_id": b_id, "b_title": b_t, "alias": b_t,
                     "a_sentence": pa.array(a_sent.astype(np.int32)), "split": pa.array([split] * q),
+                    "draw": pa.array(lo + np.arange(q, dtype=np.int64)),  # bridge_pairs' seeded order
                 },
                 schema=BRIDGE_PAIRS_SCHEMA,
             )

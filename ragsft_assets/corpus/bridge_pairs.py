@@ -13,6 +13,10 @@ takes one source of every bridge in the bridges' drawn order, round 2 a second s
 that have one, and so on. The first ``max_pairs`` pairs of that order are kept (all when ``max_pairs``
 is None): the same graph and seed give the same pairs, byte for byte, and a larger ``max_pairs`` only
 adds pairs. Draws never depend on processing order.
+
+The draw is made once, here: each pair's ``draw`` column is its position in that order (0 first).
+Downstream stages that take fewer pairs (``question_drafts``' ``max_pairs``) take the first ones of
+this order (:func:`first_drawn`) and never draw again, so Algorithm 1 holds whatever the limit.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ BRIDGE_PAIRS_SCHEMA = pa.schema(
         ("alias", pa.string()),
         ("a_sentence", pa.int32()),
         ("split", pa.string()),
+        ("draw", pa.int64()),  # position in the seeded bridge-first order (0 = drawn first)
     ]
 )
 
@@ -79,17 +84,19 @@ def draw_bridge_pairs(graph: pa.Table, cfg: BridgePairsConfig) -> tuple[pa.Table
             pairs.append(((rank, bridge_draw, b), pid, r))
     pairs.sort(key=lambda x: (x[0], x[1]))
     limit = len(pairs) if cfg.max_pairs is None else max(0, cfg.max_pairs)
-    drawn, rest = pairs[:limit], pairs[limit:]
-    drawn.sort(key=lambda x: x[1])
+    ranked = [(draw, *p) for draw, p in enumerate(pairs)]
+    drawn, rest = ranked[:limit], ranked[limit:]
+    drawn.sort(key=lambda x: x[2])
     cols = {
-        "id": [p[1] for p in drawn],
-        "a_id": [p[2][0] for p in drawn],
-        "a_title": [p[2][1] for p in drawn],
-        "b_id": [p[2][2] for p in drawn],
-        "b_title": [p[2][3] for p in drawn],
-        "alias": [p[2][4] for p in drawn],
-        "a_sentence": [p[2][5] for p in drawn],
-        "split": [p[2][6] for p in drawn],
+        "id": [p[2] for p in drawn],
+        "a_id": [p[3][0] for p in drawn],
+        "a_title": [p[3][1] for p in drawn],
+        "b_id": [p[3][2] for p in drawn],
+        "b_title": [p[3][3] for p in drawn],
+        "alias": [p[3][4] for p in drawn],
+        "a_sentence": [p[3][5] for p in drawn],
+        "split": [p[3][6] for p in drawn],
+        "draw": [p[0] for p in drawn],
     }
     funnel = {
         "bridge_edges": bridge.num_rows,
@@ -98,4 +105,26 @@ def draw_bridge_pairs(graph: pa.Table, cfg: BridgePairsConfig) -> tuple[pa.Table
         NOT_DRAWN: len(rest),
         "drawn": len(drawn),
     }
-    return pa.table(cols, schema=BRIDGE_PAIRS_SCHEMA), funnel, sorted(p[1] for p in rest)
+    return pa.table(cols, schema=BRIDGE_PAIRS_SCHEMA), funnel, sorted(p[2] for p in rest)
+
+
+def first_drawn(pairs: pa.Table, n: int | None, usable: pa.Array | None = None) -> pa.Table:
+    """The first ``n`` pairs of the seeded draw order (all when ``n`` is None), sorted by id.
+
+    ``usable`` (booleans, one per row) leaves out pairs a stage cannot use (e.g. a document missing
+    from the abstracts) before counting. No new draw: the order is the ``draw`` column.
+
+    Raises:
+        ValueError: a table without the ``draw`` column (written before the draw was recorded):
+            re-materialize ``bridge_pairs``.
+    """
+    if "draw" not in pairs.column_names:
+        raise ValueError(
+            "bridge_pairs has no `draw` column (written by an older version): re-materialize bridge_pairs"
+        )
+    if usable is not None:
+        pairs = pairs.filter(usable)
+    ordered = pairs.sort_by([("draw", "ascending"), ("id", "ascending")])
+    if n is not None:
+        ordered = ordered.slice(0, max(0, n))
+    return ordered.sort_by("id")

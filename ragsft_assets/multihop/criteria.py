@@ -34,10 +34,11 @@ NOT_ANNOTATED = "not_annotated"
 VERDICTS = (KEPT, FAILS_CRITERIA, NOT_ANNOTATED)
 PARAMS = SamplingParams(temperature=0.0, max_tokens=160)
 NO_THINKING = {"enable_thinking": False}
-JSON_SCHEMA = {
+JSON_SCHEMA = {  # six booleans and nothing else: the model cannot run on past them
     "type": "object",
     "properties": {c: {"type": "boolean"} for c in CRITERIA},
     "required": list(CRITERIA),
+    "additionalProperties": False,
 }
 CRITERIA_SCHEMA = pa.schema(
     [

@@ -3,7 +3,8 @@ that contains the answer.
 
 The question is the query (bigram tf-idf by default, BM25 on request; see
 ``retrieval``). A question with fewer than ``k`` eligible documents is dropped
-with the reason ``too_few_distractors``.
+with the reason ``too_few_distractors``; :func:`mark_dropped` records the drops of the
+near-duplicate removal and the caps that follow, before the judge.
 """
 
 from __future__ import annotations
@@ -111,3 +112,20 @@ def select_distractors(
             )
     rows.sort(key=lambda r: r["id"])
     return pa.Table.from_pylist(rows, schema=DISTRACTORS_SCHEMA)
+
+
+def mark_dropped(table: pa.Table, reasons: Mapping[str, str]) -> pa.Table:
+    """``table`` with the questions of ``reasons`` (id -> reason) turned ``dropped`` for that reason;
+    their distractors stay, so the row still says what was found. Used for the near-duplicate
+    removal and the caps, which run on the questions with enough distractors, before the judge."""
+    if not reasons:
+        return table
+    ids = table["id"].to_pylist()
+    verdicts = [
+        "dropped" if i in reasons else v for i, v in zip(ids, table["verdict"].to_pylist(), strict=True)
+    ]
+    why = [reasons.get(i, r) for i, r in zip(ids, table["reason"].to_pylist(), strict=True)]
+    table = table.set_column(
+        table.schema.get_field_index("verdict"), "verdict", pa.array(verdicts, pa.string())
+    )
+    return table.set_column(table.schema.get_field_index("reason"), "reason", pa.array(why, pa.string()))

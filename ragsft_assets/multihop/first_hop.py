@@ -35,13 +35,16 @@ UNREADABLE = "unreadable"
 VERDICTS = (LEADS_TO_B, OTHER_ENTITY, SEVERAL_ENTITIES, A_LACKS_PROPERTY, UNREADABLE)
 PARAMS = SamplingParams(temperature=0.0, max_tokens=96)
 NO_THINKING = {"enable_thinking": False}
-_SCHEMA = {
+# The reply's bounds go to the model with the call (structured output): the status is one of the
+# three the verdicts read, an entity is a name (at most 200 characters), nothing else is written.
+JSON_SCHEMA = {
     "type": "object",
     "properties": {
-        "entity": {"type": ["string", "null"]},
+        "entity": {"type": ["string", "null"], "maxLength": 200},
         "status": {"type": "string", "enum": ["one", "several", "none"]},
     },
     "required": ["entity", "status"],
+    "additionalProperties": False,
 }
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
@@ -129,7 +132,7 @@ def run_first_hop(
     batch = judge.chat(
         [build_messages(template, it) for it in items],
         PARAMS,
-        json_schema=_SCHEMA,
+        json_schema=JSON_SCHEMA,
         template_version=template.version,
         log=log,
         chat_template_kwargs=NO_THINKING,

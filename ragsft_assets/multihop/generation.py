@@ -1,4 +1,4 @@
-"""Question drafts: sample (source a, bridge b) pairs, prompt the generator, parse its JSON into rows.
+"""Question drafts: the first drawn (source a, bridge b) pairs, prompt the generator, parse its JSON into rows.
 
 One generator call per pair asks for ``drafts_per_pair`` bridge questions; draft
 ``i`` of pair (a, b) has the id ``question_id(a_id, b_id, i)`` whatever the model
@@ -15,33 +15,55 @@ from typing import Any
 
 import pyarrow as pa
 
-from ragsft_assets.ids import item_uniform, question_id
+from ragsft_assets.corpus.bridge_pairs import first_drawn
+from ragsft_assets.ids import question_id
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.prompts import PromptTemplate
 
 PRODUCT = "multihop"
 STATUS_OK, STATUS_UNREADABLE, STATUS_MISSING = "ok", "unreadable", "missing"
+MAX_ANSWER_WORDS, MAX_ANSWER_CHARS = 10, 70  # the card's bounds; a recipe carries the values a run uses
 
-DRAFT_JSON_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "questions": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "question": {"type": "string"},
-                    "answer": {"type": "string"},
-                    "support_a": {"type": "array", "items": {"type": "integer"}},
-                    "support_b": {"type": "array", "items": {"type": "integer"}},
+
+def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
+    """The generation's JSON schema, with the card's bounds so constrained decoding stops the model.
+
+    At most ``n`` questions (at least one: the card's 324,944 generated questions are no multiple of
+    3, so a pair may give fewer); an answer of at most ``max_chars`` characters and ``max_words``
+    whitespace-separated words (a pattern: JSON Schema counts no words); no negative support index.
+    The local checks apply the same bounds again (and the ones a schema cannot: indices within the
+    document, at least one per document).
+    """
+    word = r"[^\s]+"
+    indices = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+    return {
+        "type": "object",
+        "properties": {
+            "questions": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": n,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "question": {"type": "string"},
+                        "answer": {  # an empty answer is left to the local check that names it
+                            "type": "string",
+                            "maxLength": max_chars,
+                            "pattern": rf"^\s*({word}(\s+{word}){{0,{max_words - 1}}})?\s*$",
+                        },
+                        "support_a": indices,
+                        "support_b": indices,
+                    },
+                    "required": ["question", "answer", "support_a", "support_b"],
+                    "additionalProperties": False,
                 },
-                "required": ["question", "answer", "support_a", "support_b"],
-            },
-        }
-    },
-    "required": ["questions"],
-}
+            }
+        },
+        "required": ["questions"],
+        "additionalProperties": False,
+    }
+
 
 DRAFTS_SCHEMA = pa.schema(
     [
@@ -101,22 +123,19 @@ def docs_by_id(abstracts: pa.Table) -> dict[str, Doc]:
     }
 
 
-def sample_pairs(
-    bridge_pairs: pa.Table, docs: Mapping[str, Doc], max_pairs: int | None, seed: int
+def first_pairs(
+    bridge_pairs: pa.Table, docs: Mapping[str, Doc], max_pairs: int | None
 ) -> tuple[list[Pair], int]:
-    """Draw up to ``max_pairs`` pairs whose two documents exist, by a seeded per-pair key.
+    """The first ``max_pairs`` pairs (all when None) of ``bridge_pairs``' seeded bridge-first order
+    whose two documents exist; no new draw (see ``corpus.bridge_pairs``).
 
-    The draw does not depend on row order: pairs are ranked by ``item_uniform(seed,
-    "pair_sample", pair id)``. Returns (pairs sorted by id, pairs skipped because a
-    document is missing from the abstracts).
+    Returns (pairs sorted by id, pairs left out because a document is missing from the abstracts).
     """
-    cols = bridge_pairs.select(["id", "a_id", "a_title", "b_id", "b_title", "alias", "split"]).to_pylist()
-    usable = [Pair(**c) for c in cols if c["a_id"] in docs and c["b_id"] in docs]
-    missing = len(cols) - len(usable)
-    usable.sort(key=lambda p: (item_uniform(seed, "pair_sample", p.id), p.id))
-    if max_pairs is not None:
-        usable = usable[: max(max_pairs, 0)]
-    return sorted(usable, key=lambda p: p.id), missing
+    a_ids, b_ids = bridge_pairs["a_id"].to_pylist(), bridge_pairs["b_id"].to_pylist()
+    usable = [a in docs and b in docs for a, b in zip(a_ids, b_ids, strict=True)]
+    chosen = first_drawn(bridge_pairs, max_pairs, pa.array(usable, pa.bool_()))
+    cols = chosen.select(["id", "a_id", "a_title", "b_id", "b_title", "alias", "split"]).to_pylist()
+    return [Pair(**c) for c in cols], len(usable) - sum(usable)
 
 
 def numbered(sentences: Sequence[str]) -> str:
@@ -187,12 +206,15 @@ def generate_drafts(
     n: int,
     params: SamplingParams = GENERATION_PARAMS,
     log: Any = None,
+    *,
+    max_words: int = MAX_ANSWER_WORDS,
+    max_chars: int = MAX_ANSWER_CHARS,
 ) -> tuple[pa.Table, BatchStats]:
-    """Ask the generator for ``n`` questions per pair; returns (drafts table sorted by id, LLM stats)."""
+    """Ask the generator for ``n`` questions per pair under the bounded JSON schema
+    (:func:`draft_json_schema`); returns (drafts table sorted by id, LLM stats)."""
     conversations = [build_messages(template, p, docs[p.a_id], docs[p.b_id], n) for p in pairs]
-    batch = model.chat(
-        conversations, params, json_schema=DRAFT_JSON_SCHEMA, template_version=template.version, log=log
-    )
+    schema = draft_json_schema(n, max_words, max_chars)
+    batch = model.chat(conversations, params, json_schema=schema, template_version=template.version, log=log)
     rows: list[dict[str, Any]] = []
     for pair, result in zip(pairs, batch.results, strict=True):
         rows.extend(draft_rows(pair, n, result, template.version))

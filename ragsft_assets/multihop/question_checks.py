@@ -12,11 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ragsft_assets.multihop.generation import STATUS_OK, Doc
+from ragsft_assets.multihop.generation import MAX_ANSWER_CHARS, MAX_ANSWER_WORDS, STATUS_OK, Doc
 from ragsft_assets.multihop.normalize import contains_normalized, normalize_text, squeeze_spaces
-
-MAX_ANSWER_WORDS = 10
-MAX_ANSWER_CHARS = 70
 
 REASONS = (
     "empty_question_or_answer",
@@ -110,7 +107,13 @@ def is_clause(answer: str) -> bool:
     return len(words) >= 3 and any(w in _CLAUSE_WORDS for w in words)
 
 
-def check_draft(draft: Mapping[str, Any], a: Doc, b: Doc) -> list[str]:
+def check_draft(
+    draft: Mapping[str, Any],
+    a: Doc,
+    b: Doc,
+    max_words: int = MAX_ANSWER_WORDS,
+    max_chars: int = MAX_ANSWER_CHARS,
+) -> list[str]:
     """Every reason (in ``REASONS`` order) the draft fails; empty when it passes."""
     question = squeeze_spaces(draft.get("question") or "")
     answer = squeeze_spaces(draft.get("answer") or "")
@@ -129,7 +132,7 @@ def check_draft(draft: Mapping[str, Any], a: Doc, b: Doc) -> list[str]:
         failed.append("support_out_of_bounds")
     if not sa or not sb:
         failed.append("support_missing")
-    if len(answer.split()) > MAX_ANSWER_WORDS or len(answer) > MAX_ANSWER_CHARS:
+    if len(answer.split()) > max_words or len(answer) > max_chars:
         failed.append("answer_too_long")
     if is_enumeration(answer):
         failed.append("answer_enumeration")
@@ -138,14 +141,26 @@ def check_draft(draft: Mapping[str, Any], a: Doc, b: Doc) -> list[str]:
     return failed
 
 
-def run_checks(drafts: pa.Table, docs: Mapping[str, Doc]) -> pa.Table:
-    """Check every readable draft; returns one row per checked draft (kept or dropped), sorted by id."""
+def run_checks(
+    drafts: pa.Table,
+    docs: Mapping[str, Doc],
+    max_words: int = MAX_ANSWER_WORDS,
+    max_chars: int = MAX_ANSWER_CHARS,
+) -> pa.Table:
+    """Check every readable draft; returns one row per checked draft (kept or dropped), sorted by id.
+
+    ``max_words`` / ``max_chars`` bound the answer (the card's 10 words and 70 characters).
+    """
     rows = []
     for d in drafts.to_pylist():
         if d["status"] != STATUS_OK:
             continue
         a, b = docs.get(d["a_id"]), docs.get(d["b_id"])
-        failed = ["gold_document_missing"] if a is None or b is None else check_draft(d, a, b)
+        failed = (
+            ["gold_document_missing"]
+            if a is None or b is None
+            else check_draft(d, a, b, max_words, max_chars)
+        )
         rows.append(
             {
                 "id": d["id"],

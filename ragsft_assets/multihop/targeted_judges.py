@@ -1,4 +1,4 @@
-"""The two targeted judges run on ``filtered_qwen`` (issue 13): ``bridge_judge`` then ``language_judge``.
+"""The two targeted judges run on ``filtered_qwen``: ``bridge_judge`` then ``language_judge``.
 
 Each prompt has the judge write a short analysis first, then its verdict fields (JSON schema,
 temperature 0, thinking off). A reply that is not the object asked for is ``unreadable`` (dropped,
@@ -27,6 +27,8 @@ KEPT = "kept"
 UNREADABLE = "unreadable"
 PARAMS = SamplingParams(temperature=0.0, max_tokens=400)  # room for the analysis before the verdict
 NO_THINKING = {"enable_thinking": False}
+# "a short analysis before its verdict": bounded (ours) so a model cannot run to max_tokens in it
+ANALYSIS_MAX_CHARS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +49,10 @@ class Judge:
 
     @property
     def json_schema(self) -> dict[str, Any]:
-        props: dict[str, Any] = {"analysis": {"type": "string"}, **dict(self.extra)}
+        props: dict[str, Any] = {"analysis": {"type": "string", "maxLength": ANALYSIS_MAX_CHARS}}
+        props.update(dict(self.extra))
         props.update({f: {"type": "boolean"} for f, _, _ in self.checks})
-        return {"type": "object", "properties": props, "required": list(props)}
+        return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
 BRIDGE = Judge(
@@ -60,7 +63,10 @@ BRIDGE = Judge(
         ("a_states_relation", True, "relation_not_stated"),
         ("question_names_b", False, "question_names_b"),
     ),
-    (("descriptor", {"type": "string"}), ("candidates", {"type": "array", "items": {"type": "string"}})),
+    (
+        ("descriptor", {"type": "string", "maxLength": 200}),
+        ("candidates", {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 20}),
+    ),
 )
 LANGUAGE = Judge(
     "language_judge",

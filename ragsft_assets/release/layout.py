@@ -51,8 +51,12 @@ class ReleaseConfig:
     asset: str
     family: str
     description: str
+    columns: tuple[str, ...] = ()  # the shipped columns, in order; () ships every column of the asset
 
 
+# The HotpotQA-fr card's corpus columns (its recipes hold them); url, revision and links stay in
+# provenance/<config>/lineage.parquet and the abstracts asset.
+CORPUS_COLUMNS = ("id", "title", "text", "sentences", "qid")
 # Order matters: the first present config is the one `load_dataset(folder)` opens without a name.
 RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
     ReleaseConfig(
@@ -84,12 +88,14 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "corpus_filtered_qwen_v2",
         "corpus",
         "The abstracts in the contexts (golds and distractors) of `filtered_qwen_v2`, per split.",
+        CORPUS_COLUMNS,
     ),
     ReleaseConfig(
         "corpus",
         "abstracts",
         "corpus",
-        "The retrieval corpus: one row per kept Wikipedia abstract, with its sentences and links.",
+        "The retrieval corpus: one row per kept Wikipedia abstract, with its sentences.",
+        CORPUS_COLUMNS,
     ),
     ReleaseConfig(
         "hotpotqa_cite",
@@ -128,7 +134,7 @@ def release_configs(names: Mapping[str, str] | None = None) -> tuple[ReleaseConf
         desc = c.description
         for old, new in names.items():  # backquoted config names in the description follow the renames
             desc = desc.replace(f"`{old}`", f"`{new}`")
-        out.append(ReleaseConfig(names.get(c.name, c.name), c.asset, c.family, desc))
+        out.append(ReleaseConfig(names.get(c.name, c.name), c.asset, c.family, desc, c.columns))
     taken = [c.name for c in out]
     twice = sorted({n for n in taken if taken.count(n) > 1})
     if twice:
@@ -158,8 +164,9 @@ def read_configs(folder: Path) -> dict[str, ReleaseConfig]:
     path = folder / PROVENANCE / CONFIGS_FILE
     if not path.is_file():
         return dict(CONFIGS_BY_NAME)
+    defaults = {c.asset: c.columns for c in RELEASE_CONFIGS}
     return {
-        n: ReleaseConfig(n, d["asset"], d["family"], d["description"])
+        n: ReleaseConfig(n, d["asset"], d["family"], d["description"], defaults.get(d["asset"], ()))
         for n, d in orjson.loads(path.read_bytes()).items()
     }
 

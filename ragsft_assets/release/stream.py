@@ -285,11 +285,11 @@ def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = N
             split_files = [f for f in files if f.stem in SPLITS]
             if split_files:
                 for f in split_files:
-                    schema = _shipped(unified_schema([f]))
+                    schema = _columns(_shipped(unified_schema([f])), cfg)
                     by_split[f.stem] = SplitSource([f], None, schema, pq.ParquetFile(f).metadata.num_rows)
             else:
                 whole = unified_schema(files)
-                schema = _shipped(whole)
+                schema = _columns(_shipped(whole), cfg)
                 if "split" in whole.names:
                     counts = dict(
                         con.execute(
@@ -332,7 +332,7 @@ def read_config_tables(
     """
     plan = plan_configs(assets_root, partition, configs)
     tables = {
-        name: {split: _release_table(src.read()) for split, src in splits.items()}
+        name: {split: _release_table(src.read().select(src.schema.names)) for split, src in splits.items()}
         for name, splits in plan.configs.items()
     }
     return tables, plan.notes
@@ -346,6 +346,12 @@ def _release_table(table: pa.Table) -> pa.Table:
         # Sorted by id so the bytes do not depend on how the upstream wrote them.
         table = table.sort_by("id")
     return table.replace_schema_metadata(None)
+
+
+def _columns(schema: pa.Schema, cfg: object) -> pa.Schema:
+    """The config's shipped columns (``ReleaseConfig.columns``, in that order), or all of them."""
+    columns = getattr(cfg, "columns", ())
+    return pa.schema([schema.field(c) for c in columns if c in schema.names]) if columns else schema
 
 
 def _shipped(schema: pa.Schema) -> pa.Schema:

@@ -5,6 +5,7 @@ decoration time. Thin wiring: each asset reads its inputs through the ``store``,
 ``ragsft_assets.multihop``, writes Parquet and ledger rows, and returns metadata.
 """
 
+import dataclasses
 import os
 import time
 from typing import Any
@@ -12,12 +13,18 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
-from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
-from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.defs.multihop.common import (
+    RecipeConfig,
+    docs,
+    language,
+    multihop_asset,
+    recipe_metadata,
+    write_ledger,
+)
 from ragsft_assets.ids import DEFAULT_SEED, item_uniform
-from ragsft_assets.ledger import Decision, ledger_table
+from ragsft_assets.ledger import Decision
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop import ablations, audit, caps, distractors, generation, hotpot_format
 from ragsft_assets.multihop import question_checks as checks_logic
@@ -25,36 +32,20 @@ from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
 from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.store import ArtifactStore
 
-GROUP = "multihop"
-PRODUCT = generation.PRODUCT
 
-
-class MultihopConfig(dg.Config):
-    """Run configuration shared by the multihop assets (same defaults everywhere)."""
+class MultihopConfig(RecipeConfig):
+    """Run shape of the multihop assets (same defaults everywhere); the card's values are the recipe's
+    (``default`` unless ``recipe`` names another; ``overrides`` changes fields of it)."""
 
     seed: int = DEFAULT_SEED
-    max_pairs: int | None = 24  # keeps the default sample run within minutes on the embedded model
-    drafts_per_pair: int = 3
-    max_judged: int | None = None  # per-stage limit on questions sent to the judge
-    cascade_order: list[str] = list(ablations.DEFAULT_ORDER)
-    strict_impossible: bool = True  # a/b/none must answer IMPOSSIBLE (a wrong guess fails too)
-    retrieval: str = "tfidf"  # tfidf | bm25
-    distractors_k: int = distractors.DEFAULT_K
-    # search processes for distractors (forkserver, never fork); None = min(2, CPUs this process may use),
-    # the pool `ragsft bench distractors` times; the hits are the same for any value
+    # the first N pairs of bridge_pairs' seeded bridge-first order; None: every pair. 24 keeps the
+    # default sample run within minutes on the embedded model
+    max_pairs: int | None = 24
+    max_judged: int | None = None  # per-stage limit on questions sent to the judge; None: no limit
+    # search processes for distractors (forkserver, never fork); None: min(2, CPUs this process may
+    # use), the pool `ragsft bench distractors` times; the hits are the same for any value
     distractors_workers: int | None = None
-    max_per_bridge: int = caps.MAX_PER_BRIDGE
-    max_per_source: int = caps.MAX_PER_SOURCE
-    near_dup_jaccard: float = caps.NEAR_DUP_JACCARD
-    language: str = ""  # prompt language; empty = the partition key's (20240916.fr -> fr)
-
-    def lang(self, partition: str) -> str:
-        return self.language or snapshot_language(partition)
-
-
-def _ledger(store: ArtifactStore, partition: str, stage: str, decisions: list[Decision]) -> int:
-    store.write_ledger(ledger_table(partition, PRODUCT, stage, decisions), partition, stage)
-    return len(decisions)
+    language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
 
 
 def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> dict[str, Any]:
@@ -64,18 +55,11 @@ def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> d
     return md
 
 
-def _docs(store: ArtifactStore, partition: str) -> dict[str, generation.Doc]:
-    return generation.docs_by_id(store.read(partition, "abstracts"))
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=f"1-{templates_version(('multihop_question',))}",
-    kinds={"parquet"},
+@multihop_asset(
+    code_version=f"2-{templates_version(('multihop_question',))}",
     deps=["bridge_pairs", "abstracts"],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
+    llm=True,
+    retry=True,
 )
 def question_drafts(
     context: dg.AssetExecutionContext,
@@ -83,36 +67,44 @@ def question_drafts(
     store: ArtifactStore,
     generator: dg.ResourceParam[ChatModel],
 ) -> dg.MaterializeResult:
-    """Bridge-question drafts written by the generator, several per (source a, bridge b) pair."""
+    """Bridge-question drafts written by the generator, several per (source a, bridge b) pair, for
+    the first ``max_pairs`` pairs of bridge_pairs' seeded bridge-first order (no new draw)."""
     partition = context.partition_key
     started = time.monotonic()
-    docs = _docs(store, partition)
+    recipe = config.resolved("question_drafts")
+    by_id = docs(store, partition)
     pairs_table = store.read(partition, "bridge_pairs")
-    pairs, missing = generation.sample_pairs(pairs_table, docs, config.max_pairs, config.seed)
-    template = load_prompt("multihop_question", config.lang(partition))
-    params = generation.GENERATION_PARAMS.with_seed(config.seed)
+    pairs, missing = generation.first_pairs(pairs_table, by_id, config.max_pairs)
+    template = load_prompt("multihop_question", language(partition, config.language))
+    params = dataclasses.replace(
+        generation.GENERATION_PARAMS, seed=config.seed, temperature=recipe.generation_temperature
+    )
     table, stats = generation.generate_drafts(
-        pairs, docs, generator, template, config.drafts_per_pair, params, log=context.log
+        pairs,
+        by_id,
+        generator,
+        template,
+        recipe.drafts_per_pair,
+        params,
+        log=context.log,
+        max_words=recipe.answer_max_words,
+        max_chars=recipe.answer_max_chars,
     )
     path = store.write(table, partition, "question_drafts")
     rows = table.select(["id", "status", "error", "cache_key"]).to_pylist()
     reason = {"ok": "drafted", "unreadable": "generation_unreadable", "missing": "generation_missing"}
     verdict = {"ok": "kept", "unreadable": "unreadable", "missing": "dropped"}
-    _ledger(
-        store,
-        partition,
-        "question_drafts",
-        [
-            Decision(
-                r["id"],
-                verdict[r["status"]],
-                reason[r["status"]],
-                {"error": r["error"]} if r["error"] else None,
-                [r["cache_key"]] if r["cache_key"] else [],
-            )
-            for r in rows
-        ],
-    )
+    decisions = [
+        Decision(
+            r["id"],
+            verdict[r["status"]],
+            reason[r["status"]],
+            {"error": r["error"]} if r["error"] else None,
+            [r["cache_key"]] if r["cache_key"] else [],
+        )
+        for r in rows
+    ]
+    write_ledger(store, partition, "question_drafts", decisions)
     status_counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "unreadable", "missing")}
     md = table_metadata([path], table.schema, preview_columns=["id", "question", "answer", "status"])
     md.update(
@@ -124,101 +116,112 @@ def question_drafts(
             "drafts_by_status": dg.MetadataValue.json(status_counts),
             "wall_s": round(time.monotonic() - started, 3),
             **_llm_metadata(generator, stats, "generator", template),
+            **recipe_metadata(store, partition, "question_drafts", recipe),
         }
     )
     return dg.MaterializeResult(metadata=md)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet"},
-    deps=["question_drafts", "abstracts"],
-)
-def question_checks(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
+@multihop_asset(code_version="2", deps=["question_drafts", "abstracts"])
+def question_checks(
+    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
     """Deterministic checks of each readable draft: kept, or dropped with a counted reason."""
     partition = context.partition_key
-    table = checks_logic.run_checks(store.read(partition, "question_drafts"), _docs(store, partition))
-    path = store.write(table, partition, "question_checks")
-    _ledger(
-        store,
-        partition,
-        "question_checks",
-        [
-            Decision(r["id"], r["verdict"], r["reason"], {"reasons": r["reasons"]} if r["reasons"] else None)
-            for r in table.to_pylist()
-        ],
+    recipe = config.resolved("question_checks")
+    table = checks_logic.run_checks(
+        store.read(partition, "question_drafts"),
+        docs(store, partition),
+        recipe.answer_max_words,
+        recipe.answer_max_chars,
     )
-    counts = checks_logic.reason_counts(table)
+    path = store.write(table, partition, "question_checks")
+    decisions = [
+        Decision(r["id"], r["verdict"], r["reason"], {"reasons": r["reasons"]} if r["reasons"] else None)
+        for r in table.to_pylist()
+    ]
+    write_ledger(store, partition, "question_checks", decisions)
     kept = sum(1 for v in table["verdict"].to_pylist() if v == "kept")
     md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "reason"])
-    md.update({"checked": table.num_rows, "kept": kept, **funnel_metadata(counts, "rejections")})
+    md.update(
+        {
+            "checked": table.num_rows,
+            "kept": kept,
+            **funnel_metadata(checks_logic.reason_counts(table), "rejections"),
+            **recipe_metadata(store, partition, "question_checks", recipe),
+        }
+    )
     return dg.MaterializeResult(metadata=md)
 
 
-@dg.asset(
-    name="distractors",
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet"},
-    deps=["question_checks", "question_drafts", "abstracts"],
+@multihop_asset(
+    name="distractors", code_version="2", deps=["question_checks", "question_drafts", "abstracts"]
 )
 def distractors_asset(
     context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
-    """The 8 best same-split documents per question (no gold, no answer-bearing document)."""
+    """The 8 best same-split documents per question (no gold, no answer-bearing document), then the
+    near-duplicate removal and the caps (2 per bridge, 3 per source) before the judge: the questions
+    this keeps are the ones the judge sees."""
     partition = context.partition_key
     started = time.monotonic()
+    recipe = config.resolved("distractors")
     kept = {
         r["id"]
         for r in store.read(partition, "question_checks").select(["id", "verdict"]).to_pylist()
         if r["verdict"] == "kept"
     }
-    drafts = store.read(partition, "question_drafts").to_pylist()
+    drafts = [d for d in store.read(partition, "question_drafts").to_pylist() if d["id"] in kept]
     queries = [
         distractors.Query(d["id"], d["split"], d["question"], d["answer"], d["a_id"], d["b_id"])
         for d in drafts
-        if d["id"] in kept
     ]
     workers = config.distractors_workers or min(2, len(os.sched_getaffinity(0)))
-    table = distractors.select_distractors(
-        queries, _docs(store, partition), config.retrieval, config.distractors_k, workers=workers
+    found = distractors.select_distractors(
+        queries, docs(store, partition), recipe.retrieval, recipe.distractors_k, workers=workers
     )
-    path = store.write(table, partition, "distractors")
-    _ledger(
-        store,
-        partition,
-        "distractors",
+    ready = {r["id"] for r in found.select(["id", "verdict"]).to_pylist() if r["verdict"] == "kept"}
+    capped = caps.apply_caps(
         [
-            Decision(r["id"], r["verdict"], r["reason"])
-            for r in table.select(["id", "verdict", "reason"]).to_pylist()
+            caps.CapCandidate(d["id"], d["question"], d["answer"], d["a_id"], d["b_id"])
+            for d in drafts
+            if d["id"] in ready
         ],
+        config.seed,
+        recipe.max_per_bridge,
+        recipe.max_per_source,
+        recipe.near_dup_jaccard,
     )
+    table = distractors.mark_dropped(found, {q: r for q, r in capped.items() if r != "kept"})
+    path = store.write(table, partition, "distractors")
+    decisions = [
+        Decision(r["id"], r["verdict"], r["reason"])
+        for r in table.select(["id", "verdict", "reason"]).to_pylist()
+    ]
+    write_ledger(store, partition, "distractors", decisions)
+    reasons = table["reason"].to_pylist()
     md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "distractor_ids"])
-    too_few = sum(1 for r in table["reason"].to_pylist() if r == distractors.TOO_FEW)
     md.update(
         {
-            "method": config.retrieval,
-            "k": config.distractors_k,
+            "method": recipe.retrieval,
+            "k": recipe.distractors_k,
             "queries": len(queries),
             "workers": workers,
-            distractors.TOO_FEW: too_few,
+            distractors.TOO_FEW: reasons.count(distractors.TOO_FEW),
+            **{reason: reasons.count(reason) for reason in caps.CAP_REASONS},
+            "to_judge": sum(v == "kept" for v in table["verdict"].to_pylist()),
             "wall_s": round(time.monotonic() - started, 3),
+            **recipe_metadata(store, partition, "distractors", recipe),
         }
     )
     return dg.MaterializeResult(metadata=md)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
+@multihop_asset(
     code_version=f"1-{templates_version(('multihop_ablation',))}",
-    kinds={"parquet"},
     deps=["distractors", "question_drafts", "abstracts"],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
+    llm=True,
+    retry=True,
 )
 def ablation_verdicts(
     context: dg.AssetExecutionContext,
@@ -228,7 +231,8 @@ def ablation_verdicts(
 ) -> dg.MaterializeResult:
     """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept."""
     partition = context.partition_key
-    order = ablations.validate_order(config.cascade_order)
+    recipe = config.resolved("ablation_verdicts")
+    order = ablations.validate_order(recipe.cascade_order)
     ready = sorted(
         r["id"]
         for r in store.read(partition, "distractors").select(["id", "verdict"]).to_pylist()
@@ -239,14 +243,14 @@ def ablation_verdicts(
         ranked = sorted(ready, key=lambda i: (item_uniform(config.seed, "judge_limit", i), i))
         over = sorted(ranked[config.max_judged :])
         ready = sorted(ranked[: config.max_judged])
-    docs = _docs(store, partition)
+    by_id = docs(store, partition)
     drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
     items = []
     for qid in ready:
         d = drafts[qid]
-        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        a, b = by_id[d["a_id"]], by_id[d["b_id"]]
         items.append(ablations.JudgeItem(qid, d["question"], d["answer"], a.title, a.text, b.title, b.text))
-    lang = config.lang(partition)
+    lang = language(partition, config.language)
     template = load_prompt("multihop_ablation", lang)
     result = ablations.run_cascade(
         items,
@@ -255,13 +259,13 @@ def ablation_verdicts(
         order,
         lang,
         ablations.JUDGE_PARAMS,
-        strict_impossible=config.strict_impossible,
+        strict_impossible=recipe.strict_impossible,
         log=context.log,
     )
     path = store.write(result.verdicts, partition, "ablation_verdicts")
     decisions = [Decision(q, v, r, None, keys) for q, (v, r, keys) in result.outcome.items()]
     decisions += [Decision(q, "dropped", OVER_LIMIT) for q in over]
-    _ledger(store, partition, "ablation_verdicts", decisions)
+    write_ledger(store, partition, "ablation_verdicts", decisions)
     judged = len(items)
     md = table_metadata([path], result.verdicts.schema, preview_columns=["id", "ablation", "raw", "outcome"])
     md.update(
@@ -272,48 +276,41 @@ def ablation_verdicts(
             "judge_calls": result.judge_calls,
             "plain_4_call_run_calls": 4 * judged,
             "judge_calls_per_judged_question": round(result.judge_calls / judged, 3) if judged else 0.0,
+            "card_judge_calls_per_judged_question": recipe.card_judge_calls_per_judged,
             "rounds": dg.MetadataValue.json(result.rounds),
             **_llm_metadata(judge, result.stats, "judge", template),
+            **recipe_metadata(store, partition, "ablation_verdicts", recipe),
         }
     )
     return dg.MaterializeResult(metadata=md)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet"},
+@multihop_asset(
+    code_version="2",
     deps=["ablation_verdicts", "distractors", "question_checks", "question_drafts", "abstracts"],
     check_specs=invariant_check_specs,
 )
 def multihop_questions(
     context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
-    """HotpotQA-format bridge questions (HF layout Parquet + original-layout JSON lines) per split."""
+    """HotpotQA-format bridge questions (HF layout Parquet + original-layout JSON lines) per split:
+    every question that passed the four ablations (the caps ran before the judge)."""
     partition = context.partition_key
+    recipe = config.resolved("multihop_questions")
     drafts_t = store.read(partition, "question_drafts")
     checks_t = store.read(partition, "question_checks")
     dist_t = store.read(partition, "distractors")
     verdicts_t = store.read(partition, "ablation_verdicts")
     drafts = {d["id"]: d for d in drafts_t.to_pylist()}
     outcomes = ablations.outcomes_from_verdicts(verdicts_t)
-    survivors = [q for q, (v, _) in outcomes.items() if v == "kept"]
-    cap_candidates = [
-        caps.CapCandidate(q, drafts[q]["question"], drafts[q]["answer"], drafts[q]["a_id"], drafts[q]["b_id"])
-        for q in survivors
-    ]
-    decision = caps.apply_caps(
-        cap_candidates, config.seed, config.max_per_bridge, config.max_per_source, config.near_dup_jaccard
-    )
-    docs = _docs(store, partition)
+    by_id = docs(store, partition)
     dist = {r["id"]: r["distractor_ids"] for r in dist_t.select(["id", "distractor_ids"]).to_pylist()}
     records = []
-    for qid, verdict in decision.items():
+    for qid, (verdict, _) in outcomes.items():
         if verdict != "kept":
             continue
         d = drafts[qid]
-        a, b = docs[d["a_id"]], docs[d["b_id"]]
+        a, b = by_id[d["a_id"]], by_id[d["b_id"]]
         rec = hotpot_format.build_record(
             qid,
             d["question"],
@@ -322,7 +319,7 @@ def multihop_questions(
             (b.title, b.sentences),
             d["support_a"],
             d["support_b"],
-            [(docs[i].title, docs[i].sentences) for i in dist[qid]],
+            [(by_id[i].title, by_id[i].sentences) for i in dist[qid]],
             config.seed,
         )
         rec["split"] = d["split"]
@@ -333,16 +330,12 @@ def multihop_questions(
         hotpot_format.write_jsonl(
             [r for r in table.to_pylist() if r["split"] == split], path.with_suffix(".jsonl")
         )
-    _ledger(
-        store,
-        partition,
-        "multihop_questions",
-        [
-            Decision(q, "kept" if v == "kept" else "dropped", v if v != "kept" else "released")
-            for q, v in decision.items()
-        ],
+    write_ledger(
+        store, partition, "multihop_questions", [Decision(r["id"], "kept", "released") for r in records]
     )
-    funnel = build_funnel(drafts_t, checks_t, dist_t, verdicts_t, decision)
+    funnel = build_funnel(
+        drafts_t, checks_t, dist_t, verdicts_t, card_calls_per_judged=recipe.card_judge_calls_per_judged
+    )
     files = [paths[s] for s in sorted(paths)]
     md = table_metadata(
         files, table.schema, preview_columns=["id", "question", "answer", "split"], split_column="split"
@@ -352,29 +345,25 @@ def multihop_questions(
     md["judge_calls_per_judged_question"] = funnel["judge calls per judged question"]
     md["seed"] = config.seed
     md["jsonl"] = dg.MetadataValue.json({s: str(p.with_suffix(".jsonl")) for s, p in sorted(paths.items())})
-    checks = invariant_check_results(table.to_pylist(), 2 + config.distractors_k)
+    md.update(recipe_metadata(store, partition, "multihop_questions", recipe))
+    checks = invariant_check_results(table.to_pylist(), recipe.context_size)
     return dg.MaterializeResult(metadata=md, check_results=checks)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="2",
-    kinds={"parquet"},
-    deps=["multihop_questions", "link_graph"],
-)
+@multihop_asset(code_version="3", deps=["multihop_questions", "link_graph"])
 def multihop_audit(
     context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
     """Invariants, surface-feature classifier AUC (vs 0.62) and longest-gold rate of the release."""
     partition = context.partition_key
+    recipe = config.resolved("multihop_audit")
     rows = (
         store.read(partition, "multihop_questions").to_pylist()
         if store.files(partition, "multihop_questions")
         else []
     )
     graph = store.read(partition, "link_graph") if store.files(partition, "link_graph") else None
-    inv = audit.check_invariants(rows, 2 + config.distractors_k)
+    inv = audit.check_invariants(rows, recipe.context_size)
     x, y, groups = audit.paragraph_features(rows, audit.in_degree_map(graph))
     auc, aucs = audit.surface_auc(x, y, groups, repeats=5, seed=config.seed)
     longest, chance = audit.gold_longest_rate(rows)
@@ -383,8 +372,8 @@ def multihop_audit(
         (
             "surface_auc",
             auc if auc is not None else float("nan"),
-            audit.AUC_BAR,
-            auc is None or auc <= audit.AUC_BAR,
+            recipe.surface_auc_bar,
+            auc is None or auc <= recipe.surface_auc_bar,
         )
     )
     measures.append(
@@ -408,9 +397,10 @@ def multihop_audit(
             ),
             "surface_auc_mean": auc if auc is not None else -1.0,
             "surface_auc_repeats": dg.MetadataValue.json(aucs),
-            "surface_auc_bar": audit.AUC_BAR,
+            "surface_auc_bar": recipe.surface_auc_bar,
             "gold_longest_rate": longest if longest is not None else -1.0,
             "gold_longest_chance": chance if chance is not None else -1.0,
+            **recipe_metadata(store, partition, "multihop_audit", recipe),
         }
     )
     return dg.MaterializeResult(metadata=md)

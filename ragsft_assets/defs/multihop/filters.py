@@ -1,68 +1,64 @@
-"""Filter assets on the released questions (issue 13): ``first_hop`` then ``mechanical_rules``.
+"""Filter assets on the released questions and the filtered configurations they make.
+
+``first_hop`` then ``mechanical_rules`` make ``filtered``; ``criteria_annotation`` makes
+``filtered_qwen``; ``bridge_judge`` then ``language_judge`` make ``filtered_qwen_v2`` and its
+corpus. The four judges are built by one factory (``judged.judged_asset``) and the three configs by
+another (:func:`config_asset`): each piece below says only what it selects and how it decides.
 
 No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
-time. Thin wiring: read the questions of ``default`` (``multihop_questions``) and their drafts, call
-the logic of ``ragsft_assets.multihop.first_hop`` / ``mechanical_rules``, write Parquet and ledger
-rows (one per question seen, kept or with its reason), return metadata whose funnel adds up.
+time. Thin wiring: the logic is ``ragsft_assets.multihop.first_hop`` / ``mechanical_rules`` /
+``criteria`` / ``targeted_judges`` / ``filter_configs``.
 """
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
+from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+from ragsft_assets.defs.multihop.common import (
+    FILTER_PRODUCT,
+    KEPT,
+    RecipeConfig,
+    multihop_asset,
+    pair_documents,
+    questions,
+    recipe_metadata,
+    write_ledger,
+)
+from ragsft_assets.defs.multihop.judged import (
+    JudgeCall,
+    Judged,
+    JudgedStage,
+    judged_asset,
+    rejection_counts,
+    verdict_decisions,
+)
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
-from ragsft_assets.ledger import Decision, ledger_table
-from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import filter_configs as fc
 from ragsft_assets.multihop import first_hop as fh
-from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import mechanical_rules as mr
 from ragsft_assets.multihop import targeted_judges as tj
 from ragsft_assets.multihop import topics as tp
-from ragsft_assets.prompts import load_prompt, templates_version
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, write_parquet
 
-GROUP = "multihop"
-# The filters decide membership of the filtered configurations, not of ``default``: their ledger rows
-# carry the configuration's product so a question of ``default`` keeps its final verdict there.
-PRODUCT = f"{generation.PRODUCT}_filtered"
-KEPT = "kept"
+PRODUCT = FILTER_PRODUCT
 MECHANICAL_SCHEMA = pa.schema([("id", pa.string()), ("verdict", pa.string())])
-
-
-def _ledger(store: ArtifactStore, partition: str, stage: str, decisions: list[Decision]) -> None:
-    store.write_ledger(ledger_table(partition, PRODUCT, stage, decisions), partition, stage)
-
-
-def _questions(store: ArtifactStore, partition: str) -> list[dict[str, Any]]:
-    if not store.files(partition, "multihop_questions"):
-        return []
-    return store.read(partition, "multihop_questions").select(["id", "question", "answer"]).to_pylist()
-
-
-def role_model(stage: str, role: str, **models: ChatModel) -> ChatModel:
-    """The model bound to the LLM ``role`` a stage's run config names, among the ones it accepts.
-
-    Raises:
-        ValueError: a role the stage does not take (the message lists those it does).
-    """
-    if role not in models:
-        raise ValueError(f"{stage} role {role!r} is not one of {sorted(models)}")
-    return models[role]
-
-
-def pair_documents(store: ArtifactStore, partition: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The partition's abstracts by id and its question drafts by question id (A and B of each question)."""
-    docs = generation.docs_by_id(store.read(partition, "abstracts"))
-    drafts = {d["id"]: d for d in store.read(partition, "question_drafts").to_pylist()}
-    return docs, drafts
+FILTERED_ASSET = "multihop_filtered"
+FILTERED_QWEN_ASSET = "multihop_filtered_qwen"
+FILTERED_QWEN_V2_ASSET = "multihop_filtered_qwen_v2"
+CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
+# Beside the split files, in a subfolder so that readers of the asset's split files never see it;
+# the release copies it to provenance/<config>/verdicts.parquet.
+VERDICTS_FILE = "provenance/verdicts.parquet"
+QUESTION_DEPS = ("multihop_questions", "question_drafts", "abstracts")
 
 
 def criteria_items(
@@ -78,72 +74,143 @@ def criteria_items(
     return items
 
 
-class FirstHopConfig(dg.Config):
-    role: str = "judge"  # the LLM role of the first-hop judge: "judge" (default) or "annotator"
+# -- the judges -------------------------------------------------------------------------------
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=f"1-{templates_version((fh.TASK,))}",
-    kinds={"parquet"},
-    deps=["multihop_questions", "question_drafts", "abstracts"],
-    pool="gpu",
-)
-def first_hop(
-    context: dg.AssetExecutionContext,
-    config: FirstHopConfig,
-    store: ArtifactStore,
-    judge: dg.ResourceParam[ChatModel],
-    annotator: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
-    """The fifth ablation: the judge reads A alone and names the entity the question points to."""
-    model = role_model("first_hop", config.role, judge=judge, annotator=annotator)
-    partition = context.partition_key
-    lang = snapshot_language(partition)
-    docs, drafts = pair_documents(store, partition)
+class FirstHopConfig(RecipeConfig):
+    """Recipe ``filtered`` by default; its ``first_hop_role`` names the LLM role (judge)."""
+
+
+def _first_hop(run: JudgeCall) -> Judged:
+    docs, drafts = pair_documents(run.store, run.partition)
     items = []
-    for q in _questions(store, partition):
+    for q in questions(run.store, run.partition):
         d = drafts[q["id"]]
         a = docs[d["a_id"]]
         items.append(fh.FirstHopItem(q["id"], q["question"], a.title, a.text, d["b_title"], d["alias"] or ""))
-    template = load_prompt(fh.TASK, lang)
-    table = fh.run_first_hop(items, model, template, log=context.log)
-    path = store.write(table, partition, "first_hop")
-    verdicts = table.column("verdict").to_pylist()
-    _ledger(
-        store,
-        partition,
-        "first_hop",
-        [
-            Decision(i, KEPT if v == fh.LEADS_TO_B else "dropped", v, None, [k])
-            for i, v, k in zip(
-                table.column("id").to_pylist(), verdicts, table.column("cache_key").to_pylist(), strict=True
-            )
-        ],
+    table = fh.run_first_hop(items, run.model, run.template, log=run.log)
+    rows = table.select(["id", "verdict", "cache_key"]).to_pylist()
+    rejections = rejection_counts([r["verdict"] for r in rows], fh.VERDICTS, fh.LEADS_TO_B)
+    return Judged(
+        table,
+        verdict_decisions(rows, fh.LEADS_TO_B),
+        funnel_metadata(rejections, "rejections"),
+        ("id", "verdict", "entity", "raw"),
     )
-    counts = Counter(verdicts)
-    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "entity", "raw"])
-    md.update(
-        {
-            "judged": len(items),
-            "kept": counts.get(fh.LEADS_TO_B, 0),
-            **funnel_metadata({v: counts.get(v, 0) for v in fh.VERDICTS if v != fh.LEADS_TO_B}, "rejections"),
-            **model_metadata(model, config.role),
-            "first_hop/role": config.role,
-            "judge/prompt": f"{template.name}@{template.version}",
+
+
+class CriteriaConfig(RecipeConfig):
+    """Recipe ``filtered_qwen`` by default; its ``criteria_role`` names the LLM role (annotator)."""
+
+    max_questions: int | None = None  # the annotation budget; questions past it are not_annotated (None: all)
+
+
+def _criteria(run: JudgeCall) -> Judged:
+    items = criteria_items(questions(run.store, run.partition), *pair_documents(run.store, run.partition))
+    table = cr.run_criteria(items, run.model, run.template, run.config.max_questions, log=run.log)
+    rows = table.to_pylist()
+    counts = Counter(r["verdict"] for r in rows)
+    annotated = [r for r in rows if r["verdict"] != cr.NOT_ANNOTATED]
+    md = {
+        "questions": len(rows),
+        "annotated": len(annotated),
+        "rejected": counts.get(cr.FAILS_CRITERIA, 0),
+        "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # reported apart, never counted as rejected
+        **{
+            f"failure_share/{c}": round(sum(not r[c] for r in annotated) / len(annotated), 4)
+            if annotated
+            else 0.0
+            for c in cr.CRITERIA
+        },
+    }
+    decisions = verdict_decisions(
+        rows, cr.KEPT, lambda r: ",".join(r["failed"]) if r["verdict"] == cr.FAILS_CRITERIA else r["verdict"]
+    )
+    return Judged(table, decisions, md, ("id", "verdict", "failed"))
+
+
+class TargetedJudgeConfig(RecipeConfig):
+    """Recipe ``filtered_qwen_v2`` by default; ``bridge_judge_role`` / ``language_judge_role``."""
+
+
+def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall], Judged]:
+    """The judge function of one targeted judge, on the questions ``after`` keeps (verdict ``kept_of``)."""
+
+    def run_judge(run: JudgeCall) -> Judged:
+        passed = {
+            r["id"] for r in run.store.read(run.partition, after).to_pylist() if r["verdict"] == kept_of
         }
+        docs, drafts = pair_documents(run.store, run.partition)
+        items = []
+        for q in questions(run.store, run.partition):
+            if q["id"] in passed:
+                d = drafts[q["id"]]
+                a, b = docs[d["a_id"]], docs[d["b_id"]]
+                items.append(
+                    tj.JudgeItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text)
+                )
+        table = tj.run_judge(spec, items, run.model, run.template, log=run.log)
+        rows = table.to_pylist()
+        rejections = rejection_counts([r["verdict"] for r in rows], spec.verdicts, tj.KEPT)
+        md = funnel_metadata(rejections, "rejections")
+        return Judged(table, verdict_decisions(rows, tj.KEPT), md, ("id", "verdict", "analysis"))
+
+    return run_judge
+
+
+first_hop = judged_asset(
+    JudgedStage(
+        "first_hop",
+        "The fifth ablation: the judge reads A alone with the question (never B) and names the entity "
+        "the question's descriptor points to; kept when it is B (leads_to_b).",
+        fh.TASK,
+        "first_hop_role",
+        FirstHopConfig,
+        QUESTION_DEPS,
+        _first_hop,
     )
-    return dg.MaterializeResult(metadata=md)
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet"},
-    deps=["first_hop", "multihop_questions"],
 )
+criteria_annotation = judged_asset(
+    JudgedStage(
+        "criteria_annotation",
+        "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
+        "documents needed, clear question, minimal answer); all six must hold for `filtered_qwen`.",
+        cr.TASK,
+        "criteria_role",
+        CriteriaConfig,
+        QUESTION_DEPS,
+        _criteria,
+    )
+)
+bridge_judge = judged_asset(
+    JudgedStage(
+        tj.BRIDGE.stage,
+        "Targeted bridge judge on `filtered_qwen`: an analysis, then kept only if B is the only entity "
+        "of A the question's descriptor can designate, A states the relation, and the question does "
+        "not name B by itself.",
+        tj.BRIDGE.task,
+        "bridge_judge_role",
+        TargetedJudgeConfig,
+        ("criteria_annotation", *QUESTION_DEPS),
+        _targeted(tj.BRIDGE, "criteria_annotation", cr.KEPT),
+    )
+)
+language_judge = judged_asset(
+    JudgedStage(
+        tj.LANGUAGE.stage,
+        "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
+        "question is fluent, its referents unique, it has no meta wording, and the answer has the "
+        "right type and scope. Its keeps make `filtered_qwen_v2`.",
+        tj.LANGUAGE.task,
+        "language_judge_role",
+        TargetedJudgeConfig,
+        ("bridge_judge", *QUESTION_DEPS),
+        _targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
+    )
+)
+
+
+@multihop_asset(code_version="1", deps=["first_hop", "multihop_questions"])
 def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """Year answers with exactly one year; no question naming the document (patterns per language)."""
     partition = context.partition_key
@@ -153,19 +220,14 @@ def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) ->
         for r in store.read(partition, "first_hop").select(["id", "verdict"]).to_pylist()
         if r["verdict"] == fh.LEADS_TO_B
     }
-    rows = [q for q in _questions(store, partition) if q["id"] in passed]
+    rows = [q for q in questions(store, partition) if q["id"] in passed]
     verdicts = [mr.rule_verdict(q["question"], q["answer"], lang) for q in rows]
     table = pa.table({"id": [q["id"] for q in rows], "verdict": verdicts}, schema=MECHANICAL_SCHEMA)
     path = store.write(table, partition, "mechanical_rules")
-    _ledger(
-        store,
-        partition,
-        "mechanical_rules",
-        [
-            Decision(q["id"], KEPT if v == mr.KEPT else "dropped", v)
-            for q, v in zip(rows, verdicts, strict=True)
-        ],
-    )
+    decisions = [
+        Decision(q["id"], KEPT if v == mr.KEPT else "dropped", v) for q, v in zip(rows, verdicts, strict=True)
+    ]
+    write_ledger(store, partition, "mechanical_rules", decisions, PRODUCT)
     counts = Counter(verdicts)
     md = table_metadata([path], table.schema)
     md.update(
@@ -178,6 +240,9 @@ def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) ->
     return dg.MaterializeResult(metadata=md)
 
 
+# -- the configurations -------------------------------------------------------------------------
+
+
 def _topics(store: ArtifactStore, snapshots: SnapshotSource, partition: str) -> dict[str, str]:
     """Question id -> topic (its bridge's category) from the snapshot's topic file; {} without one."""
     path = tp.find_topic_file(snapshots.folder(partition), snapshots.config(partition).get("topics_file", ""))
@@ -185,16 +250,6 @@ def _topics(store: ArtifactStore, snapshots: SnapshotSource, partition: str) -> 
         return {}
     drafts = store.read(partition, "question_drafts").select(["id", "b_title"]).to_pylist()
     return tp.question_topics({d["id"]: d["b_title"] for d in drafts}, tp.read_topics(path))
-
-
-def _topic_metadata(topics: dict[str, str], ids: list[str]) -> dict[str, object]:
-    return {"questions_with_topic": sum(i in topics for i in ids), "topics": len(set(topics.values()))}
-
-
-FILTERED_ASSET = "multihop_filtered"
-# Beside the split files, in a subfolder so that readers of the asset's split files never see it;
-# the release copies it to provenance/<config>/verdicts.parquet.
-VERDICTS_FILE = "provenance/verdicts.parquet"
 
 
 def _split_tables(store: ArtifactStore, partition: str, asset: str) -> dict[str, pa.Table]:
@@ -205,184 +260,12 @@ def _split_tables(store: ArtifactStore, partition: str, asset: str) -> dict[str,
     }
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="2",
-    kinds={"parquet"},
-    deps=["mechanical_rules", "first_hop", "multihop_questions"],
-)
-def multihop_filtered(
-    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.MaterializeResult:
-    """The ``filtered`` configuration: the rows of ``default`` that first_hop and mechanical_rules keep.
-
-    Rows are the parent's, unchanged (byte-identical row for row); ``provenance/verdicts.parquet``
-    holds each question's verdict from every filter that saw it.
-    """
-    partition = context.partition_key
-    fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
-    mech_rows = store.read(partition, "mechanical_rules").to_pylist()
-    kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
-    paths, rows = {}, {}
-    parents = _split_tables(store, partition, "multihop_questions")
-    for split, parent in parents.items():
-        child = fc.subset_rows(parent, kept)
-        paths[split] = store.write(child, partition, FILTERED_ASSET, split)
-        rows[split] = child.num_rows
-    topics = _topics(store, snapshots, partition)
-    verdicts = fc.verdicts_table(
-        {
-            "first_hop": [
-                (r["id"], r["verdict"], r["verdict"] == fh.LEADS_TO_B, r["entity"]) for r in fh_rows
-            ],
-            "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
-        },
-        topics,
-    )
-    write_parquet(verdicts, store.root / partition / FILTERED_ASSET / VERDICTS_FILE)
-    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
-    md.update(
-        {
-            "parent": "multihop_questions",
-            "parent_rows": len(fh_rows),
-            **_topic_metadata(topics, [r["id"] for r in fh_rows]),
-            "rows": sum(rows.values()),
-            **{f"rows/{s}": n for s, n in sorted(rows.items())},
-            **funnel_metadata(
-                {
-                    "default": len(fh_rows),
-                    "first_hop kept": sum(r["verdict"] == fh.LEADS_TO_B for r in fh_rows),
-                    "mechanical_rules kept": len(kept),
-                },
-                "funnel",
-            ),
-        }
-    )
-    return dg.MaterializeResult(metadata=md)
+Provenance = dict[str, list[tuple[str, str, bool, str | None]]]
 
 
-@dg.asset_check(asset=multihop_filtered, blocking=True, partitions_def=snapshot_partitions)
-def multihop_filtered_is_subset_of_default(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore
-) -> dg.AssetCheckResult:
-    """Every row of ``filtered`` is a row of ``default``, same split, byte-identical; no duplicates."""
-    return _subset_check(store, context.partition_key, FILTERED_ASSET)
-
-
-class CriteriaConfig(dg.Config):
-    role: str = "annotator"  # the LLM role that annotates: "annotator" (default) or "judge"
-    max_questions: int = -1  # the annotation budget; questions past it are not_annotated (-1: all)
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=f"1-{templates_version((cr.TASK,))}",
-    kinds={"parquet"},
-    deps=["multihop_questions", "question_drafts", "abstracts"],
-    pool="gpu",
-)
-def criteria_annotation(
-    context: dg.AssetExecutionContext,
-    config: CriteriaConfig,
-    store: ArtifactStore,
-    annotator: dg.ResourceParam[ChatModel],
-    judge: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
-    """Six binary criteria per question of ``default``; all six must hold for ``filtered_qwen``."""
-    model = role_model("criteria_annotation", config.role, annotator=annotator, judge=judge)
-    partition = context.partition_key
-    lang = snapshot_language(partition)
-    items = criteria_items(_questions(store, partition), *pair_documents(store, partition))
-    template = load_prompt(cr.TASK, lang)
-    budget = None if config.max_questions < 0 else config.max_questions
-    table = cr.run_criteria(items, model, template, budget, log=context.log)
-    path = store.write(table, partition, "criteria_annotation")
-    rows = table.to_pylist()
-    _ledger(
-        store,
-        partition,
-        "criteria_annotation",
-        [
-            Decision(
-                r["id"],
-                KEPT if r["verdict"] == cr.KEPT else "dropped",
-                r["verdict"] if r["verdict"] != cr.FAILS_CRITERIA else ",".join(r["failed"]),
-                None,
-                [r["cache_key"]] if r["cache_key"] else [],
-            )
-            for r in rows
-        ],
-    )
-    counts = Counter(r["verdict"] for r in rows)
-    annotated = [r for r in rows if r["verdict"] != cr.NOT_ANNOTATED]
-    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "failed"])
-    md.update(
-        {
-            "questions": len(rows),
-            "annotated": len(annotated),
-            "kept": counts.get(cr.KEPT, 0),
-            "rejected": counts.get(cr.FAILS_CRITERIA, 0),
-            "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # reported apart, never counted as rejected
-            **{
-                f"failure_share/{c}": round(sum(not r[c] for r in annotated) / len(annotated), 4)
-                if annotated
-                else 0.0
-                for c in cr.CRITERIA
-            },
-            **model_metadata(model, config.role),
-            "annotator/role": config.role,
-            "annotator/prompt": f"{template.name}@{template.version}",
-        }
-    )
-    return dg.MaterializeResult(metadata=md)
-
-
-FILTERED_QWEN_ASSET = "multihop_filtered_qwen"
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="2",
-    kinds={"parquet"},
-    deps=["criteria_annotation", "multihop_questions"],
-)
-def multihop_filtered_qwen(
-    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.MaterializeResult:
-    """The ``filtered_qwen`` configuration: the rows of ``default`` whose six criteria all hold.
-
-    Same production as ``default`` (the card's comes from a larger, later one). Provenance: the
-    overall verdict and one row per criterion for every annotated question.
-    """
-    partition = context.partition_key
-    rows = store.read(partition, "criteria_annotation").to_pylist()
-    kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
-    provenance = _criteria_provenance(rows)
-    topics = _topics(store, snapshots, partition)
-    md = _write_config(store, partition, FILTERED_QWEN_ASSET, kept, fc.verdicts_table(provenance, topics))
-    md.update(_topic_metadata(topics, [r["id"] for r in rows]))
-    counts = Counter(r["verdict"] for r in rows)
-    md.update(
-        funnel_metadata(
-            {
-                "default": len(rows),
-                "not_annotated (excluded, not rejected)": counts.get(cr.NOT_ANNOTATED, 0),
-                "annotated": len(rows) - counts.get(cr.NOT_ANNOTATED, 0),
-                "fails_criteria": counts.get(cr.FAILS_CRITERIA, 0),
-                "kept": len(kept),
-            },
-            "funnel",
-        )
-    )
-    return dg.MaterializeResult(metadata=md)
-
-
-def _criteria_provenance(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str, str, bool, str | None]]]:
+def _criteria_provenance(rows: list[dict[str, Any]]) -> Provenance:
     """Provenance of criteria_annotation: the overall verdict, then one row per criterion per annotated question."""
-    provenance: dict[str, list[tuple[str, str, bool, str | None]]] = {
+    provenance: Provenance = {
         "criteria_annotation": [
             (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
             for r in rows
@@ -395,21 +278,163 @@ def _criteria_provenance(rows: list[dict[str, Any]]) -> dict[str, list[tuple[str
     return provenance
 
 
-def _write_config(
-    store: ArtifactStore, partition: str, asset: str, kept: set[str], verdicts: pa.Table
-) -> dict[str, object]:
-    """Write the parent's kept rows split by split and the verdicts; returns the table metadata."""
-    parents = _split_tables(store, partition, "multihop_questions")
-    paths, rows = {}, {}
-    for split, parent in parents.items():
-        child = fc.subset_rows(parent, kept)
-        paths[split] = store.write(child, partition, asset, split)
-        rows[split] = child.num_rows
-    write_parquet(verdicts, store.root / partition / asset / VERDICTS_FILE)
-    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
-    md.update({"parent": "multihop_questions", "rows": sum(rows.values())})
-    md.update({f"rows/{s}": n for s, n in sorted(rows.items())})
-    return md
+def _filtered(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+    fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
+    mech_rows = store.read(partition, "mechanical_rules").to_pylist()
+    kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
+    provenance: Provenance = {
+        "first_hop": [(r["id"], r["verdict"], r["verdict"] == fh.LEADS_TO_B, r["entity"]) for r in fh_rows],
+        "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
+    }
+    funnel = {
+        "default": len(fh_rows),
+        "first_hop kept": sum(r["verdict"] == fh.LEADS_TO_B for r in fh_rows),
+        "mechanical_rules kept": len(kept),
+    }
+    return kept, provenance, funnel
+
+
+def _filtered_qwen(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+    rows = store.read(partition, "criteria_annotation").to_pylist()
+    kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
+    counts = Counter(r["verdict"] for r in rows)
+    funnel = {
+        "default": len(rows),
+        "not_annotated (excluded, not rejected)": counts.get(cr.NOT_ANNOTATED, 0),
+        "annotated": len(rows) - counts.get(cr.NOT_ANNOTATED, 0),
+        "fails_criteria": counts.get(cr.FAILS_CRITERIA, 0),
+        "kept": len(kept),
+    }
+    return kept, _criteria_provenance(rows), funnel
+
+
+def _filtered_qwen_v2(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+    crit = store.read(partition, "criteria_annotation").to_pylist()
+    bridge = store.read(partition, "bridge_judge").to_pylist()
+    lang = store.read(partition, "language_judge").to_pylist()
+    kept = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
+    provenance = {
+        **_criteria_provenance(crit),
+        "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
+        "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
+    }
+    funnel = {
+        "filtered_qwen": sum(r["verdict"] == cr.KEPT for r in crit),
+        "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
+        "language_judge kept": len(kept),
+    }
+    return kept, provenance, funnel
+
+
+def config_asset(
+    name: str,
+    description: str,
+    deps: list[str],
+    decide: Callable[[ArtifactStore, str], tuple[set[str], Provenance, dict[str, int]]],
+    code_version: str,
+) -> dg.AssetsDefinition:
+    """A filtered configuration: the rows of ``default`` whose id ``decide`` keeps, unchanged (byte
+    for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's verdict."""
+
+    @multihop_asset(name=name, description=description, code_version=code_version, deps=deps)
+    def _asset(
+        context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
+    ) -> dg.MaterializeResult:
+        partition = context.partition_key
+        kept, provenance, funnel = decide(store, partition)
+        topics = _topics(store, snapshots, partition)
+        parents = _split_tables(store, partition, "multihop_questions")
+        paths, rows = {}, {}
+        for split, parent in parents.items():
+            child = fc.subset_rows(parent, kept)
+            paths[split] = store.write(child, partition, name, split)
+            rows[split] = child.num_rows
+        write_parquet(fc.verdicts_table(provenance, topics), store.root / partition / name / VERDICTS_FILE)
+        seen = {i for items in provenance.values() for i, *_ in items}
+        md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
+        md.update(
+            {
+                "parent": "multihop_questions",
+                "parent_rows": len(seen),
+                "questions_with_topic": sum(i in topics for i in seen),
+                "topics": len(set(topics.values())),
+                "rows": sum(rows.values()),
+                **{f"rows/{s}": n for s, n in sorted(rows.items())},
+                **funnel_metadata(funnel, "funnel"),
+            }
+        )
+        return dg.MaterializeResult(metadata=md)
+
+    return _asset
+
+
+multihop_filtered = config_asset(
+    FILTERED_ASSET,
+    "The `filtered` configuration: the rows of `default` that first_hop and mechanical_rules keep, "
+    "unchanged; provenance/verdicts.parquet holds every filter's verdict.",
+    ["mechanical_rules", "first_hop", "multihop_questions"],
+    _filtered,
+    "2",
+)
+multihop_filtered_qwen = config_asset(
+    FILTERED_QWEN_ASSET,
+    "The `filtered_qwen` configuration: the rows of `default` whose six criteria all hold (same "
+    "production as `default`; the card's comes from a larger, later one).",
+    ["criteria_annotation", "multihop_questions"],
+    _filtered_qwen,
+    "2",
+)
+multihop_filtered_qwen_v2 = config_asset(
+    FILTERED_QWEN_V2_ASSET,
+    "`filtered_qwen_v2`: the rows of `filtered_qwen` that bridge_judge then language_judge keep. The "
+    "card's two train-only steps (a publishability score, a descriptor check) are left out.",
+    ["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions", FILTERED_QWEN_ASSET],
+    _filtered_qwen_v2,
+    "3",
+)
+
+
+class CorpusConfig(RecipeConfig):
+    """Recipe ``corpus_filtered_qwen_v2`` by default; its ``corpus_columns`` are the shipped columns."""
+
+
+@multihop_asset(code_version="2", deps=[FILTERED_QWEN_V2_ASSET, "abstracts"])
+def corpus_filtered_qwen_v2(
+    context: dg.AssetExecutionContext, config: CorpusConfig, store: ArtifactStore
+) -> dg.MaterializeResult:
+    """The abstracts in the contexts (golds and distractors) of ``filtered_qwen_v2``, per split, with
+    the card's corpus columns (``id, title, text, sentences, qid``); counts of gold and
+    distractor-only abstracts per split."""
+    partition = context.partition_key
+    recipe = config.resolved(CORPUS_V2_ASSET)
+    paths, rows, roles = {}, {}, {}
+    abstracts = _split_tables(store, partition, "abstracts")
+    missing = sorted(set(recipe.corpus_columns) - set(next(iter(abstracts.values())).column_names))
+    if missing:
+        raise ValueError(f"corpus_columns {missing} are not columns of abstracts")
+    for split, qs in _split_tables(store, partition, FILTERED_QWEN_V2_ASSET).items():
+        titles = {t for ctx in qs["context"].to_pylist() for t in ctx["title"]}
+        golds = {t for sf in qs["supporting_facts"].to_pylist() for t in sf["title"]}
+        corpus = abstracts[split]
+        sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
+        sub = sub.select(list(recipe.corpus_columns))
+        paths[split] = store.write(sub, partition, CORPUS_V2_ASSET, split)
+        rows[split] = sub.num_rows
+        gold = sum(t in golds for t in sub["title"].to_pylist())
+        roles[split] = {"gold": gold, "distractor_only": sub.num_rows - gold}
+    schema = next(iter(abstracts.values())).schema
+    md = table_metadata(
+        [paths[s] for s in SPLITS if s in paths], pa.schema([schema.field(c) for c in recipe.corpus_columns])
+    )
+    md.update(
+        {
+            "rows": sum(rows.values()),
+            **{f"rows/{s}": n for s, n in sorted(rows.items())},
+            "gold_vs_distractor_only": dg.MetadataValue.json(roles),
+            **recipe_metadata(store, partition, CORPUS_V2_ASSET, recipe),
+        }
+    )
+    return dg.MaterializeResult(metadata=md)
 
 
 def _subset_check(
@@ -436,162 +461,38 @@ def _subset_check(
     )
 
 
-@dg.asset_check(asset=multihop_filtered_qwen, blocking=True, partitions_def=snapshot_partitions)
-def multihop_filtered_qwen_is_subset_of_default(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore
-) -> dg.AssetCheckResult:
-    """Every row of ``filtered_qwen`` is a row of ``default``, same split, byte-identical; no duplicates."""
-    return _subset_check(store, context.partition_key, FILTERED_QWEN_ASSET)
+def subset_check(
+    asset: dg.AssetsDefinition, name: str, parent: str, description: str
+) -> dg.AssetChecksDefinition:
+    """The blocking check that ``asset``'s rows are rows of ``parent``, same split, unchanged, no duplicates."""
 
-
-class TargetedJudgeConfig(dg.Config):
-    role: str = "judge"  # the LLM role of this judge: "judge" (default) or "annotator"
-
-
-def _judge_asset(spec: tj.Judge, after: str, kept_of: str):
-    """The asset of one targeted judge, run on the questions ``after`` keeps (verdict ``kept_of``)."""
-
-    @dg.asset(
-        name=spec.stage,
-        partitions_def=snapshot_partitions,
-        group_name=GROUP,
-        code_version=f"1-{templates_version((spec.task,))}",
-        kinds={"parquet"},
-        deps=[after, "multihop_questions", "question_drafts", "abstracts"],
-        pool="gpu",
+    @dg.asset_check(
+        asset=asset, name=name, description=description, blocking=True, partitions_def=snapshot_partitions
     )
-    def _asset(
-        context: dg.AssetExecutionContext,
-        config: TargetedJudgeConfig,
-        store: ArtifactStore,
-        judge: dg.ResourceParam[ChatModel],
-        annotator: dg.ResourceParam[ChatModel],
-    ) -> dg.MaterializeResult:
-        model = role_model(spec.stage, config.role, judge=judge, annotator=annotator)
-        partition = context.partition_key
-        lang = snapshot_language(partition)
-        passed = {r["id"] for r in store.read(partition, after).to_pylist() if r["verdict"] == kept_of}
-        docs, drafts = pair_documents(store, partition)
-        items = []
-        for q in _questions(store, partition):
-            if q["id"] not in passed:
-                continue
-            d = drafts[q["id"]]
-            a, b = docs[d["a_id"]], docs[d["b_id"]]
-            items.append(tj.JudgeItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
-        template = load_prompt(spec.task, lang)
-        table = tj.run_judge(spec, items, model, template, log=context.log)
-        path = store.write(table, partition, spec.stage)
-        rows = table.to_pylist()
-        _ledger(
-            store,
-            partition,
-            spec.stage,
-            [
-                Decision(
-                    r["id"],
-                    KEPT if r["verdict"] == tj.KEPT else "dropped",
-                    r["verdict"],
-                    None,
-                    [r["cache_key"]],
-                )
-                for r in rows
-            ],
-        )
-        counts = Counter(r["verdict"] for r in rows)
-        md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "analysis"])
-        md.update(
-            {
-                "judged": len(rows),
-                "kept": counts.get(tj.KEPT, 0),
-                **funnel_metadata({v: counts.get(v, 0) for v in spec.verdicts if v != tj.KEPT}, "rejections"),
-                **model_metadata(model, config.role),
-                f"{spec.stage}/role": config.role,
-                f"{spec.stage}/prompt": f"{template.name}@{template.version}",
-            }
-        )
-        return dg.MaterializeResult(metadata=md)
+    def _check(context: dg.AssetCheckExecutionContext, store: ArtifactStore) -> dg.AssetCheckResult:
+        return _subset_check(store, context.partition_key, asset.key.path[-1], parent)
 
-    return _asset
+    return _check
 
 
-bridge_judge = _judge_asset(tj.BRIDGE, "criteria_annotation", cr.KEPT)
-language_judge = _judge_asset(tj.LANGUAGE, "bridge_judge", tj.KEPT)
-FILTERED_QWEN_V2_ASSET = "multihop_filtered_qwen_v2"
-CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="3",
-    kinds={"parquet"},
-    deps=["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions", FILTERED_QWEN_ASSET],
+multihop_filtered_is_subset_of_default = subset_check(
+    multihop_filtered,
+    "multihop_filtered_is_subset_of_default",
+    "multihop_questions",
+    "Every row of `filtered` is a row of `default`, same split, byte-identical; no duplicates.",
 )
-def multihop_filtered_qwen_v2(
-    context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.MaterializeResult:
-    """``filtered_qwen_v2``: the rows of ``filtered_qwen`` that bridge_judge then language_judge keep.
-
-    The card's two train-only steps (a publishability score, a descriptor check) are not described
-    there and are left out.
-    """
-    partition = context.partition_key
-    crit = store.read(partition, "criteria_annotation").to_pylist()
-    bridge = store.read(partition, "bridge_judge").to_pylist()
-    lang = store.read(partition, "language_judge").to_pylist()
-    kept = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
-    provenance = {
-        **_criteria_provenance(crit),
-        "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
-        "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
-    }
-    topics = _topics(store, snapshots, partition)
-    md = _write_config(store, partition, FILTERED_QWEN_V2_ASSET, kept, fc.verdicts_table(provenance, topics))
-    md.update(_topic_metadata(topics, [r["id"] for r in crit]))
-    md.update(
-        funnel_metadata(
-            {
-                "filtered_qwen": sum(r["verdict"] == cr.KEPT for r in crit),
-                "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
-                "language_judge kept": len(kept),
-            },
-            "funnel",
-        )
-    )
-    return dg.MaterializeResult(metadata=md)
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet"},
-    deps=[FILTERED_QWEN_V2_ASSET, "abstracts"],
+multihop_filtered_qwen_is_subset_of_default = subset_check(
+    multihop_filtered_qwen,
+    "multihop_filtered_qwen_is_subset_of_default",
+    "multihop_questions",
+    "Every row of `filtered_qwen` is a row of `default`, same split, byte-identical; no duplicates.",
 )
-def corpus_filtered_qwen_v2(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
-    """The abstracts in the contexts (golds and distractors) of ``filtered_qwen_v2``, per split, corpus schema."""
-    partition = context.partition_key
-    paths, rows = {}, {}
-    abstracts = _split_tables(store, partition, "abstracts")
-    for split, questions in _split_tables(store, partition, FILTERED_QWEN_V2_ASSET).items():
-        titles = {t for ctx in questions["context"].to_pylist() for t in ctx["title"]}
-        corpus = abstracts[split]
-        sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
-        paths[split] = store.write(sub, partition, CORPUS_V2_ASSET, split)
-        rows[split] = sub.num_rows
-    md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(abstracts.values())).schema)
-    md.update({"rows": sum(rows.values()), **{f"rows/{s}": n for s, n in sorted(rows.items())}})
-    return dg.MaterializeResult(metadata=md)
-
-
-@dg.asset_check(asset=multihop_filtered_qwen_v2, blocking=True, partitions_def=snapshot_partitions)
-def multihop_filtered_qwen_v2_is_subset_of_filtered_qwen(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore
-) -> dg.AssetCheckResult:
-    """Every row of ``filtered_qwen_v2`` is a row of ``filtered_qwen`` (the config it filters), unchanged."""
-    return _subset_check(store, context.partition_key, FILTERED_QWEN_V2_ASSET, FILTERED_QWEN_ASSET)
-
+multihop_filtered_qwen_v2_is_subset_of_filtered_qwen = subset_check(
+    multihop_filtered_qwen_v2,
+    "multihop_filtered_qwen_v2_is_subset_of_filtered_qwen",
+    FILTERED_QWEN_ASSET,
+    "Every row of `filtered_qwen_v2` is a row of `filtered_qwen` (the config it filters), unchanged.",
+)
 
 filter_assets = [
     first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen,

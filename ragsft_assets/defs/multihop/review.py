@@ -1,4 +1,4 @@
-"""The ``review_labels`` asset (issue 13): an LLM role labels a blind review sample, six criteria.
+"""The ``review_labels`` asset: an LLM role labels a blind review sample, six criteria.
 
 No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
 time. The sample is a ``sample.jsonl`` written by ``ragsft review sample``; the labels are JSON lines
@@ -11,26 +11,26 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
 import orjson
 
-from ragsft_assets.defs.metadata import file_sha256, model_metadata, table_metadata
-from ragsft_assets.defs.multihop.filters import criteria_items, pair_documents, role_model
-from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
-from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.defs.metadata import file_sha256
+from ragsft_assets.defs.multihop.common import RecipeConfig, pair_documents
+from ragsft_assets.defs.multihop.filters import criteria_items
+from ragsft_assets.defs.multihop.judged import JudgeCall, Judged, JudgedStage, judged_asset
+from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import review
-from ragsft_assets.prompts import load_prompt, templates_version
-from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import atomic_write_bytes
 
 GROUP = "review"
 
 
-class ReviewLabelsConfig(dg.Config):
+class ReviewLabelsConfig(RecipeConfig):
+    """Recipe ``filtered_qwen`` by default: the six-criteria protocol and its ``criteria_role``
+    (annotator; override ``{"criteria_role": "judge"}`` for a second regime)."""
+
     sample: str  # a sample.jsonl written by `ragsft review sample` for this partition
-    role: str = "annotator"  # the LLM role that labels: "annotator" (default) or "judge"
-    out: str = ""  # the label file; default: labels-<role>.jsonl beside the sample
+    out: str | None = None  # the label file; None: labels-<role>.jsonl beside the sample
 
 
 def read_sample(path: Path) -> list[dict[str, Any]]:
@@ -62,62 +62,57 @@ def read_sample(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=f"1-{templates_version((cr.TASK,))}",
-    kinds={"parquet"},
-    deps=["question_drafts", "abstracts"],
-    pool="gpu",
-)
-def review_labels(
-    context: dg.AssetExecutionContext,
-    config: ReviewLabelsConfig,
-    store: ArtifactStore,
-    annotator: dg.ResourceParam[ChatModel],
-    judge: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
-    """Labels {id, valid} of a blind review sample by an LLM role, with the six-criteria protocol."""
-    # The same role choice and the same items as criteria_annotation (one protocol, one setup).
-    model = role_model("review_labels", config.role, annotator=annotator, judge=judge)
-    partition = context.partition_key
-    sample_path = Path(config.sample).expanduser()
+def _label(run: JudgeCall) -> Judged:
+    """Label the sample's questions {id, valid} with the six-criteria protocol, beside the sample."""
+    sample_path = Path(run.config.sample).expanduser()
     rows = read_sample(sample_path)
-    docs, drafts = pair_documents(store, partition)
+    docs, drafts = pair_documents(run.store, run.partition)
     stray = [r["id"] for r in rows if r["id"] not in drafts]
     if stray:
         raise ValueError(
-            f"{len(stray)} questions of {sample_path} are not questions of partition {partition!r} "
+            f"{len(stray)} questions of {sample_path} are not questions of partition {run.partition!r} "
             f"(e.g. {stray[0]}): was the sample drawn from another partition?"
         )
     # The annotator sees what a person labelling the file sees: the sample's question and answer,
     # and the full abstracts of A and B (the gold paragraphs of the row's context).
-    items = criteria_items(rows, docs, drafts)
-    template = load_prompt(cr.TASK, snapshot_language(partition))
-    table = cr.run_criteria(items, model, template, log=context.log)
+    table = cr.run_criteria(criteria_items(rows, docs, drafts), run.model, run.template, log=run.log)
     labels = review.labels_from_criteria([r["id"] for r in rows], table)
-    out = Path(config.out).expanduser() if config.out else sample_path.parent / f"labels-{config.role}.jsonl"
+    role = run.recipe.criteria_role
+    out = Path(run.config.out).expanduser() if run.config.out else sample_path.parent / f"labels-{role}.jsonl"
     atomic_write_bytes(out, b"".join(orjson.dumps(x) + b"\n" for x in labels))
-    path = store.write(table, partition, "review_labels")
+    run.log.info(f"{len(labels)} labels of {len(rows)} sample questions -> {out}")
     counts = Counter(table.column("verdict").to_pylist())
-    md = table_metadata([path], table.schema, preview_columns=["id", "verdict", "failed"])
-    md.update(
-        {
-            "sample": str(sample_path),
-            "sample_sha256": file_sha256(sample_path),
-            "labels": str(out),
-            "labels_sha256": file_sha256(out),
-            "questions": len(rows),
-            "valid": counts.get(cr.KEPT, 0),
-            "invalid": counts.get(cr.FAILS_CRITERIA, 0),
-            "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # no label line: agreement names them
-            **model_metadata(model, config.role),
-            "annotator/role": config.role,
-            "annotator/prompt": f"{template.name}@{template.version}",
-        }
-    )
-    context.log.info(f"{len(labels)} labels of {len(rows)} sample questions -> {out}")
-    return dg.MaterializeResult(metadata=md)
+    md = {
+        "sample": str(sample_path),
+        "sample_sha256": file_sha256(sample_path),
+        "labels": str(out),
+        "labels_sha256": file_sha256(out),
+        "questions": len(rows),
+        "valid": counts.get(cr.KEPT, 0),
+        "invalid": counts.get(cr.FAILS_CRITERIA, 0),
+        "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # no label line: agreement names them
+    }
+    decisions = [
+        Decision(x["id"], "kept" if x["valid"] else "dropped", "valid" if x["valid"] else "invalid")
+        for x in labels
+    ]
+    return Judged(table, decisions, md, ("id", "verdict", "failed"))
 
+
+# Group `review`, no ledger (a sample is no production stage); no job selects it: it needs a sample.
+review_labels = judged_asset(
+    JudgedStage(
+        "review_labels",
+        "Labels {id, valid} of a blind review sample (`ragsft review sample`) by an LLM role, with the "
+        "six-criteria protocol of criteria_annotation; the file a person labelling it by hand writes.",
+        cr.TASK,
+        "criteria_role",
+        ReviewLabelsConfig,
+        ("question_drafts", "abstracts"),
+        _label,
+        group=GROUP,
+        product=None,
+    )
+)
 
 review_assets = [review_labels]

@@ -1,0 +1,142 @@
+"""One factory for the multihop assets that have an LLM judge questions: select, judge, write the
+verdicts and the ledger, attach metadata.
+
+``first_hop``, ``criteria_annotation``, ``bridge_judge``, ``language_judge`` and ``review_labels``
+differ only in what they select and how they judge (a :class:`JudgedStage`); the wiring around
+them (the recipe, the LLM role, the prompt, the table, the ledger, the recipe record, the metadata)
+is this module's, once.
+
+No ``from __future__ import annotations``: Dagster resolves config and resource types at
+decoration time.
+"""
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+
+from ragsft_assets.defs.metadata import model_metadata, table_metadata
+from ragsft_assets.defs.multihop.common import (
+    FILTER_PRODUCT,
+    KEPT,
+    language,
+    multihop_asset,
+    recipe_metadata,
+    role_model,
+    write_ledger,
+)
+from ragsft_assets.ledger import Decision
+from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.multihop.recipes import MultihopRecipe
+from ragsft_assets.prompts import PromptTemplate, load_prompt, templates_version
+from ragsft_assets.resources.store import ArtifactStore
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeCall:
+    """What a stage's judge function gets: where, with which recipe, model and prompt."""
+
+    store: ArtifactStore
+    partition: str
+    recipe: MultihopRecipe
+    config: Any
+    model: ChatModel
+    template: PromptTemplate
+    log: Any
+
+
+@dataclass(slots=True)
+class Judged:
+    """What a stage's judge function returns: the table to write, its ledger rows, more metadata."""
+
+    table: pa.Table
+    decisions: list[Decision]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    preview: Sequence[str] = ("id", "verdict")
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedStage:
+    """One judged asset: its name, description, prompt task, the recipe field naming its LLM role,
+    its run config class, its upstream assets and its judge function."""
+
+    name: str
+    description: str
+    task: str
+    role_field: str
+    config: type
+    deps: tuple[str, ...]
+    judge: Callable[[JudgeCall], Judged]
+    group: str | None = None  # None: the multihop group
+    product: str | None = FILTER_PRODUCT  # the ledger product; None: the stage writes no ledger
+
+
+def verdict_decisions(
+    rows: Sequence[dict[str, Any]], kept: str, reason: Callable[[dict[str, Any]], str] | None = None
+) -> list[Decision]:
+    """One ledger row per judged question: ``kept`` when its verdict is ``kept``, else dropped with
+    ``reason(row)`` (default: the verdict), and the row's cache key."""
+    out = []
+    for r in rows:
+        ok = r["verdict"] == kept
+        why = r["verdict"] if ok or reason is None else reason(r)
+        out.append(
+            Decision(
+                r["id"], KEPT if ok else "dropped", why, None, [r["cache_key"]] if r.get("cache_key") else []
+            )
+        )
+    return out
+
+
+def rejection_counts(verdicts: Sequence[str], known: Sequence[str], kept: str) -> dict[str, int]:
+    """Questions per rejecting verdict, every known one listed (zeros included), in ``known`` order."""
+    counts = Counter(verdicts)
+    return {v: counts.get(v, 0) for v in known if v != kept}
+
+
+def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
+    """The asset of ``stage``: resolve the recipe, pick the role's model, render the stage's prompt
+    in the partition's language, judge, write the table and the ledger, return the metadata."""
+
+    @multihop_asset(
+        name=stage.name,
+        description=stage.description,
+        code_version=f"1-{templates_version((stage.task,))}",
+        deps=list(stage.deps),
+        llm=True,
+        **({"group": stage.group} if stage.group else {}),
+    )
+    def _asset(
+        context: dg.AssetExecutionContext,
+        config: stage.config,  # type: ignore[valid-type]
+        store: ArtifactStore,
+        judge: dg.ResourceParam[ChatModel],
+        annotator: dg.ResourceParam[ChatModel],
+    ) -> dg.MaterializeResult:
+        partition = context.partition_key
+        recipe = config.resolved(stage.name)
+        role = getattr(recipe, stage.role_field)
+        model = role_model(stage.name, role, judge=judge, annotator=annotator)
+        template = load_prompt(stage.task, language(partition))
+        out = stage.judge(JudgeCall(store, partition, recipe, config, model, template, context.log))
+        path = store.write(out.table, partition, stage.name)
+        if stage.product is not None:
+            write_ledger(store, partition, stage.name, out.decisions, stage.product)
+        md = table_metadata([path], out.table.schema, preview_columns=list(out.preview))
+        md.update(
+            {
+                "judged": out.table.num_rows,
+                "kept": sum(d.verdict == KEPT for d in out.decisions),
+                **out.metadata,
+                **model_metadata(model, role),
+                f"{stage.name}/role": role,
+                f"{stage.name}/prompt": f"{template.name}@{template.version}",
+                **recipe_metadata(store, partition, stage.name, recipe),
+            }
+        )
+        return dg.MaterializeResult(metadata=md)
+
+    return _asset
