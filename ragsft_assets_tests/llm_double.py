@@ -4,7 +4,9 @@
 and interprets the text exactly like the real backends do (reasoning split, JSON schema
 validation, ``unreadable`` status). It counts every call it receives, so tests can
 assert exact numbers of model calls. ``complete`` answers raw prompts (base-model role) and
-``chat_template_kwargs`` are recorded per call in ``template_kwargs``.
+``chat_template_kwargs`` are recorded per call in ``template_kwargs``, with the thinking switch
+resolved like the real client does (``enable_thinking=`` plays the role's setting; a task's
+``SamplingParams.enable_thinking`` shows there as ``{"enable_thinking": ...}``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ragsft_assets.ids import sha256_hex
+from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.parsing import interpret
+from ragsft_assets.llm.thinking import effective_request
 from ragsft_assets.llm.types import BatchResult, BatchStats, ChatResult, Message, SamplingParams
 
 Responder = Callable[[Sequence[Message]], str]
 
 
 class ScriptedChatModel:
-    def __init__(self, responder: Responder, model_id: str = "scripted-double") -> None:
+    def __init__(
+        self, responder: Responder, model_id: str = "scripted-double", enable_thinking: bool | None = None
+    ) -> None:
         self.responder = responder
         self.model_id = model_id
+        self.enable_thinking = enable_thinking
         self.calls: list[list[dict[str, str]]] = []
         self.template_kwargs: list[dict[str, Any] | None] = []  # chat_template_kwargs per chat call
         self.prompts: list[str] = []  # every raw prompt ``complete`` received
@@ -43,6 +50,9 @@ class ScriptedChatModel:
         stats = BatchStats(requests=len(conversations))
         results = []
         kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
+        if self.enable_thinking is not None or params.enable_thinking is not None:
+            probe = Request([{"role": "user", "content": ""}], params, None, kwargs)
+            kwargs = effective_request(probe, self.enable_thinking).chat_template_kwargs
         for conv in conversations:
             self.calls.append([dict(m) for m in conv])
             self.template_kwargs.append(kwargs)
@@ -65,6 +75,26 @@ class ScriptedChatModel:
             stats.completion_tokens += res.completion_tokens
             stats.unreadable += status == "unreadable"
             results.append(res)
+        return BatchResult(results=results, stats=stats)
+
+    def run(self, requests: Sequence[Any], *, template_version: str = "", log: Any = None) -> BatchResult:
+        """Requests that may differ in sampling settings (``ChatClient.run``), as one batch; ``runs``
+        counts the batches received."""
+        self.runs = getattr(self, "runs", 0) + 1
+        results, stats = [], BatchStats()
+        for r in requests:
+            if r.is_completion:
+                one = self.complete([r.prompt], r.params, template_version=template_version)
+            else:
+                one = self.chat(
+                    [r.messages],
+                    r.params,
+                    json_schema=r.json_schema,
+                    template_version=template_version,
+                    chat_template_kwargs=r.chat_template_kwargs,
+                )
+            results += one.results
+            stats = stats.add(one.stats)
         return BatchResult(results=results, stats=stats)
 
     def complete(

@@ -41,11 +41,13 @@ class ResponderBackend:
     def __init__(self, model: str) -> None:
         self.model = model
         self.calls = 0
+        self.batches = 0  # generate() calls: the batches the client handed the engine
 
     def identity(self) -> dict[str, str]:
         return {"backend": "double", "model": self.model, "weights_sha256": "0" * 64}
 
     def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        self.batches += 1
         for i, r in enumerate(requests):
             self.calls += 1
             messages = [{"role": "user", "content": r.prompt}] if r.is_completion else r.messages
@@ -87,13 +89,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     run_config = {"ops": {"oasst_pairs": {"config": {"trees_path": str(TREES)}}}}
     first = job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY)
     calls = (chat.calls, base.calls)
+    batches = (chat.batches, base.batches)
     store = ArtifactStore(home=str(home))
     release = home / "releases" / "recall"
     before = {"assets": _snapshot(store.root), "release": _snapshot(release)}
     second = job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY)
     after = {"assets": _snapshot(store.root), "release": _snapshot(release)}
     rerun_calls = (chat.calls - calls[0], base.calls - calls[1])
-    return first, second, store, release, calls, rerun_calls, before, after
+    return first, second, store, release, calls, rerun_calls, before, after, batches
 
 
 def test_both_configs_verify_and_load(runs) -> None:
@@ -127,6 +130,29 @@ def test_both_configs_verify_and_load(runs) -> None:
     assert md["dagster/row_count"].value == 94 and md["trees"].value == 100
 
 
+def test_each_stage_hands_the_engine_one_batch(runs) -> None:
+    """claims, claim_audit, probes, probe_labels and rewrites: one chat batch each; probe_answers:
+    one completion batch, every answer with its own seed."""
+    assert runs[-1] == (5, 1)
+
+
+def test_recipe_recorded_and_license_in_card_and_manifests(runs) -> None:
+    first, _, store, release, *_ = runs
+    from ragsft_assets import recipes
+
+    recs = recipes.read_records(store.root / model_partition(KEY))
+    assert recs["known_claims"]["recipe"] == "recall_oasst1" and recs["known_claims"]["changed"] == {}
+    assert recs["known_claims"]["values"]["j_e"] == 2
+    readme = (release / "README.md").read_text()
+    assert readme.startswith("---\nlicense: apache-2.0\n")
+    assert "Apache-2.0" in readme.split("## License", 1)[1]
+    assert "Recipe `recall_oasst1`: as the card." in readme
+    man = orjson.loads((release / "provenance" / f"{KEY}-sft" / "manifest.json").read_bytes())
+    assert man["license"] == "apache-2.0" and man["recipe"]["recipe"] == "recall_oasst1"
+    md = first.asset_materializations_for_node("known_claims")[0].metadata
+    assert md["recipe"].value["recipe"] == "recall_oasst1"
+
+
 def test_ledger_rows_per_stage(runs) -> None:
     _, _, store, *_ = runs
     for stage in STAGES:
@@ -144,7 +170,7 @@ def test_ledger_rows_per_stage(runs) -> None:
 
 
 def test_rerun_makes_no_model_call_and_is_byte_identical(runs) -> None:
-    _, second, _, _, _, rerun_calls, before, after = runs
+    _, second, _, _, _, rerun_calls, before, after, _ = runs
     assert second.success
     assert rerun_calls == (0, 0)
     assert before["release"] == after["release"]
@@ -206,7 +232,9 @@ def test_new_thresholds_rewrite_only_the_changed_records(runs, tmp_path: Path) -
     run_config = {
         "ops": {
             "oasst_pairs": {"config": {"trees_path": str(TREES)}},
-            "known_claims": {"config": {"thresholds": str(t)}},
+            "known_claims": {
+                "config": {"overrides": {"j_e": t.j_e, "k_e": t.k_e, "j_c": t.j_c, "k_c": t.k_c}}
+            },
         }
     }
     assert job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY).success

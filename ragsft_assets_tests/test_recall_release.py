@@ -52,6 +52,33 @@ def test_schemas_field_for_field() -> None:
     assert [f.name for f in probe.field("answers").type.value_type] == ["text", "label"]
 
 
+# The card's types: ints for ids and counts, booleans for verdicts, strings for text.
+CARD_TYPES = {
+    "num_claims": pa.int64(),
+    "num_knowledge_dependent_claims": pa.int64(),
+    "num_known_claims": pa.int64(),
+    "num_unknown_claims": pa.int64(),
+    "is_refusal": pa.bool_(),
+    "filter": pa.string(),
+}
+CARD_CLAIM_TYPES = {
+    "claim_id": pa.int64(),
+    "text": pa.string(),
+    "is_knowledge_dependent": pa.bool_(),
+    "knowledge_dependence_reason": pa.string(),
+    "is_known": pa.bool_(),
+    "is_removed": pa.bool_(),
+    "num_entailed_answers": pa.int64(),
+    "num_contradicted_answers": pa.int64(),
+    "num_unrelated_answers": pa.int64(),
+}
+
+
+def test_schema_types_are_the_cards() -> None:
+    assert {n: FULL_SCHEMA.field(n).type for n in CARD_TYPES} == CARD_TYPES
+    assert {n: CLAIM.field(n).type for n in CARD_CLAIM_TYPES} == CARD_CLAIM_TYPES
+
+
 def test_sft_row_fits_schema() -> None:
     full = {"id": "oasst1-0000", "base_model": "Qwen/Qwen3-4B-Base", "prompt": "p", "rewritten_response": "r"}
     full["is_refusal"] = False

@@ -61,7 +61,7 @@ def _full_record(rid: str, claims: list[tuple[bool, list[tuple[int, int]]]], t: 
         known = is_known(counts, t) if kd else None
         out.append(
             {
-                "claim_id": f"{rid}-c{n}",
+                "claim_id": n,
                 "text": f"claim {n}",
                 "is_knowledge_dependent": kd,
                 "knowledge_dependence_reason": "",
@@ -90,8 +90,7 @@ def test_recall_rule_cli(tmp_path) -> None:
     res = CliRunner().invoke(main, ["recall", "rule", str(src), "--thresholds", "3/1/1/1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     last = orjson.loads(res.output.strip().splitlines()[-1])
-    assert last == {
-        "thresholds": "3/1/1/1",
+    totals = {
         "records": 3,
         "claims": 5,
         "knowledge_dependent": 4,
@@ -99,6 +98,7 @@ def test_recall_rule_cli(tmp_path) -> None:
         "unknown": 2,
         "rewrite_stale": 1,
     }
+    assert last == {"thresholds": "3/1/1/1", **totals, "base_models": {"": totals}}
     rows = [orjson.loads(x) for x in out.read_bytes().splitlines()]
     assert [r["rewrite_stale"] for r in rows] == [True, False, False]
     assert {r["filter"] for r in rows} == {"3/1/1/1"}
@@ -130,3 +130,43 @@ def test_rederive_non_dependent_claims_always_kept() -> None:
     rec = {"claims": [{"claim_id": "x", "is_knowledge_dependent": False, "is_removed": True, "probes": []}]}
     out = rederive(rec, Thresholds())
     assert out["claims"][0]["is_removed"] is False and out["rewrite_stale"] is True
+
+
+def _records_for(model: str, t: Thresholds) -> list[dict]:
+    rows = [
+        _full_record("oasst1-0000", [(True, TABLE[0][1]), (False, [])], t),
+        _full_record("oasst1-0001", [(True, TABLE[7][1])], t),
+    ]
+    return [{**r, "base_model": model} for r in rows]
+
+
+def test_rule_reads_published_jsonl_gz_per_base_model_and_one_config(tmp_path) -> None:
+    """The published -full files are gzipped JSON lines; one input may hold several base models;
+    --config picks one config of a release folder."""
+    import gzip
+
+    default = Thresholds()
+    folder = tmp_path / "recall-rewrite-oasst1"
+    for key, model in (("qwen3-4b-base", "Qwen/Qwen3-4B-Base"), ("olmo-2-7b", "allenai/OLMo-2-1124-7B")):
+        (folder / f"{key}-full").mkdir(parents=True)
+        data = b"".join(orjson.dumps(r) + b"\n" for r in _records_for(model, default))
+        (folder / f"{key}-full" / "train-00000-of-00001.jsonl.gz").write_bytes(gzip.compress(data))
+    res = CliRunner().invoke(main, ["recall", "rule", str(folder), "--thresholds", "3/1/1/1"])
+    assert res.exit_code == 0, res.output
+    last = orjson.loads(res.output.strip().splitlines()[-1])
+    assert last["records"] == 4 and set(last["base_models"]) == {
+        "Qwen/Qwen3-4B-Base",
+        "allenai/OLMo-2-1124-7B",
+    }
+    assert all(c["records"] == 2 and c["rewrite_stale"] == 1 for c in last["base_models"].values())
+    assert "allenai/OLMo-2-1124-7B: thresholds 3/1/1/1: 2 records" in res.output
+
+    res = CliRunner().invoke(
+        main, ["recall", "rule", str(folder), "--config", "olmo-2-7b-full", "--thresholds", "3/1/1/1"]
+    )
+    assert res.exit_code == 0, res.output
+    last = orjson.loads(res.output.strip().splitlines()[-1])
+    assert last["records"] == 2 and list(last["base_models"]) == ["allenai/OLMo-2-1124-7B"]
+
+    res = CliRunner().invoke(main, ["recall", "rule", str(folder), "--config", "nope-full"])
+    assert res.exit_code != 0 and "no data file of config 'nope-full'" in res.output

@@ -132,17 +132,72 @@ def test_hundred_trees_give_both_configs() -> None:
     assert orjson.dumps(full2) == orjson.dumps([r for r in full if r["id"] in ids])
 
 
-def test_claims_schema_is_bounded_and_repeats_collapse() -> None:
-    from ragsft_assets.recall.stages import CLAIMS_SCHEMA, MAX_CLAIMS, claims_stage
+def test_claims_are_not_capped_ids_are_ints_and_repeats_collapse() -> None:
+    from ragsft_assets.recall.stages import CLAIMS_SCHEMA, claims_stage
 
-    # A small model stuck on one claim: the schema bounds the array, so the JSON closes in time.
-    arr = CLAIMS_SCHEMA["properties"]["claims"]
-    assert arr["maxItems"] == MAX_CLAIMS  # no maxLength: a real sentence (code) can run past 2,000 chars
-    looped = orjson.dumps(
-        {"claims": ["Today is 5 February.", "Today is 5 February.", " 322 days left. "] * 5}
-    )
+    assert "maxItems" not in CLAIMS_SCHEMA["properties"]["claims"]  # a long response is decomposed whole
+    many = [f"Fact number {i} holds." for i in range(45)]
+    looped = orjson.dumps({"claims": [*many, "Fact number 3 holds.", " Fact number 7 holds. "]})
     model = ScriptedChatModel(lambda messages: looped.decode())
     pairs = read_tree_export(TREES).pairs[:1]
     out = claims_stage(pairs, model)
-    assert [c["text"] for c in out.records[0]["claims"]] == ["Today is 5 February.", "322 days left."]
-    assert [c["claim_id"] for c in out.records[0]["claims"]] == [f"{pairs[0].id}-c00", f"{pairs[0].id}-c01"]
+    claims = out.records[0]["claims"]
+    assert [c["text"] for c in claims] == many
+    assert [c["claim_id"] for c in claims] == list(range(45))
+
+
+class FlakyBase:
+    """A base model whose answers to the questions of one claim fail (an engine error)."""
+
+    def __init__(self, fail_on: str) -> None:
+        self.inner = ScriptedChatModel(responder, model_id="flaky-base")
+        self.fail_on = fail_on
+
+    def model_identity(self) -> dict[str, str]:
+        return self.inner.model_identity()
+
+    def run(self, requests, *, template_version: str = "", log=None):
+        from ragsft_assets.llm.types import ChatResult
+
+        batch = self.inner.run(requests, template_version=template_version)
+        for i, r in enumerate(requests):
+            if self.fail_on in r.prompt:
+                batch.results[i] = ChatResult(text="", status="error", error="engine died")
+        return batch
+
+
+def test_a_failure_of_one_base_model_keeps_the_example_for_every_model() -> None:
+    pairs = read_tree_export(TREES).pairs[:12]
+    good_full, _, _ = run_all(pairs, ScriptedChatModel(responder), ScriptedChatModel(responder), "good")
+    probed = next(c for r in good_full for c in r["claims"] if c["is_knowledge_dependent"])
+    flaky = FlakyBase(probed["probes"][0]["question"])
+
+    class FailingRewriter(ScriptedChatModel):
+        def chat(self, conversations, params, **kw):
+            batch = super().chat(conversations, params, **kw)
+            if conversations and conversations[0][-1]["content"].startswith("Rewrite"):
+                from ragsft_assets.llm.types import ChatResult
+
+                batch.results[0] = ChatResult(text="", status="error", error="timeout")
+            return batch
+
+    full, sft, stages = run_all(pairs, FailingRewriter(responder), flaky, "flaky")
+    assert [r["id"] for r in full] == [r["id"] for r in good_full]  # the same example ids
+    assert [r["id"] for r in sft] == [r["id"] for r in good_full]
+    answers = stages["probe_answers"]
+    assert answers.reasons["base_model_failed_answers"] >= 2
+    assert not any(d.verdict == "dropped" for d in answers.decisions)
+    assert stages["probe_labels"].reasons["failed_answer_as_unrelated"] >= 2
+    rewrites = stages["rewrites"]
+    refused = [d for d in rewrites.decisions if d.reason == "rewrite_error_refused"]
+    assert len(refused) == 1 and not any(d.verdict == "dropped" for d in rewrites.decisions)
+    row = next(r for r in full if r["id"] == refused[0].candidate_id)
+    assert row["is_refusal"] and row["rewritten_response"] == REFUSAL
+
+
+def test_every_answer_goes_to_the_base_model_in_one_batch() -> None:
+    pairs = read_tree_export(TREES).pairs[:10]
+    base = ScriptedChatModel(responder, model_id="base-double")
+    full, _, _ = run_all(pairs, ScriptedChatModel(responder), base, "m")
+    assert base.runs == 1  # one batch, each request with its own seed
+    assert len(base.prompts) == 2 * sum(len(c["probes"]) for r in full for c in r["claims"]) > 2

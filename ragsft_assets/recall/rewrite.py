@@ -41,6 +41,8 @@ def decide_target(
     claims: Sequence[ClaimState],
     rewritten: str | None,
     rewriter_says_substantive: bool | None,
+    *,
+    refusal: str = REFUSAL,
 ) -> Target:
     """The default rule: refuse when the rewriter says nothing substantive is left, or when no
     known claim and no non-knowledge-dependent factual claim remains.
@@ -50,16 +52,17 @@ def decide_target(
         claims: every claim of the response, with its verdict.
         rewritten: the rewriter's text (None when no rewrite was needed).
         rewriter_says_substantive: the rewriter's own flag (None when no rewrite was needed).
+        refusal: the fixed refusal (the recipe's).
     """
     if not needs_rewriter(claims):
         return Target(original, False, NOTHING_REMOVED)
     if rewriter_says_substantive is False or not (rewritten or "").strip():
-        return Target(REFUSAL, True, REWRITER_SAYS_NOTHING_LEFT)
+        return Target(refusal, True, REWRITER_SAYS_NOTHING_LEFT)
     left = any(
         (c.is_knowledge_dependent and c.is_known)
         or (not c.is_knowledge_dependent and c.contains_specific_fact)
         for c in claims
     )
     if not left:
-        return Target(REFUSAL, True, NO_FACT_LEFT)
+        return Target(refusal, True, NO_FACT_LEFT)
     return Target(rewritten or "", False, REWRITTEN)

@@ -21,7 +21,7 @@ ANSWER = pa.struct([("text", pa.string()), ("label", pa.string())])
 PROBE = pa.struct([("question", pa.string()), ("answers", pa.list_(ANSWER))])
 CLAIM = pa.struct(
     [
-        ("claim_id", pa.string()),
+        ("claim_id", pa.int64()),  # the claim's number within its response, an int as in the card
         ("text", pa.string()),
         ("is_knowledge_dependent", pa.bool_()),
         ("knowledge_dependence_reason", pa.string()),

@@ -1,8 +1,18 @@
 """The stages of Recall Rewrite as plain functions over a chat model and a completion model.
 
-Each stage takes the previous stage's records, makes its calls in one batch (the LLM layer's cache,
-resume and budget apply) and returns its records plus ledger decisions with counted reasons. Model
-output that does not parse is a verdict (``unreadable``), never a crash.
+Each stage takes the previous stage's records, hands the model all of its calls in one batch (the
+LLM layer's cache, resume and budget apply; the base model's answers each carry their own seed in
+that one batch) and returns its records plus ledger decisions with counted reasons. Model output
+that does not parse is a verdict (``unreadable``), never a crash. The card's values (probes per
+claim, answers per probe, temperature, thresholds, refusal) come from a ``RecallRecipe``.
+
+Claims are numbered per response (``claim_id`` 0, 1, ...: an int, as in the card's schema); across
+responses a claim is named by ``claim_key`` (response id + number).
+
+A base-model stage never drops an example for one model only: the model-independent stages decide
+which examples exist, so every base model's ``-sft`` holds the same ids. A base-model answer that
+failed is recorded (ledger detail, counted reason) and decides nothing (it is labelled
+``UNRELATED`` with no judge call); a rewrite that failed gives the fixed refusal, recorded likewise.
 """
 
 from __future__ import annotations
@@ -14,24 +24,15 @@ from typing import Any
 
 from ragsft_assets.ids import DEFAULT_SEED, item_rng
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.types import SamplingParams
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets.recall.oasst import OasstPair
-from ragsft_assets.recall.rewrite import ClaimState, decide_target, needs_rewriter
-from ragsft_assets.recall.rule import (
-    CONTRADICTS,
-    DEFAULT_THRESHOLDS,
-    ENTAILS,
-    LABELS,
-    UNRELATED,
-    Thresholds,
-    is_known,
-)
+from ragsft_assets.recall.recipes import RECALL_OASST1, RecallRecipe
+from ragsft_assets.recall.rewrite import ClaimState, Target, decide_target, needs_rewriter
+from ragsft_assets.recall.rule import CONTRADICTS, ENTAILS, LABELS, UNRELATED, Thresholds, is_known
 from ragsft_assets.recall.schema import AUDIT_CHECKLIST, sft_row
 
-NUM_PROBES = 5
-ANSWERS_PER_PROBE = 2
-ANSWER_TEMPERATURE = 0.5
 QA_STOP = ("\nQ:", "\n\n")  # an answer ends where the next few-shot item would begin
 PROMPT_TASKS = (
     "recall_claims",
@@ -42,18 +43,11 @@ PROMPT_TASKS = (
     "recall_rewrite",
 )
 
-# Bounded so that a model stuck repeating one claim (small models do) still closes the JSON within
-# max_tokens instead of being cut mid-array (unreadable); repeats are collapsed after parsing.
-MAX_CLAIMS = 40
+# No cap on the number of claims: a response with many claims is decomposed whole (the recipe's
+# claims_max_tokens leaves room for it); repeats are collapsed after parsing.
 CLAIMS_SCHEMA = {
     "type": "object",
-    "properties": {
-        "claims": {
-            "type": "array",
-            "items": {"type": "string", "minLength": 1},
-            "maxItems": MAX_CLAIMS,
-        }
-    },
+    "properties": {"claims": {"type": "array", "items": {"type": "string", "minLength": 1}}},
     "required": ["claims"],
 }
 AUDIT_SCHEMA = {
@@ -65,18 +59,25 @@ AUDIT_SCHEMA = {
     },
     "required": [*AUDIT_CHECKLIST, "justification", "is_knowledge_dependent"],
 }
-PROBES_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "questions": {
-            "type": "array",
-            "items": {"type": "string", "minLength": 1},
-            "minItems": NUM_PROBES,
-            "maxItems": NUM_PROBES,
-        }
-    },
-    "required": ["questions"],
-}
+
+
+def probes_schema(n: int) -> dict[str, Any]:
+    """Exactly ``n`` probing questions (the recipe's ``num_probes``)."""
+    return {
+        "type": "object",
+        "properties": {
+            "questions": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1},
+                "minItems": n,
+                "maxItems": n,
+            }
+        },
+        "required": ["questions"],
+    }
+
+
+PROBES_SCHEMA = probes_schema(RECALL_OASST1.num_probes)
 LABEL_SCHEMA = {
     "type": "object",
     "properties": {"label": {"type": "string", "enum": list(LABELS)}},
@@ -110,24 +111,25 @@ def _user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def claims_stage(pairs: Sequence[OasstPair], model: Any, params: SamplingParams | None = None) -> StageOut:
-    """Stage 1: each gold response as atomic claims (at most ``MAX_CLAIMS``, repeats collapsed); an
+def claim_key(example_id: str, claim_id: int) -> str:
+    """A claim's name across responses (``oasst1-0001-c00``): seeds and lookups use it."""
+    return f"{example_id}-c{claim_id:02d}"
+
+
+def claims_stage(pairs: Sequence[OasstPair], model: Any, recipe: RecallRecipe = RECALL_OASST1) -> StageOut:
+    """Stage 1: each gold response as atomic claims, whole (no cap; repeats collapsed); an
     unparseable decomposition drops the example."""
     tpl = load_prompt("recall_claims", "en")
-    params = params or SamplingParams(temperature=0.0, max_tokens=1024)
+    params = SamplingParams(temperature=0.0, max_tokens=recipe.claims_max_tokens)
     convs = [_user(tpl.render(prompt=p.prompt, response=p.response)) for p in pairs]
     batch = model.chat(convs, params, json_schema=CLAIMS_SCHEMA, template_version=tpl.version)
     out = StageOut()
     for p, res in zip(pairs, batch.results, strict=True):
-        # a claim repeated word for word is one claim (first occurrence kept, order kept)
-        claims = (
-            list(dict.fromkeys(c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()))
-            if res.ok
-            else []
-        )
         if not res.ok:
             out.drop(p.id, f"claims_{res.status}", [res.cache_key])
             continue
+        # a claim repeated word for word is one claim (first occurrence kept, order kept)
+        claims = list(dict.fromkeys(c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()))
         if not claims:
             out.drop(p.id, "claims_empty", [res.cache_key])
             continue
@@ -138,7 +140,7 @@ def claims_stage(pairs: Sequence[OasstPair], model: Any, params: SamplingParams 
                 "source_id": p.source_id,
                 "prompt": p.prompt,
                 "response": p.response,
-                "claims": [{"claim_id": f"{p.id}-c{i:02d}", "text": c} for i, c in enumerate(claims)],
+                "claims": [{"claim_id": i, "text": c} for i, c in enumerate(claims)],
             }
         )
     return out
@@ -148,24 +150,41 @@ def _yes(text: str) -> bool:
     return text.strip().lower().startswith("yes")
 
 
-def audit_stage(
-    examples: Sequence[dict[str, Any]], model: Any, params: SamplingParams | None = None
-) -> StageOut:
-    """Stage 2: the four-item checklist per claim; an unreadable audit drops the example (no claim of
-    it could be trusted as kept or probed)."""
-    tpl = load_prompt("recall_audit", "en")
-    params = params or SamplingParams(temperature=0.0, max_tokens=512)
-    flat = [(ex, c) for ex in examples for c in ex["claims"]]
+def _per_claim(
+    examples: Sequence[dict[str, Any]],
+    model: Any,
+    task: str,
+    schema: dict[str, Any],
+    max_tokens: int,
+    render: Any,
+    wanted: Any = lambda c: True,
+) -> dict[str, Any]:
+    """One batch of one chat call per wanted claim; ``{claim_key: result}``."""
+    tpl = load_prompt(task, "en")
+    flat = [(ex, c) for ex in examples for c in ex["claims"] if wanted(c)]
     batch = model.chat(
-        [_user(tpl.render(prompt=ex["prompt"], claim=c["text"])) for ex, c in flat],
-        params,
-        json_schema=AUDIT_SCHEMA,
+        [_user(render(tpl, ex, c)) for ex, c in flat],
+        SamplingParams(temperature=0.0, max_tokens=max_tokens),
+        json_schema=schema,
         template_version=tpl.version,
     )
-    by_claim = {c["claim_id"]: res for (_, c), res in zip(flat, batch.results, strict=True)}
+    return {claim_key(ex["id"], c["claim_id"]): r for (ex, c), r in zip(flat, batch.results, strict=True)}
+
+
+def audit_stage(examples: Sequence[dict[str, Any]], model: Any) -> StageOut:
+    """Stage 2: the four-item checklist per claim; an unreadable audit drops the example (no claim of
+    it could be trusted as kept or probed)."""
+    by_claim = _per_claim(
+        examples,
+        model,
+        "recall_audit",
+        AUDIT_SCHEMA,
+        512,
+        lambda tpl, ex, c: tpl.render(prompt=ex["prompt"], claim=c["text"]),
+    )
     out = StageOut()
     for ex in examples:
-        results = [by_claim[c["claim_id"]] for c in ex["claims"]]
+        results = [by_claim[claim_key(ex["id"], c["claim_id"])] for c in ex["claims"]]
         keys = [r.cache_key for r in results]
         bad = [r.status for r in results if not r.ok]
         if bad:
@@ -190,22 +209,26 @@ def audit_stage(
 
 
 def probes_stage(
-    examples: Sequence[dict[str, Any]], model: Any, params: SamplingParams | None = None
+    examples: Sequence[dict[str, Any]], model: Any, recipe: RecallRecipe = RECALL_OASST1
 ) -> StageOut:
-    """Stage 3: five probing questions per knowledge-dependent claim; unreadable drops the example."""
-    tpl = load_prompt("recall_probes", "en")
-    params = params or SamplingParams(temperature=0.0, max_tokens=512)
-    flat = [(ex, c) for ex in examples for c in ex["claims"] if c["is_knowledge_dependent"]]
-    batch = model.chat(
-        [_user(tpl.render(claim=c["text"])) for _, c in flat],
-        params,
-        json_schema=PROBES_SCHEMA,
-        template_version=tpl.version,
+    """Stage 3: ``num_probes`` probing questions per knowledge-dependent claim; unreadable drops the
+    example."""
+    by_claim = _per_claim(
+        examples,
+        model,
+        "recall_probes",
+        probes_schema(recipe.num_probes),
+        512,
+        lambda tpl, ex, c: tpl.render(claim=c["text"]),
+        lambda c: c["is_knowledge_dependent"],
     )
-    by_claim = {c["claim_id"]: res for (_, c), res in zip(flat, batch.results, strict=True)}
     out = StageOut()
     for ex in examples:
-        results = {cid: by_claim[cid] for cid in (c["claim_id"] for c in ex["claims"]) if cid in by_claim}
+        results = {
+            c["claim_id"]: by_claim[k]
+            for c in ex["claims"]
+            if (k := claim_key(ex["id"], c["claim_id"])) in by_claim
+        }
         bad = [r.status for r in results.values() if not r.ok]
         keys = [r.cache_key for r in results.values()]
         if bad:
@@ -222,100 +245,120 @@ def probes_stage(
     return out
 
 
-def answers_stage(
-    examples: Sequence[dict[str, Any]], base_model: Any, seed: int = DEFAULT_SEED, max_tokens: int = 96
-) -> StageOut:
-    """Stage 4: the base model answers each question twice (temperature 0.5, few-shot QA prompt).
+def answer_seed(seed: int, key: str, probe: int, answer: int) -> int:
+    """The seed of one base-model answer: from (seed, stage, claim key, probe, answer) only."""
+    return item_rng(seed, "probe_answers", f"{key}/{probe}/{answer}").randrange(2**31)
 
-    Each answer's seed comes from (seed, stage, claim id, probe index, answer index), so a rerun
-    draws the same answers whatever the batching.
+
+def answers_stage(
+    examples: Sequence[dict[str, Any]],
+    base_model: Any,
+    seed: int = DEFAULT_SEED,
+    recipe: RecallRecipe = RECALL_OASST1,
+) -> StageOut:
+    """Stage 4: the base model answers each question ``answers_per_probe`` times (few-shot QA prompt).
+
+    Every answer of the stage goes to the model in one batch (``run``), each request with its own
+    seed from (seed, stage, claim key, probe index, answer index): a rerun draws the same answers
+    whatever the batching. An answer that failed is kept with its status (it decides nothing), and
+    the example stays: the failure is a ledger detail and a counted reason, never a drop.
     """
     tpl = load_prompt("recall_base_qa", "en")
-    jobs = []
+    jobs: list[tuple[str, int, int]] = []
+    requests: list[Request] = []
     for ex in examples:
         for c in ex["claims"]:
+            key = claim_key(ex["id"], c["claim_id"])
             for qi, probe in enumerate(c["probes"]):
-                for ai in range(ANSWERS_PER_PROBE):
-                    draw = item_rng(seed, "probe_answers", f"{c['claim_id']}/{qi}/{ai}").randrange(2**31)
-                    jobs.append((c["claim_id"], qi, ai, tpl.render(question=probe["question"]), draw))
-    # one call per distinct seed: the engine takes one SamplingParams per batch
-    texts: dict[tuple[str, int, int], tuple[str, str, str]] = {}
-    by_seed: dict[int, list[tuple[str, int, int, str, int]]] = {}
-    for job in jobs:
-        by_seed.setdefault(job[4], []).append(job)
-    for draw, group in sorted(by_seed.items()):
-        params = SamplingParams(
-            temperature=ANSWER_TEMPERATURE, max_tokens=max_tokens, seed=draw, stop=QA_STOP
-        )
-        batch = base_model.complete([g[3] for g in group], params, template_version=tpl.version)
-        for g, res in zip(group, batch.results, strict=True):
-            texts[g[:3]] = (res.text.strip() if res.ok else "", res.status, res.cache_key)
+                for ai in range(recipe.answers_per_probe):
+                    params = SamplingParams(
+                        temperature=recipe.answer_temperature,
+                        max_tokens=recipe.answer_max_tokens,
+                        seed=answer_seed(seed, key, qi, ai),
+                        stop=QA_STOP,
+                    )
+                    jobs.append((key, qi, ai))
+                    requests.append(Request((), params, None, None, tpl.render(question=probe["question"])))
+    batch = base_model.run(requests, template_version=tpl.version)
+    texts = {
+        job: (res.text.strip() if res.ok else "", res.status, res.cache_key)
+        for job, res in zip(jobs, batch.results, strict=True)
+    }
     out = StageOut()
     for ex in examples:
         claims, keys, errors = [], [], 0
         for c in ex["claims"]:
+            key = claim_key(ex["id"], c["claim_id"])
             probes = []
             for qi, probe in enumerate(c["probes"]):
                 answers = []
-                for ai in range(ANSWERS_PER_PROBE):
-                    text, status, key = texts[(c["claim_id"], qi, ai)]
+                for ai in range(recipe.answers_per_probe):
+                    text, status, cache_key = texts[(key, qi, ai)]
                     errors += status != "ok"
-                    keys.append(key)
+                    keys.append(cache_key)
                     answers.append({"text": text, "status": status})
                 probes.append({**probe, "answers": answers})
             claims.append({**c, "probes": probes})
         if errors:
-            out.drop(ex["id"], "base_model_error", keys, failed_answers=errors)
-            continue
-        out.keep(ex["id"], "answered", keys)
+            out.keep(ex["id"], "answered_with_failures", keys, failed_answers=errors)
+            out.reasons["base_model_failed_answers"] += errors
+        else:
+            out.keep(ex["id"], "answered", keys)
         out.records.append({**ex, "claims": claims})
     return out
 
 
-def labels_stage(
-    examples: Sequence[dict[str, Any]], judge: Any, params: SamplingParams | None = None
-) -> StageOut:
-    """Stage 5: ENTAILS / CONTRADICTS / UNRELATED per answer. An unreadable label counts as UNRELATED
-    (it decides nothing) and is counted as a reason."""
+def labels_stage(examples: Sequence[dict[str, Any]], judge: Any) -> StageOut:
+    """Stage 5: ENTAILS / CONTRADICTS / UNRELATED per answer. An unreadable label, or an answer the
+    base model failed to give (no judge call), counts as UNRELATED (it decides nothing) and is
+    counted as a reason."""
     tpl = load_prompt("recall_label", "en")
-    params = params or SamplingParams(temperature=0.0, max_tokens=64)
+    params = SamplingParams(temperature=0.0, max_tokens=64)
     flat = [
-        (c, qi, ai, probe["question"], a["text"])
+        (claim_key(ex["id"], c["claim_id"]), qi, ai, c["text"], probe["question"], a["text"])
         for ex in examples
         for c in ex["claims"]
         for qi, probe in enumerate(c["probes"])
         for ai, a in enumerate(probe["answers"])
+        if a.get("status", "ok") == "ok"
     ]
     batch = judge.chat(
-        [_user(tpl.render(claim=c["text"], question=q, answer=a or "(no answer)")) for c, _, _, q, a in flat],
+        [_user(tpl.render(claim=c, question=q, answer=a or "(no answer)")) for _, _, _, c, q, a in flat],
         params,
         json_schema=LABEL_SCHEMA,
         template_version=tpl.version,
     )
-    got = {(c["claim_id"], qi, ai): res for (c, qi, ai, _, _), res in zip(flat, batch.results, strict=True)}
+    got = {f[:3]: res for f, res in zip(flat, batch.results, strict=True)}
     out = StageOut()
     for ex in examples:
-        claims, keys, unreadable = [], [], 0
+        claims, keys, unreadable, failed = [], [], 0, 0
         for c in ex["claims"]:
+            key = claim_key(ex["id"], c["claim_id"])
             probes = []
             for qi, probe in enumerate(c["probes"]):
                 answers = []
                 for ai, a in enumerate(probe["answers"]):
-                    res = got[(c["claim_id"], qi, ai)]
-                    keys.append(res.cache_key)
-                    label = res.parsed["label"] if res.ok else UNRELATED
-                    unreadable += not res.ok
+                    res = got.get((key, qi, ai))
+                    if res is None:  # the base model gave no answer: nothing to judge
+                        failed += 1
+                        label = UNRELATED
+                    else:
+                        keys.append(res.cache_key)
+                        label = res.parsed["label"] if res.ok else UNRELATED
+                        unreadable += not res.ok
                     answers.append({"text": a["text"], "label": label})
                 probes.append({"question": probe["question"], "answers": answers})
             claims.append({**c, "probes": probes})
-        out.keep(ex["id"], "labelled", keys, unreadable_labels=unreadable)
+        out.keep(ex["id"], "labelled", keys, unreadable_labels=unreadable, failed_answers=failed)
         if unreadable:
             out.reasons["label_unreadable_as_unrelated"] += unreadable
+        if failed:
+            out.reasons["failed_answer_as_unrelated"] += failed
         out.records.append({**ex, "claims": claims})
     return out
 
 
-def known_stage(examples: Sequence[dict[str, Any]], t: Thresholds = DEFAULT_THRESHOLDS) -> StageOut:
+def known_stage(examples: Sequence[dict[str, Any]], t: Thresholds = RECALL_OASST1.thresholds) -> StageOut:
     """Stage 6: the decision rule, a pure function of the labels (no model call)."""
     out = StageOut()
     for ex in examples:
@@ -350,15 +393,16 @@ def rewrites_stage(
     examples: Sequence[dict[str, Any]],
     rewriter: Any,
     base_model_id: str,
-    params: SamplingParams | None = None,
+    recipe: RecallRecipe = RECALL_OASST1,
 ) -> StageOut:
     """Stage 7: remove unknown claims with minimal edits, or the fixed refusal; records are ``-full`` rows.
 
-    A response with nothing removed is kept as it is, with no rewriter call. An unreadable rewrite
-    drops the example with a reason.
+    A response with nothing removed is kept as it is, with no rewriter call. A rewrite that failed
+    (unreadable or error) gives the fixed refusal, with the failure as the counted reason: the
+    example stays, so every base model keeps the same ids.
     """
     tpl = load_prompt("recall_rewrite", "en")
-    params = params or SamplingParams(temperature=0.0, max_tokens=1024)
+    params = SamplingParams(temperature=0.0, max_tokens=1024)
     states = {
         ex["id"]: [
             ClaimState(c["is_knowledge_dependent"], c["is_known"], c["contains_specific_fact"])
@@ -382,16 +426,19 @@ def rewrites_stage(
     out = StageOut()
     for ex in examples:
         res = got.get(ex["id"])
+        keys = [res.cache_key] if res else []
         if res is not None and not res.ok:
-            out.drop(ex["id"], f"rewrite_{res.status}", [res.cache_key])
-            continue
-        target = decide_target(
-            ex["response"],
-            states[ex["id"]],
-            res.parsed["rewritten_response"] if res else None,
-            res.parsed["has_substantive_content"] if res else None,
-        )
-        out.keep(ex["id"], target.reason, [res.cache_key] if res else [])
+            target = Target(recipe.refusal, True, f"rewrite_{res.status}_refused")
+            out.keep(ex["id"], target.reason, keys, error=res.error or res.status)
+        else:
+            target = decide_target(
+                ex["response"],
+                states[ex["id"]],
+                res.parsed["rewritten_response"] if res else None,
+                res.parsed["has_substantive_content"] if res else None,
+                refusal=recipe.refusal,
+            )
+            out.keep(ex["id"], target.reason, keys)
         claims = [{k: c[k] for k in _CLAIM_FIELDS} for c in ex["claims"]]
         out.records.append(
             {
@@ -453,17 +500,17 @@ def run_all(
     chat: Any,
     base_model: Any,
     base_model_id: str,
-    t: Thresholds = DEFAULT_THRESHOLDS,
+    recipe: RecallRecipe = RECALL_OASST1,
     seed: int = DEFAULT_SEED,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, StageOut]]:
-    """Every stage in order: ``(-full rows, -sft rows, stage outputs by name)``."""
+    """Every stage in order under ``recipe``: ``(-full rows, -sft rows, stage outputs by name)``."""
     stages: dict[str, StageOut] = {}
-    stages["claims"] = claims_stage(pairs, chat)
+    stages["claims"] = claims_stage(pairs, chat, recipe)
     stages["claim_audit"] = audit_stage(stages["claims"].records, chat)
-    stages["probes"] = probes_stage(stages["claim_audit"].records, chat)
-    stages["probe_answers"] = answers_stage(stages["probes"].records, base_model, seed)
+    stages["probes"] = probes_stage(stages["claim_audit"].records, chat, recipe)
+    stages["probe_answers"] = answers_stage(stages["probes"].records, base_model, seed, recipe)
     stages["probe_labels"] = labels_stage(stages["probe_answers"].records, chat)
-    stages["known_claims"] = known_stage(stages["probe_labels"].records, t)
-    stages["rewrites"] = rewrites_stage(stages["known_claims"].records, chat, base_model_id)
+    stages["known_claims"] = known_stage(stages["probe_labels"].records, recipe.thresholds)
+    stages["rewrites"] = rewrites_stage(stages["known_claims"].records, chat, base_model_id, recipe)
     full = stages["rewrites"].records
     return full, [sft_row(r) for r in full], stages

@@ -11,24 +11,26 @@ decoration time.
 """
 
 import os
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import orjson
 import pyarrow as pa
+import yaml
 
+from ragsft_assets import recipes
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import base_model_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import ledger_table
-from ragsft_assets.llm.types import BatchStats, ChatModel
+from ragsft_assets.llm.types import BatchStats
 from ragsft_assets.prompts import templates_version
 from ragsft_assets.recall import oasst, registry, stages
-from ragsft_assets.recall.rule import DEFAULT_THRESHOLDS, Thresholds
+from ragsft_assets.recall import recipes as recall_recipes
 from ragsft_assets.recall.schema import FULL_SCHEMA, SFT_SCHEMA, sft_row
 from ragsft_assets.release import layout, manifest
 from ragsft_assets.release.verify import verify_release
@@ -54,8 +56,11 @@ class RecallConfig(dg.Config):
     hub: bool = False  # read OpenAssistant/oasst1 message rows through `datasets`
     hub_revision: str = ""
     max_examples: int = 0  # 0 = every kept pair; a quick run takes the first N ids
-    thresholds: str = str(DEFAULT_THRESHOLDS)  # j_e/k_e/j_c/k_c of the decision rule
     seed: int = DEFAULT_SEED
+    # The card's values: None = the product's recipe (recall_oasst1); overrides change fields of it,
+    # e.g. {"j_e": 3, "j_c": 1} for other thresholds of the rule.
+    recipe: str | None = None
+    overrides: dict[str, Any] = {}
 
 
 def model_partition(key: str) -> str:
@@ -73,15 +78,18 @@ class _Tally:
     def model_identity(self) -> dict[str, str]:
         return self.model.model_identity()
 
-    def chat(self, *args: Any, **kwargs: Any) -> Any:
-        batch = self.model.chat(*args, **kwargs)
+    def _count(self, batch: Any) -> Any:
         self.stats = self.stats.add(batch.stats)
         return batch
 
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        return self._count(self.model.chat(*args, **kwargs))
+
     def complete(self, *args: Any, **kwargs: Any) -> Any:
-        batch = self.model.complete(*args, **kwargs)
-        self.stats = self.stats.add(batch.stats)
-        return batch
+        return self._count(self.model.complete(*args, **kwargs))
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return self._count(self.model.run(*args, **kwargs))
 
 
 def _records_table(records: list[dict[str, Any]]) -> pa.Table:
@@ -123,8 +131,9 @@ def _write_stage(
     return dg.MaterializeResult(metadata=md)
 
 
-def _thresholds(config: RecallConfig) -> Thresholds:
-    return Thresholds.parse(config.thresholds)
+def resolve_recipe(config: RecallConfig) -> recall_recipes.RecallRecipe:
+    """The run's resolved recipe (the card's unless the config names another or overrides fields)."""
+    return recall_recipes.resolve(config.recipe, config.overrides)
 
 
 def read_pairs(config: RecallConfig) -> oasst.ReadResult:
@@ -166,152 +175,152 @@ def oasst_pairs(
     return result
 
 
-def _pairs(store: ArtifactStore) -> list[oasst.OasstPair]:
-    return [oasst.OasstPair(**r) for r in _read_records(store, SHARED_PARTITION, "oasst_pairs")]
+@dataclass(frozen=True)
+class StageInput:
+    """What a stage's step gets: the previous stage's records, its model, the recipe, the run."""
+
+    records: list[Any]
+    model: Any
+    recipe: recall_recipes.RecallRecipe
+    config: RecallConfig
+    key: str | None  # the base-model partition key (None for the shared stages)
+    hf_id: str  # the base model's id ("" for the shared stages)
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[oasst_pairs],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(2, "recall_claims"),  # 2: bounded schema, repeats collapsed
-    kinds={"parquet"},
-)
-def claims(
-    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
-) -> dg.MaterializeResult:
-    """Each gold response as atomic claims (JSON, schema-constrained); unparseable drops the example."""
-    model = _Tally(judge)
-    out = stages.claims_stage(_pairs(store), model)
-    return _write_stage(context, store, SHARED_PARTITION, "claims", out, {"judge": model})
+@dataclass(frozen=True)
+class Stage:
+    """One Recall Rewrite stage as an asset: where it reads, which role it calls, its step."""
+
+    name: str
+    prev: str  # the stage it reads
+    role: str | None  # the LLM role it calls (None: no model call)
+    version: int  # bumped by hand; the prompt hash is added to it
+    task: str | None  # its prompt template
+    doc: str  # the asset's description in the UI
+    step: Callable[[StageInput], stages.StageOut]
+    per_model: bool = True  # partitioned by base model (else shared, unpartitioned)
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[claims],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_audit"),
-    kinds={"parquet"},
-)
-def claim_audit(
-    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
-) -> dg.MaterializeResult:
-    """The four-item knowledge-dependence checklist per claim."""
-    model = _Tally(judge)
-    out = stages.audit_stage(_read_records(store, SHARED_PARTITION, "claims"), model)
-    return _write_stage(context, store, SHARED_PARTITION, "claim_audit", out, {"judge": model})
+def _input_records(store: ArtifactStore, stage: Stage, key: str | None) -> list[Any]:
+    if stage.prev == "oasst_pairs":
+        return [oasst.OasstPair(**r) for r in _read_records(store, SHARED_PARTITION, "oasst_pairs")]
+    shared = stage.prev in SHARED_STAGES
+    return _read_records(
+        store, SHARED_PARTITION if shared or key is None else model_partition(key), stage.prev
+    )
 
 
-@dg.asset(
-    group_name=GROUP,
-    deps=[claim_audit],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_probes"),
-    kinds={"parquet"},
-)
-def probes(
-    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
-) -> dg.MaterializeResult:
-    """Five probing questions per knowledge-dependent claim."""
-    model = _Tally(judge)
-    out = stages.probes_stage(_read_records(store, SHARED_PARTITION, "claim_audit"), model)
-    return _write_stage(context, store, SHARED_PARTITION, "probes", out, {"judge": model})
+def _stage_asset(stage: Stage) -> dg.AssetsDefinition:
+    """The asset of ``stage``: read, call the step with one batch per stage, write records, ledger
+    rows, the recipe record and metadata. One factory for every stage, so their wiring is one."""
+    keys = {"store", *([stage.role] if stage.role else []), *(["base_model"] if stage.per_model else [])}
+    llm = {"pool": "gpu", "retry_policy": LLM_RETRY_POLICY} if stage.role else {}
+
+    @dg.asset(
+        name=stage.name,
+        group_name=GROUP,
+        deps=[dg.AssetKey(stage.prev)],
+        partitions_def=base_model_partitions if stage.per_model else None,
+        code_version=_cv(stage.version, *([stage.task] if stage.task else [])),
+        kinds={"parquet"},
+        required_resource_keys=keys,
+        description=stage.doc,
+        **llm,
+    )
+    def _asset(context: dg.AssetExecutionContext, config: RecallConfig) -> dg.MaterializeResult:
+        store: ArtifactStore = context.resources.store
+        key = context.partition_key if stage.per_model else None
+        part = model_partition(key) if key else SHARED_PARTITION
+        recipe = resolve_recipe(config)
+        base = registry.resource_for_key(context.resources.base_model, key) if key else None
+        model = None
+        if stage.role == "base_model":
+            model = _Tally(base)
+        elif stage.role:
+            model = _Tally(getattr(context.resources, stage.role))
+        hf_id = base.model_identity()["model"] if base is not None else ""
+        out = stage.step(StageInput(_input_records(store, stage, key), model, recipe, config, key, hf_id))
+        table = None
+        if stage.name == "rewrites":  # stored in the -full schema itself
+            table = pa.Table.from_pylist(sorted(out.records, key=lambda r: r["id"]), schema=FULL_SCHEMA)
+        result = _write_stage(
+            context, store, part, stage.name, out, {stage.role: model} if model else None, table
+        )
+        rec = recipes.record(recipe)
+        recipes.write_record(store.path(part, stage.name).parent, rec)
+        md = result.metadata  # type: ignore[assignment]
+        md["recipe"] = dg.MetadataValue.json(rec)  # type: ignore[index]
+        if stage.name == "probe_answers":
+            md["seed"] = config.seed  # type: ignore[index]
+        if stage.name == "known_claims":
+            md["thresholds"] = str(recipe.thresholds)  # type: ignore[index]
+        if stage.name == "rewrites":
+            md["base_model"] = hf_id  # type: ignore[index]
+            md["statistics"] = dg.MetadataValue.json(stages.statistics(out.records))  # type: ignore[index]
+        return result
+
+    return _asset
 
 
-@dg.asset(
-    partitions_def=base_model_partitions,
-    group_name=GROUP,
-    deps=[probes],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_base_qa"),
-    kinds={"parquet"},
-)
-def probe_answers(
-    context: dg.AssetExecutionContext,
-    config: RecallConfig,
-    store: ArtifactStore,
-    base_model: dg.ResourceParam[Any],
-) -> dg.MaterializeResult:
-    """The base model answers each question twice (temperature 0.5, seeded, few-shot QA completion)."""
-    key = context.partition_key
-    model = _Tally(registry.resource_for_key(base_model, key))
-    out = stages.answers_stage(_read_records(store, SHARED_PARTITION, "probes"), model, config.seed)
-    result = _write_stage(context, store, model_partition(key), "probe_answers", out, {"base_model": model})
-    result.metadata["seed"] = config.seed  # type: ignore[index]
-    return result
-
-
-@dg.asset(
-    partitions_def=base_model_partitions,
-    group_name=GROUP,
-    deps=[probe_answers],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_label"),
-    kinds={"parquet"},
-)
-def probe_labels(
-    context: dg.AssetExecutionContext, store: ArtifactStore, judge: dg.ResourceParam[ChatModel]
-) -> dg.MaterializeResult:
-    """The judge labels each answer against its claim: ENTAILS, CONTRADICTS or UNRELATED."""
-    part = model_partition(context.partition_key)
-    model = _Tally(judge)
-    out = stages.labels_stage(_read_records(store, part, "probe_answers"), model)
-    return _write_stage(context, store, part, "probe_labels", out, {"judge": model})
-
-
-@dg.asset(partitions_def=base_model_partitions, group_name=GROUP, deps=[probe_labels], code_version="1")
-def known_claims(
-    context: dg.AssetExecutionContext, config: RecallConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
-    """The threshold rule j_e/k_e/j_c/k_c over the labels (no model call)."""
-    part = model_partition(context.partition_key)
-    t = _thresholds(config)
-    out = stages.known_stage(_read_records(store, part, "probe_labels"), t)
-    result = _write_stage(context, store, part, "known_claims", out)
-    result.metadata["thresholds"] = str(t)  # type: ignore[index]
-    return result
-
-
-@dg.asset(
-    partitions_def=base_model_partitions,
-    group_name=GROUP,
-    deps=[known_claims],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    code_version=_cv(1, "recall_rewrite"),
-    kinds={"parquet"},
-)
-def rewrites(
-    context: dg.AssetExecutionContext,
-    store: ArtifactStore,
-    generator: dg.ResourceParam[ChatModel],
-    base_model: dg.ResourceParam[Any],
-) -> dg.MaterializeResult:
-    """Unknown claims removed with minimal edits, or the fixed refusal: rows in the ``-full`` schema."""
-    key = context.partition_key
-    part = model_partition(key)
-    hf_id = registry.resource_for_key(base_model, key).model_identity()["model"]
-    model = _Tally(generator)
-    out = stages.rewrites_stage(_read_records(store, part, "known_claims"), model, hf_id)
-    rows = sorted(out.records, key=lambda r: r["id"])
-    table = pa.Table.from_pylist(rows, schema=FULL_SCHEMA)
-    result = _write_stage(context, store, part, "rewrites", out, {"generator": model}, table=table)
-    result.metadata["base_model"] = hf_id  # type: ignore[index]
-    result.metadata["statistics"] = dg.MetadataValue.json(stages.statistics(rows))  # type: ignore[index]
-    return result
+STAGES = (
+    Stage(
+        "claims", "oasst_pairs", "judge", 3, "recall_claims",  # 3: no cap, int claim ids
+        "Each gold response as atomic claims (JSON, schema-constrained); unparseable drops the example.",
+        lambda s: stages.claims_stage(s.records, s.model, s.recipe),
+        per_model=False,
+    ),
+    Stage(
+        "claim_audit", "claims", "judge", 2, "recall_audit",
+        "The four-item knowledge-dependence checklist per claim.",
+        lambda s: stages.audit_stage(s.records, s.model),
+        per_model=False,
+    ),
+    Stage(
+        "probes", "claim_audit", "judge", 2, "recall_probes",
+        "Five probing questions per knowledge-dependent claim.",
+        lambda s: stages.probes_stage(s.records, s.model, s.recipe),
+        per_model=False,
+    ),
+    Stage(
+        "probe_answers", "probes", "base_model", 2, "recall_base_qa",
+        "The base model answers each question twice (temperature 0.5, seeded, few-shot QA"
+        " completion), all in one batch.",
+        lambda s: stages.answers_stage(s.records, s.model, s.config.seed, s.recipe),
+    ),
+    Stage(
+        "probe_labels", "probe_answers", "judge", 2, "recall_label",
+        "The judge labels each answer against its claim: ENTAILS, CONTRADICTS or UNRELATED.",
+        lambda s: stages.labels_stage(s.records, s.model),
+    ),
+    Stage(
+        "known_claims", "probe_labels", None, 2, None,
+        "The threshold rule j_e/k_e/j_c/k_c over the labels (no model call).",
+        lambda s: stages.known_stage(s.records, s.recipe.thresholds),
+    ),
+    Stage(
+        "rewrites", "known_claims", "generator", 2, "recall_rewrite",
+        "Unknown claims removed with minimal edits, or the fixed refusal: rows in the -full schema.",
+        lambda s: stages.rewrites_stage(s.records, s.model, s.hf_id, s.recipe),
+    ),
+)  # fmt: skip
+SHARED_STAGES = {s.name for s in STAGES if not s.per_model}
+STAGE_ASSETS = [_stage_asset(s) for s in STAGES]
 
 
 def release_folder(store: ArtifactStore) -> Path:
     return store.home_path / "releases" / "recall"
 
 
-def card_body(stats_by_model: dict[str, dict[str, Any]], empty: Sequence[str] = ()) -> str:
-    """The dataset card's body: what the configs are and the paper's statistics table per model."""
+def card_body(
+    stats_by_model: dict[str, dict[str, Any]],
+    empty: Sequence[str] = (),
+    *,
+    recipe_lines: Sequence[str] = (),
+    license_notice: str = recall_recipes.RECALL_OASST1.license_notice,
+    ids_note: str = "",
+) -> str:
+    """The dataset card's body: what the configs are, the paper's statistics table per model, the
+    recipe line of each model's build, which ids the models share, and the license."""
     names = list(next(iter(stats_by_model.values())).keys()) if stats_by_model else []
     table = markdown_table(
         ["statistic", *stats_by_model], [[n, *(s[n] for s in stats_by_model.values())] for n in names]
@@ -323,11 +332,29 @@ def card_body(stats_by_model: dict[str, dict[str, Any]], empty: Sequence[str] = 
         "view; `<model>-full` carries every claim, probe, answer and label, so `ragsft recall rule` "
         "re-derives the set under other thresholds with no model call.\n\n"
         f"## Statistics\n\n{table}\n"
+        + (f"\n{ids_note}\n" if ids_note else "")
         + (
             f"\nLeft out (every example dropped, nothing to load): {', '.join(f'`{k}`' for k in empty)}\n"
             if empty
             else ""
         )
+        + ("\n## Recipe\n\n" + "\n".join(f"- {line}" for line in recipe_lines) + "\n" if recipe_lines else "")
+        + f"\n## License\n\n{license_notice}\n"
+    )
+
+
+def _ids_note(ids_by_model: dict[str, list[str]]) -> str:
+    """The card's sentence on the example ids the base models share (the card's configs hold the same)."""
+    if len(ids_by_model) < 2:
+        return ""
+    sets = {k: set(v) for k, v in ids_by_model.items()}
+    common = set.intersection(*sets.values())
+    if all(len(v) == len(common) for v in sets.values()):
+        return f"Every base model's `-sft` holds the same {len(common)} example ids."
+    extra = {k: len(v - common) for k, v in sets.items() if v - common}
+    return (
+        f"The base models share {len(common)} example ids; ids held by one model only (other runs"
+        f" of the shared stages): {', '.join(f'`{k}` {n}' for k, n in sorted(extra.items()))}."
     )
 
 
@@ -335,8 +362,9 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
     """Build ``releases/recall/`` from every base model whose ``rewrites`` are stored.
 
     Returns ``({config: rows}, released base-model keys, keys left out because every example was
-    dropped)``; raises ``ValueError`` when no model has a row. Built in a staging folder beside the target and
-    swapped in, so a reader never sees half a release.
+    dropped)``; raises ``ValueError`` when no model has a row. Built in a staging folder beside the
+    target and swapped in, so a reader never sees half a release. Each config's manifest holds the
+    license and the recipe record of its ``rewrites`` (values and the fields the run changed).
     """
     keys = sorted(
         p.name[len(SHARED_PARTITION) + 1 :]
@@ -345,6 +373,8 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
     )
     tables: dict[str, dict[str, pa.Table]] = {}
     stats: dict[str, dict[str, Any]] = {}
+    records: dict[str, dict[str, Any]] = {}
+    ids: dict[str, list[str]] = {}
     empty: list[str] = []
     for key in keys:
         full = store.read(model_partition(key), "rewrites").cast(FULL_SCHEMA).sort_by("id")
@@ -357,6 +387,10 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
         tables[f"{key}-sft"] = {"train": pa.Table.from_pylist([sft_row(r) for r in rows], schema=SFT_SCHEMA)}
         tables[f"{key}-full"] = {"train": full.replace_schema_metadata(None)}
         stats[key] = stages.statistics(rows)
+        ids[key] = [r["id"] for r in rows]
+        records[key] = recipes.read_records(store.root / model_partition(key)).get(
+            "rewrites", recipes.record(recall_recipes.RECALL_OASST1)
+        )
     if not tables:
         raise ValueError(
             "nothing to release under releases/recall: "
@@ -367,9 +401,22 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
             )
             + "; see each partition's rewrites/claims metadata for the reasons"
         )
+    resolved = {k: recipes.apply_overrides(
+        recipes.get(r["recipe"]), {f: v["run"] for f, v in r["changed"].items()}
+    ) for k, r in records.items()}  # fmt: skip
+    licenses = sorted({r.license for r in resolved.values()})
+    notices = list(dict.fromkeys(r.license_notice for r in resolved.values()))
     staging = layout.staging_dir(target)
     files = layout.write_data_files(staging, tables)
-    layout.write_readme(staging, files, card_body(stats, empty), "ragsft recall")
+    body = card_body(
+        stats,
+        empty,
+        recipe_lines=[f"`{k}`: {recipes.card_sentence(r)}" for k, r in records.items()],
+        license_notice="\n\n".join(notices),
+        ids_note=_ids_note(ids),
+    )
+    layout.write_readme(staging, files, body, "ragsft recall")
+    _set_header_license(staging, licenses)
     prompts = {k: v for k, v in manifest.prompt_hashes().items() if k.startswith("recall_")}
     for config, splits in files.items():
         key = config.rsplit("-", 1)[0]
@@ -379,22 +426,39 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
             asset="rewrites",
             partition=key,
             data_files=splits,
-            source={"dataset": oasst.HUB_DATASET, "base_model_key": key},
+            source={"dataset": resolved[key].dataset, "base_model_key": key},
             run_config={},
-            llm_roles={"statistics": stats[key]},
+            llm_roles={},
             prompts=prompts,
         )
+        doc["statistics"] = stats[key]
+        doc["license"] = resolved[key].license
+        doc["recipe"] = records[key]
         manifest.write_manifest(staging, doc)
     manifest.write_release_index(staging, list(files))
     layout.swap_into_place(staging, target)
     return {c: t["train"].num_rows for c, t in tables.items()}, [k for k in keys if k not in empty], empty
 
 
+def _set_header_license(folder: Path, licenses: Sequence[str]) -> None:
+    """Put the configs' license(s) in the README's YAML header (one id, or the list of them)."""
+    from ragsft_assets.storage import atomic_write_bytes
+
+    readme = folder / layout.README
+    text = readme.read_text(encoding="utf-8")
+    value = licenses[0] if len(licenses) == 1 else list(licenses)
+    _, header, body = text.split("---\n", 2)
+    meta = yaml.safe_load(header)
+    meta["license"] = value
+    new = "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n" + body
+    atomic_write_bytes(readme, new.encode("utf-8"))
+
+
 @dg.asset(
     partitions_def=base_model_partitions,
     group_name=GROUP,
-    deps=[rewrites],
-    code_version="1",
+    deps=[STAGE_ASSETS[-1]],
+    code_version="2",  # 2: license and recipe in the card and manifests
     kinds={"parquet", "huggingface"},
 )
 def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
@@ -416,14 +480,4 @@ def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> d
     )
 
 
-ALL_ASSETS = [
-    oasst_pairs,
-    claims,
-    claim_audit,
-    probes,
-    probe_answers,
-    probe_labels,
-    known_claims,
-    rewrites,
-    recall_release,
-]
+ALL_ASSETS = [oasst_pairs, *STAGE_ASSETS, recall_release]
