@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ragsft_assets.llm import gpu_share
@@ -52,3 +54,35 @@ def test_engine_share_counts_the_engines_the_environment_starts(monkeypatch: pyt
     monkeypatch.setenv("RAGSFT_GENERATOR_GPU_MEMORY_UTILIZATION", "0.85")
     with pytest.raises(ValueError, match=r"RAGSFT_GENERATOR_GPU_MEMORY_UTILIZATION \(0\.85\)"):
         gpu_share.engine_share("Qwen/Qwen3-4B-Base")
+
+
+@pytest.mark.gpu
+def test_a_chat_model_and_an_embedder_start_side_by_side_on_one_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two models, two engines, one GPU: with vLLM's 0.9 each the second could not start."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    from ragsft_assets.llm.models import ensure_embedded_model
+    from ragsft_assets.llm.types import SamplingParams
+    from ragsft_assets.resources.embedder import EmbeddingResource, embedded_embedder_folder
+    from ragsft_assets.resources.llm import LLMResource
+
+    chat_model, embed_model = str(ensure_embedded_model()), str(embedded_embedder_folder())
+    for role in ("GENERATOR", "JUDGE", "ANNOTATOR", "BASE_MODEL"):
+        monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", "vllm")
+        monkeypatch.setenv(f"RAGSFT_{role}_MODEL", chat_model)
+    monkeypatch.setenv("RAGSFT_EMBEDDER_BACKEND", "vllm")
+    monkeypatch.setenv("RAGSFT_EMBEDDER_MODEL", embed_model)
+    assert gpu_share.engine_share(chat_model) == gpu_share.engine_share(embed_model) == 0.45
+    chat = LLMResource(backend="vllm", model=chat_model, role="generator", cache_dir=str(tmp_path))
+    embedder = EmbeddingResource(backend="vllm", model=embed_model, cache_dir=str(tmp_path))
+    try:
+        out = chat.chat([[{"role": "user", "content": "Say hello."}]], SamplingParams(max_tokens=8))
+        assert out.results[0].status == "ok", out.results[0].error
+        vectors = embedder.embed(["A ship sails at dawn."]).vectors
+        assert vectors.shape == (1, 384)
+    finally:
+        embedder.close()
+        chat.close()

@@ -79,6 +79,15 @@ def test_the_resolver_check_fails_on_a_pin_that_does_not_exist(tmp_path: Path) -
     assert code != 0 and "dagster-k8s" in err
 
 
+@pytest.mark.network
+def test_the_one_gpu_install_resolves_on_the_pinned_vllm(tmp_path: Path) -> None:
+    """docs/one-gpu.md's `pip install -c constraints.txt -e '.[gpu]'`: the pinned vLLM with the locked
+    versions of everything the image shares."""
+    code, picked, err = resolve(["-c", "constraints.txt", ".[gpu]"], tmp_path)
+    assert code == 0, err[-3000:]
+    assert picked["vllm"] == "0.32.0" and picked["dagster"] == pinned()["dagster"]
+
+
 def write_constraints() -> None:
     """Rewrite constraints.txt: what the image resolves, preferring this environment's versions
     (so the dev/CI environment and the image agree on every package they share)."""
