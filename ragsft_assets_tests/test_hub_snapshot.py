@@ -70,6 +70,7 @@ def test_export_writes_shards_and_hub_json(hub_folder: Path, tmp_path: Path) -> 
         "dataset": str(hub_folder),
         "config": KEY,
         "revision": None,  # a local folder has no revision to pin
+        "pinned": False,
         "complete": True,
         "records": 4,
         "shards": 2,
@@ -205,5 +206,91 @@ def test_resolve_revision_pins_the_default_branch_commit(tmp_path: Path, monkeyp
     assert resolve_revision("wikimedia/structured-wikipedia", None) == "a" * 40
     assert resolve_revision("wikimedia/structured-wikipedia", "b" * 40) == "b" * 40  # given: no lookup
     assert resolve_revision(str(tmp_path), None) is None  # a local folder has no revision
-    assert resolve_revision("down/dataset", None) is None  # unreachable: unpinned, said in hub.json
-    assert asked == ["wikimedia/structured-wikipedia", "down/dataset"]
+    # unreachable: an error naming the way out, unless unpinned is allowed (then said in hub.json)
+    with pytest.raises(hs.UnpinnedSourceError, match="--allow-unpinned") as err:
+        resolve_revision("down/dataset", None)
+    assert "no network" in str(err.value) and "--revision" in str(err.value)
+    assert resolve_revision("down/dataset", None, allow_unpinned=True) is None
+    assert asked == ["wikimedia/structured-wikipedia", "down/dataset", "down/dataset"]
+
+
+def _unreachable_hub(monkeypatch: pytest.MonkeyPatch, hub_folder: Path) -> str:
+    """A hub dataset id whose revision cannot be read, streamed from the local hub folder."""
+    import huggingface_hub
+
+    class DownApi:
+        def dataset_info(self, dataset: str):
+            raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", DownApi)
+    real_open = hs.open_hub_config
+    monkeypatch.setattr(
+        hs, "open_hub_config", lambda _d, config, rev: real_open(str(hub_folder), config, rev)
+    )
+    monkeypatch.setenv(hs.HUB_DATASET_ENV, "down/structured-wikipedia")
+    return "down/structured-wikipedia"
+
+
+def test_unpinned_export_fails_unless_allowed_and_is_recorded_everywhere(
+    hub_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragsft_assets.cli import main
+    from ragsft_assets.release.manifest import source_info
+
+    dataset = _unreachable_hub(monkeypatch, hub_folder)
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAGSFT_HOME", str(home))
+    runner = CliRunner()
+    bad = runner.invoke(main, ["snapshots", "add", KEY, "--hub"])
+    assert (
+        bad.exit_code == 1 and "could not pin a revision" in bad.output and "--allow-unpinned" in bad.output
+    )
+    assert not list((home / "snapshots" / KEY).glob("*.jsonl.gz"))
+    ok = runner.invoke(main, ["snapshots", "add", KEY, "--hub", "--allow-unpinned"])
+    assert ok.exit_code == 0, ok.output
+    assert "UNPINNED" in ok.output
+    origin = snapshot_revision(home / "snapshots" / KEY)
+    assert origin["dataset"] == dataset and origin["revision"] is None and origin["pinned"] is False
+    # every manifest records the snapshot's origin: unpinned says so
+    assert source_info(home / "assets", home / "snapshots", KEY)["origin"]["pinned"] is False
+
+
+def test_resume_with_another_revision_is_an_error_naming_both(
+    hub_folder: Path, tmp_path: Path, monkeypatch
+) -> None:
+    calls = {"n": 0}
+    real_dumps = orjson.dumps
+
+    class Interrupting:
+        @staticmethod
+        def dumps(obj: object) -> bytes:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+            return real_dumps(obj)
+
+    seen: list[str | None] = []
+    real_open = hs.open_hub_config
+
+    def opening(dataset: str, config: str, revision: str | None):  # noqa: ANN202 - open_hub_config's
+        seen.append(revision)
+        return real_open(dataset, config, None)  # the local folder has no revisions to stream
+
+    monkeypatch.setattr(hs, "orjson", Interrupting)
+    snap = tmp_path / "snap"
+    with pytest.raises(KeyboardInterrupt):
+        export_hub_snapshot(KEY, snap, lines_per_file=2, revision="a" * 40, open_config=opening)
+    monkeypatch.setattr(hs, "orjson", orjson)
+    with pytest.raises(ValueError, match=f"pinned revision '{'a' * 40}', not --revision '{'b' * 40}'"):
+        export_hub_snapshot(KEY, snap, lines_per_file=2, revision="b" * 40, open_config=opening)
+    export_hub_snapshot(KEY, snap, lines_per_file=2, revision="a" * 40, open_config=opening)  # same: resumes
+    assert seen == ["a" * 40, "a" * 40] and snapshot_revision(snap)["complete"] is True
+    # a first run that was unpinned: a --revision on resume would mix revisions across shards
+    calls["n"] = 0
+    monkeypatch.setattr(hs, "orjson", Interrupting)
+    loose = tmp_path / "loose"
+    with pytest.raises(KeyboardInterrupt):
+        export_hub_snapshot(KEY, loose, lines_per_file=2, open_config=opening)  # local folder: unpinned
+    monkeypatch.setattr(hs, "orjson", orjson)
+    with pytest.raises(ValueError, match=f"no revision \\(unpinned\\), not --revision '{'c' * 40}'"):
+        export_hub_snapshot(KEY, loose, lines_per_file=2, revision="c" * 40, open_config=opening)

@@ -83,7 +83,20 @@ def snapshots() -> None:
 @click.option(
     "--revision", default=None, help="With --hub: the dataset revision to pin (default: the branch's commit)."
 )
-def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool, revision: str | None) -> None:
+@click.option(
+    "--allow-unpinned",
+    is_flag=True,
+    help="With --hub: export even when no revision can be pinned (recorded as unpinned in every manifest).",
+)
+def add(
+    key: str,
+    source: Path | None,
+    sample: bool,
+    hub: bool,
+    link: bool,
+    revision: str | None,
+    allow_unpinned: bool = False,
+) -> None:
     """Install snapshot KEY and register it as a partition.
 
     With --hub the export resumes: rerun the same command after an interruption and the finished
@@ -91,8 +104,8 @@ def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool, revi
     """
     if sum([source is not None, sample, hub]) != 1:
         raise click.UsageError("give exactly one of --from FOLDER, --sample, --hub")
-    if revision and not hub:
-        raise click.UsageError("--revision goes with --hub")
+    if (revision or allow_unpinned) and not hub:
+        raise click.UsageError("--revision and --allow-unpinned go with --hub")
     if hub:  # the key is the hub config: check it before anything is created or downloaded
         from ragsft_assets.corpus.hub_snapshot import validate_hub_key
 
@@ -108,12 +121,16 @@ def add(key: str, source: Path | None, sample: bool, hub: bool, link: bool, revi
         elif hub:
             from ragsft_assets.resources.snapshots import SnapshotSource
 
-            SnapshotSource().fetch_from_hub(key, revision=revision, progress=click.echo)
+            SnapshotSource().fetch_from_hub(
+                key, revision=revision, progress=click.echo, allow_unpinned=allow_unpinned
+            )
             folder = snapshots_dir() / key
             from ragsft_assets.corpus.hub_snapshot import snapshot_revision
 
             pinned = snapshot_revision(folder)
-            click.echo(f"snapshot {key}: {pinned['dataset']} revision {pinned['revision'] or 'unpinned'}")
+            click.echo(
+                f"snapshot {key}: {pinned['dataset']} revision {pinned['revision'] or 'UNPINNED (--allow-unpinned)'}"
+            )
         else:
             assert source is not None
             folder = install_snapshot(key, source, link=link)

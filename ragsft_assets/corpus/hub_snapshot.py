@@ -45,11 +45,19 @@ def validate_hub_key(key: str) -> tuple[str, str]:
     return date, lang
 
 
-def resolve_revision(dataset: str, revision: str | None) -> str | None:
+class UnpinnedSourceError(ValueError):
+    """The hub revision could not be pinned and ``--allow-unpinned`` was not given."""
+
+
+def resolve_revision(dataset: str, revision: str | None, allow_unpinned: bool = False) -> str | None:
     """The revision to pin: ``revision`` when given, else the commit sha of the default branch.
 
-    A local folder has no revision (None). When the hub cannot be reached the branch stays
-    unpinned (None) and the export goes on: ``datasets`` then fails itself if it cannot stream.
+    A local folder has no revision (None). When the hub cannot be asked, the export would stream
+    whatever the branch holds at each resume, mixing revisions across shards: that is an error
+    unless ``allow_unpinned`` (then None, recorded as unpinned in hub.json and every manifest).
+
+    Raises:
+        UnpinnedSourceError: the branch's commit could not be read and unpinned is not allowed.
     """
     if revision:
         return revision
@@ -59,8 +67,32 @@ def resolve_revision(dataset: str, revision: str | None) -> str | None:
         from huggingface_hub import HfApi
 
         return HfApi().dataset_info(dataset).sha
-    except Exception:  # noqa: BLE001 - offline or hub down: no pin, recorded as such in hub.json
-        return None
+    except Exception as exc:  # noqa: BLE001 - offline, hub down, gated: said, never silently unpinned
+        if allow_unpinned:
+            return None
+        raise UnpinnedSourceError(
+            f"could not pin a revision of {dataset} ({type(exc).__name__}: {exc}); give --revision SHA, "
+            "or --allow-unpinned to export whatever the branch holds (recorded as unpinned)"
+        ) from exc
+
+
+def check_resume_revision(folder: Path, recorded: str | None, asked: str | None) -> None:
+    """A resume exports the first run's revision: another ``--revision`` is an error naming both.
+
+    Raises:
+        ValueError: ``asked`` is given and differs from ``recorded`` (None: the first run was unpinned).
+    """
+    if not asked or asked == recorded:
+        return
+    if recorded:
+        fix = f"rerun with --revision {recorded} (or none) to resume it, or delete the folder to export {asked!r}"
+        first = f"revision {recorded!r}"
+    else:
+        fix = "its shards may hold any revision: delete the folder to export a pinned one"
+        first = "no revision (unpinned)"
+    raise ValueError(
+        f"{folder / HUB_MANIFEST}: the export being resumed pinned {first}, not --revision {asked!r}; {fix}"
+    )
 
 
 def open_hub_config(dataset: str, config: str, revision: str | None) -> Any:
@@ -88,8 +120,9 @@ def snapshot_revision(folder: Path) -> dict[str, Any]:
     """Where a snapshot folder came from, for the release manifest.
 
     Returns:
-        ``{"source": "hub", "dataset", "config", "revision", "complete", "records", "shards"}`` for a
-        hub export (``revision`` None when the branch could not be pinned), else ``{"source": "local"}``.
+        ``{"source": "hub", "dataset", "config", "revision", "pinned", "complete", "records",
+        "shards"}`` for a hub export (``revision`` None and ``pinned`` False when it was exported
+        unpinned), else ``{"source": "local"}``.
     """
     data = read_hub_manifest(folder)
     if not data:
@@ -99,6 +132,7 @@ def snapshot_revision(folder: Path) -> dict[str, Any]:
         "dataset": data.get("dataset"),
         "config": data.get("config"),
         "revision": data.get("revision"),
+        "pinned": bool(data.get("revision")),
         "complete": bool(data.get("complete")),
         "records": sum(int(s["records"]) for s in data.get("shards", [])),
         "shards": len(data.get("shards", [])),
@@ -193,7 +227,8 @@ def export_hub_snapshot(
     revision: str | None = None,
     lines_per_file: int = DEFAULT_LINES_PER_FILE,
     progress: Callable[[str], None] | None = None,
-    open_config: Callable[[str, str, str | None], Any] = open_hub_config,
+    open_config: Callable[[str, str, str | None], Any] | None = None,
+    allow_unpinned: bool = False,
 ) -> list[Path]:
     """Export hub config ``key`` into ``folder`` as gzipped JSON-lines shards, resuming a previous run.
 
@@ -205,12 +240,14 @@ def export_hub_snapshot(
         lines_per_file: records per shard (must match the run being resumed).
         progress: called with one line per finished shard.
         open_config: opens the streaming dataset (a seam for tests; the real one by default).
+        allow_unpinned: export even when no revision can be pinned (see ``resolve_revision``).
 
     Returns:
         All the shard files of the snapshot, in order.
 
     Raises:
         ValueError: an invalid key, or a resume whose dataset, revision or shard size differs.
+        UnpinnedSourceError: no revision could be pinned and ``allow_unpinned`` is False.
     """
     _date, lang = validate_hub_key(key)
     say = progress or (lambda _line: None)
@@ -224,12 +261,7 @@ def export_hub_snapshot(
                     f"{folder / HUB_MANIFEST}: a previous export used {name}={state.get(name)!r}, not {want!r}; "
                     "rerun with the same value or delete the folder to start over"
                 )
-        if revision and state.get("revision") not in (None, revision):
-            raise ValueError(
-                f"{folder / HUB_MANIFEST}: a previous export pinned revision {state['revision']!r}, not "
-                f"{revision!r}; delete the folder to export another revision"
-            )
-        revision = state.get("revision") or revision
+        check_resume_revision(folder, state.get("revision"), revision)
         missing = [s["name"] for s in state.get("shards", []) if not (folder / s["name"]).is_file()]
         if missing:
             raise ValueError(
@@ -240,7 +272,7 @@ def export_hub_snapshot(
         state = {
             "dataset": dataset,
             "config": key,
-            "revision": resolve_revision(dataset, revision),
+            "revision": resolve_revision(dataset, revision, allow_unpinned),
             "lines_per_file": lines_per_file,
             "shards": [],
             "complete": False,
@@ -250,7 +282,7 @@ def export_hub_snapshot(
     if state.get("complete"):
         say(f"{key}: already exported ({len(shards)} shard(s)), nothing to do")
         return [folder / s["name"] for s in shards]
-    ds = open_config(dataset, key, state["revision"])
+    ds = (open_config or open_hub_config)(dataset, key, state["revision"])
     if state.get("resume_state") is not None:
         ds.load_state_dict(state["resume_state"])
         done = sum(s["records"] for s in shards)

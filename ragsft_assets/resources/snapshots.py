@@ -82,8 +82,14 @@ class SnapshotSource(dg.ConfigurableResource):
         revision: str | None = None,
         progress: Callable[[str], None] | None = None,
         lines_per_file: int = DEFAULT_LINES_PER_FILE,
+        allow_unpinned: bool = False,
     ) -> list[Path]:
         """Export hub config ``key`` into its folder (streaming, revision pinned in hub.json, resumable)."""
         return export_hub_snapshot(
-            key, self.folder(key), revision=revision, progress=progress, lines_per_file=lines_per_file
+            key,
+            self.folder(key),
+            revision=revision,
+            progress=progress,
+            lines_per_file=lines_per_file,
+            allow_unpinned=allow_unpinned,
         )
