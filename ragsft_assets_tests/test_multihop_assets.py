@@ -705,8 +705,14 @@ def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
     assert (tmp_path / "b6" / "sample.jsonl").read_bytes() == (
         tmp_path / "b6bis" / "sample.jsonl"
     ).read_bytes()
-    _, key = sample(12, "balanced", "b12")  # only 4 rejected: 6 kept + 4, never topped up
-    assert Counter(k["group"] for k in key) == {"kept": 6, "rejected": 4}
+    # 4 of default are not in filtered, but first_hop never judged (8, 1) (unreadable reply): 3
+    # judged and rejected, so 6 kept + 3, never topped up
+    _, key = sample(12, "balanced", "b12")
+    assert Counter(k["group"] for k in key) == {"kept": 6, "rejected": 3}
+    unreadable = {
+        r["id"] for r in store.read(PARTITION, "first_hop").to_pylist() if r["verdict"] == "unreadable"
+    }
+    assert len(unreadable) == 1 and not unreadable & {k["id"] for k in key}
     _, key = sample(13, "random", "r13")  # the whole parent
     assert {k["id"] for k in key} == parent and Counter(k["group"] for k in key) == {"kept": 9, "rejected": 4}
     # filtered_qwen_v2 is drawn against its own parent, filtered_qwen (10 questions, 8 kept by v2)
@@ -714,6 +720,11 @@ def test_review_sample_is_blind_balanced_and_reproducible(run, tmp_path):
     v2 = set(store.read(PARTITION, "multihop_filtered_qwen_v2")["id"].to_pylist())
     rows, key = sample(100, "random", "v2r", "filtered_qwen_v2")
     assert {r["id"] for r in rows} == qwen and Counter(k["group"] for k in key) == {"kept": 8, "rejected": 2}
+    # filtered_qwen: the rejected half is the 2 that fail criteria, never the not_annotated one
+    crit = store.read(PARTITION, "criteria_annotation").to_pylist()
+    _, key = sample(20, "balanced", "qb", "filtered_qwen")
+    fails = {r["id"] for r in crit if r["verdict"] == "fails_criteria"}
+    assert {k["id"] for k in key if k["group"] == "rejected"} == fails and len(fails) == 2
     _, key = sample(4, "balanced", "v2b", "filtered_qwen_v2")
     assert {k["id"] for k in key if k["group"] == "rejected"} == qwen - v2
     assert {k["id"] for k in key if k["group"] == "kept"} < v2

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import click
 import orjson
+import pyarrow.parquet as pq
 
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.multihop import review
+from ragsft_assets.multihop.recipes import RECIPES
 from ragsft_assets.release.layout import CONFIGS_BY_NAME
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS
+
+VERDICTS_FILE = "provenance/verdicts.parquet"  # beside a filtered config's split files (defs/multihop)
 
 
 @click.group()
@@ -33,6 +37,15 @@ def _rows(store: ArtifactStore, partition: str, config: str) -> list[dict]:
     return rows
 
 
+def _judged_rejected(store: ArtifactStore, partition: str, config: str) -> set[str]:
+    """The ids the config's own filters judged and rejected, from its verdicts file (provenance)."""
+    path = store.root / partition / CONFIGS_BY_NAME[config].asset / VERDICTS_FILE
+    if not path.is_file():
+        raise click.ClickException(f"{path} is missing: re-materialize {CONFIGS_BY_NAME[config].asset}")
+    verdicts = pq.read_table(path, columns=["id", "filter", "verdict", "kept"]).to_pylist()
+    return review.judged_rejected(verdicts, RECIPES[config].filters)
+
+
 @review_group.command("sample")
 @click.option("--partition", required=True, help="Snapshot partition key, e.g. 20260301.fr.")
 @click.option("--config", "config", required=True, type=click.Choice(sorted(review.PARENTS)))
@@ -48,12 +61,17 @@ def _rows(store: ArtifactStore, partition: str, config: str) -> list[dict]:
     help="Folder for sample.jsonl and key.jsonl (default $RAGSFT_HOME/reviews/<partition>/<config>-<design>-n<N>).",
 )
 def sample(partition: str, config: str, n: int, design: str, seed: int, out: str | None) -> None:
-    """Write a shuffled, blind sample.jsonl (no verdicts) and a separate key.jsonl {"id", "group"}."""
+    """Write a shuffled, blind sample.jsonl (no verdicts) and a separate key.jsonl {"id", "group"}.
+
+    ``balanced``: half among the config's questions, half among those its filters judged and
+    rejected (never one left not_annotated or unreadable); ``random``: from the parent.
+    """
     store = ArtifactStore()
     parent = _rows(store, partition, review.PARENTS[config])
     kept = [r["id"] for r in _rows(store, partition, config)]
     try:
-        rows, key = review.draw_sample(parent, kept, n, design, seed)
+        rejected = _judged_rejected(store, partition, config) if design == "balanced" else None
+        rows, key = review.draw_sample(parent, kept, n, design, seed, rejected)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     folder = Path(out) if out else store.home_path / "reviews" / partition / f"{config}-{design}-n{n}"

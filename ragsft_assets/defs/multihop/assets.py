@@ -48,6 +48,17 @@ class MultihopConfig(RecipeConfig):
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
 
 
+Context, Model, Result = dg.AssetExecutionContext, dg.ResourceParam[ChatModel], dg.MaterializeResult
+
+
+def llm_asset(task: str, version: int, deps: list[str]) -> Any:
+    """An LLM stage of the production: its code version follows its prompt ``task``'s templates, it
+    runs in the GPU pool with the LLM retry policy."""
+    return multihop_asset(
+        code_version=f"{version}-{templates_version((task,))}", deps=deps, llm=True, retry=True
+    )
+
+
 def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> dict[str, Any]:
     md: dict[str, Any] = dict(stats.to_metadata(prefix))
     md.update(model_metadata(model, prefix))
@@ -55,18 +66,10 @@ def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> d
     return md
 
 
-@multihop_asset(
-    code_version=f"2-{templates_version(('multihop_question',))}",
-    deps=["bridge_pairs", "abstracts"],
-    llm=True,
-    retry=True,
-)
+@llm_asset("multihop_question", 2, ["bridge_pairs", "abstracts"])
 def question_drafts(
-    context: dg.AssetExecutionContext,
-    config: MultihopConfig,
-    store: ArtifactStore,
-    generator: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
+    context: Context, config: MultihopConfig, store: ArtifactStore, generator: Model
+) -> Result:
     """Bridge-question drafts written by the generator, several per (source a, bridge b) pair, for
     the first ``max_pairs`` pairs of bridge_pairs' seeded bridge-first order (no new draw)."""
     partition = context.partition_key
@@ -123,9 +126,7 @@ def question_drafts(
 
 
 @multihop_asset(code_version="2", deps=["question_drafts", "abstracts"])
-def question_checks(
-    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
+def question_checks(context: Context, config: MultihopConfig, store: ArtifactStore) -> Result:
     """Deterministic checks of each readable draft: kept, or dropped with a counted reason."""
     partition = context.partition_key
     recipe = config.resolved("question_checks")
@@ -157,9 +158,7 @@ def question_checks(
 @multihop_asset(
     name="distractors", code_version="2", deps=["question_checks", "question_drafts", "abstracts"]
 )
-def distractors_asset(
-    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
+def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactStore) -> Result:
     """The 8 best same-split documents per question (no gold, no answer-bearing document), then the
     near-duplicate removal and the caps (2 per bridge, 3 per source) before the judge: the questions
     this keeps are the ones the judge sees."""
@@ -217,18 +216,8 @@ def distractors_asset(
     return dg.MaterializeResult(metadata=md)
 
 
-@multihop_asset(
-    code_version=f"1-{templates_version(('multihop_ablation',))}",
-    deps=["distractors", "question_drafts", "abstracts"],
-    llm=True,
-    retry=True,
-)
-def ablation_verdicts(
-    context: dg.AssetExecutionContext,
-    config: MultihopConfig,
-    store: ArtifactStore,
-    judge: dg.ResourceParam[ChatModel],
-) -> dg.MaterializeResult:
+@llm_asset("multihop_ablation", 1, ["distractors", "question_drafts", "abstracts"])
+def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactStore, judge: Model) -> Result:
     """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept."""
     partition = context.partition_key
     recipe = config.resolved("ablation_verdicts")
@@ -290,9 +279,7 @@ def ablation_verdicts(
     deps=["ablation_verdicts", "distractors", "question_checks", "question_drafts", "abstracts"],
     check_specs=invariant_check_specs,
 )
-def multihop_questions(
-    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
+def multihop_questions(context: Context, config: MultihopConfig, store: ArtifactStore) -> Result:
     """HotpotQA-format bridge questions (HF layout Parquet + original-layout JSON lines) per split:
     every question that passed the four ablations (the caps ran before the judge)."""
     partition = context.partition_key
@@ -351,9 +338,7 @@ def multihop_questions(
 
 
 @multihop_asset(code_version="3", deps=["multihop_questions", "link_graph"])
-def multihop_audit(
-    context: dg.AssetExecutionContext, config: MultihopConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
+def multihop_audit(context: Context, config: MultihopConfig, store: ArtifactStore) -> Result:
     """Invariants, surface-feature classifier AUC (vs 0.62) and longest-gold rate of the release."""
     partition = context.partition_key
     recipe = config.resolved("multihop_audit")
