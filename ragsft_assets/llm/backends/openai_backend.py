@@ -203,6 +203,8 @@ class _Fleet:
             u.epoch += 1
 
     def failure(self, u: _Url, now: float) -> None:
+        if u.aside and now < u.available_at:
+            return  # an answer to a request sent before it was set aside: already counted
         u.fails += 1
         if not (u.aside or u.fails >= self.fail_threshold):
             return
@@ -702,19 +704,29 @@ class OpenAIBackend:
             raise
 
     def close(self) -> None:
+        """Close the connection pool and stop the event loop (a later call starts them again)."""
         if self._client is not None:
             self._client.close()
             self._client = None
         loop, self._loop = self._loop, None
         if loop is None:
             return
+        thread, self._thread = self._thread, None
         session, self._session, self._fleet = self._session, None, None
+        if thread is threading.current_thread():  # dropped from inside its own loop: just stop it
+            loop.call_soon_threadsafe(loop.stop)
+            return
         if session is not None:
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
         loop.call_soon_threadsafe(loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        if thread is not None:
+            thread.join(timeout=5)
         with contextlib.suppress(Exception):
             loop.close()
+
+    def __del__(self) -> None:
+        # A backend dropped without close() (a test's, a script's) must not leave its loop thread
+        # and connections behind.
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,447 @@
+"""The HTTP client at fleet speed, against local OpenAI-compatible servers on 127.0.0.1.
+
+Per-URL in-flight limits, Retry-After and AIMD under pushback, failing URLs set aside while
+the others carry the batch, identity checks at start, the thinking switch (sent, keyed, and
+resolved role > task > model), reasoning kept out of answers, and OpenAI reasoning models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from ragsft_assets.defs.resources import embedder_from_env, llm_for_role
+from ragsft_assets.llm.backends.base import Request
+from ragsft_assets.llm.backends.openai_backend import (
+    OpenAIBackend,
+    ServedModelError,
+    _Fleet,
+    retry_after_s,
+)
+from ragsft_assets.llm.cache import LLMCache
+from ragsft_assets.llm.client import ChatClient, result_from_response
+from ragsft_assets.llm.thinking import DEFAULT_REASONING_BUDGET, effective_request
+from ragsft_assets.llm.types import STATUS_ERROR, STATUS_OK, STATUS_UNREADABLE, SamplingParams
+from ragsft_assets.resources.embedder import OpenAIEmbeddingBackend
+from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets_tests.fake_openai import FakeOpenAI, chat_payload, echo
+from ragsft_assets_tests.llm_double import ScriptedChatModel
+
+MODEL = "served-model"
+
+
+def _convs(n: int, prefix: str = "q") -> list[list[dict[str, str]]]:
+    return [[{"role": "user", "content": f"{prefix}{i}"}] for i in range(n)]
+
+
+def _backend(urls: list[str], **kw: Any) -> OpenAIBackend:
+    options: dict[str, Any] = {"timeout_s": 10.0, "backoff_s": 0.01, "max_retries": 2}
+    return OpenAIBackend(urls, MODEL, **(options | kw))
+
+
+def _resource(urls: list[str], tmp_path: Path, **kw: Any) -> LLMResource:
+    return LLMResource(
+        backend="openai", model=MODEL, base_urls=urls, backoff_s=0.01, cache_dir=str(tmp_path), **kw
+    )
+
+
+# ----- per-URL limits and least-outstanding dispatch ------------------------------------------
+
+
+def test_the_per_url_limit_is_reached_and_never_exceeded(tmp_path: Path) -> None:
+    with FakeOpenAI(delay_s=0.1).running() as a, FakeOpenAI(delay_s=0.1).running() as b:
+        backend = _backend([a.url, b.url], concurrency=6)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(72), SamplingParams())
+        backend.close()
+    assert [r.text for r in batch.results] == [f"answer to q{i}" for i in range(72)]
+    assert (a.peak, b.peak) == (6, 6)  # each URL holds its limit, never more
+    assert a.posts + b.posts == 72 and min(a.posts, b.posts) >= 30  # least outstanding: both carry it
+    md = batch.stats.to_metadata("generator")
+    assert md["generator/in_flight_max"] == 12 and md["generator/retries"] == 0
+    assert 8 <= md["generator/in_flight_mean"] <= 12  # the effective concurrency of the batch
+
+
+def test_the_default_limit_suits_a_replica_and_each_role_has_its_own_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert LLMResource().concurrency == 128
+    for role in ("generator", "judge"):
+        monkeypatch.setenv(f"RAGSFT_{role.upper()}_BACKEND", "openai")
+        monkeypatch.setenv(f"RAGSFT_{role.upper()}_BASE_URLS", "http://a:8000/v1,http://b:8000/v1")
+        monkeypatch.setenv(f"RAGSFT_{role.upper()}_MODEL", MODEL)
+    monkeypatch.setenv("RAGSFT_JUDGE_CONCURRENCY", "200")
+    monkeypatch.setenv("RAGSFT_JUDGE_TIMEOUT_S", "30.5")
+    monkeypatch.setenv("RAGSFT_JUDGE_MAX_RETRIES", "7")
+    gen, judge = llm_for_role("generator"), llm_for_role("judge")
+    assert (judge.concurrency, judge.timeout_s, judge.max_retries) == (200, 30.5, 7)
+    assert gen.concurrency == 128
+    _, gen_opts = gen._backend_options()
+    _, judge_opts = judge._backend_options()
+    assert gen_opts["role"] == "generator" and judge_opts["role"] == "judge"  # two registry entries
+    monkeypatch.setenv("RAGSFT_JUDGE_CONCURRENCY", "lots")
+    with pytest.raises(ValueError, match="RAGSFT_JUDGE_CONCURRENCY"):
+        llm_for_role("judge")
+    # The embedder's HTTP settings work the same way.
+    monkeypatch.setenv("RAGSFT_EMBEDDER_BACKEND", "openai")
+    monkeypatch.setenv("RAGSFT_EMBEDDER_CONCURRENCY", "64")
+    monkeypatch.setenv("RAGSFT_EMBEDDER_TIMEOUT_S", "9")
+    monkeypatch.setenv("RAGSFT_EMBEDDER_MAX_RETRIES", "1")
+    emb = embedder_from_env()
+    assert (emb.concurrency, emb.timeout_s, emb.max_retries) == (64, 9.0, 1)
+
+
+def test_the_embedder_keeps_its_per_url_limit() -> None:
+    def vectors(path: str, body: dict) -> tuple[int, dict, Any]:
+        data = [{"index": i, "embedding": [1.0, float(len(t))]} for i, t in enumerate(body["input"])]
+        return 200, {}, {"data": data, "usage": {"prompt_tokens": len(data)}}
+
+    with FakeOpenAI(vectors, models=[{"id": "emb", "root": "/m/emb"}], delay_s=0.05).running() as srv:
+        backend = OpenAIEmbeddingBackend([srv.url], "emb", per_request=2, concurrency=3, backoff_s=0.01)
+        out = backend.embed([f"t{'x' * i}" for i in range(30)])
+        backend.close()
+    assert out.vectors.shape == (30, 2) and out.vectors[7, 1] == 8.0
+    assert srv.peak == 3 and srv.posts == 15
+    assert backend.last_transport.in_flight_max == 3
+
+
+# ----- overload: Retry-After, AIMD -------------------------------------------------------------
+
+
+def test_retry_after_is_honoured_and_counted(tmp_path: Path) -> None:
+    served = {"n": 0}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        with lock:
+            served["n"] += 1
+            first = served["n"] == 1
+        if first:
+            return 429, {"Retry-After": "1"}, {"error": "slow down"}
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=1)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(3), SamplingParams())
+        backend.close()
+    assert all(r.status == STATUS_OK for r in batch.results)
+    assert srv.posts == 4
+    # Nothing reached the server during the second it asked for.
+    assert srv.times[1] - srv.times[0] >= 0.95
+    assert (batch.stats.http_429, batch.stats.retries, batch.stats.errors) == (1, 1, 0)
+
+
+def test_retry_after_forms() -> None:
+    assert retry_after_s("2") == 2.0 and retry_after_s("0.5") == 0.5
+    assert retry_after_s(None) is None and retry_after_s("soon") is None
+    from datetime import UTC, datetime, timedelta
+
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= (retry_after_s(later) or 0) <= 30
+    assert retry_after_s("100000") == 600.0  # believed only this far
+
+
+def test_pushback_lowers_the_limit_once_per_round_trip_and_successes_raise_it() -> None:
+    async def scenario() -> None:
+        fleet = _Fleet(["u"], cap=16, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        u = fleet.urls[0]
+        epoch = u.epoch
+        for _ in range(10):  # ten 429s from one window of requests: one cut
+            fleet.pushback(u, epoch, None, 0.0)
+        assert u.limit == 8.0 and u.ssthresh == 8.0
+        fleet.pushback(u, u.epoch, 2.0, 5.0)  # a 429 to a request sent after the cut: cut again
+        assert u.limit == 4.0 and u.available_at == 7.0  # and the URL waits its Retry-After
+        for _ in range(200):
+            fleet.ok(u)
+        assert u.limit == 16.0  # recovered to the configured limit, never above
+
+    asyncio.run(scenario())
+
+
+def test_a_server_that_pushes_back_gets_fewer_requests_not_a_storm(tmp_path: Path) -> None:
+    state = {"in": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        with lock:
+            if state["in"] >= 4:  # a replica with 4 slots: full means 429
+                return 429, {"Retry-After": "0"}, {"error": "full"}
+            state["in"] += 1
+        try:
+            time.sleep(0.03)
+            return echo(path, body)
+        finally:
+            with lock:
+                state["in"] -= 1
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=32)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(120), SamplingParams())
+        limit = backend._fleet.urls[0].limit if backend._fleet else 0
+        backend.close()
+    assert all(r.status == STATUS_OK for r in batch.results)
+    assert limit < 32  # the limit came down
+    assert batch.stats.http_429 < 120  # fewer 429s than requests: no retry storm
+
+
+# ----- failing URLs ----------------------------------------------------------------------------
+
+
+def test_a_failing_url_is_set_aside_while_the_others_carry_the_batch(tmp_path: Path) -> None:
+    def broken(path: str, body: dict) -> tuple[int, dict, Any]:
+        return 500, {}, {"error": "down"}
+
+    with (
+        FakeOpenAI(broken).running() as bad,
+        FakeOpenAI(delay_s=0.01).running() as good,
+    ):
+        backend = _backend([bad.url, good.url], concurrency=4, max_retries=1, cooldown_s=60.0)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(60), SamplingParams())
+        backend.close()
+    assert all(r.status == STATUS_OK for r in batch.results)  # one retry each sufficed
+    # Its window of 4, plus the slots freed by its first failures, then nothing during the cool-down.
+    assert bad.posts <= 4 + 2
+    assert good.posts == 60
+    assert batch.stats.url_set_asides == 1 and batch.stats.retries == bad.posts
+
+
+def test_a_url_set_aside_is_probed_and_comes_back(tmp_path: Path) -> None:
+    started: list[float] = []
+    lock = threading.Lock()
+
+    def restarting(path: str, body: dict) -> tuple[int, dict, Any]:
+        with lock:
+            started[:] = started or [time.monotonic()]
+        if time.monotonic() < started[0] + 0.3:  # down for its first 0.3 s
+            return 503, {}, {"error": "restarting"}
+        return echo(path, body)
+
+    with (
+        FakeOpenAI(restarting, delay_s=0.01).running() as back,
+        FakeOpenAI(delay_s=0.01).running() as steady,
+    ):
+        backend = _backend([back.url, steady.url], concurrency=2, cooldown_s=0.2)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(300), SamplingParams())
+        backend.close()
+    assert all(r.status == STATUS_OK for r in batch.results)
+    assert batch.stats.url_set_asides >= 1
+    late = [t for t in back.times if t > started[0] + 0.3]
+    assert len(late) > 20  # after its cool-down a probe answered and it took its share again
+    assert steady.posts + len(late) == 300
+
+
+def test_when_every_url_fails_each_request_ends_with_an_error(tmp_path: Path) -> None:
+    def broken(path: str, body: dict) -> tuple[int, dict, Any]:
+        return 500, {}, {"error": "down"}
+
+    with FakeOpenAI(broken).running() as a, FakeOpenAI(broken).running() as b:
+        backend = _backend([a.url, b.url], concurrency=2, max_retries=2, cooldown_s=0.05)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(4), SamplingParams())
+        backend.close()
+    assert all(
+        r.status == STATUS_ERROR and "gave up after 3 attempts" in (r.error or "") for r in batch.results
+    )
+    assert a.posts + b.posts == 12
+
+
+# ----- identity at start -----------------------------------------------------------------------
+
+
+def test_identity_is_checked_on_every_url_at_start(tmp_path: Path) -> None:
+    ctx = dg.build_init_resource_context()
+    with (
+        FakeOpenAI(models=[{"id": MODEL, "root": "/models/a"}]).running() as a,
+        FakeOpenAI(models=[{"id": MODEL, "root": "/models/b"}]).running() as b,
+        FakeOpenAI(models=[{"id": "other-model", "root": "/x"}]).running() as other,
+        FakeOpenAI(models=[{"id": MODEL, "root": "/models/a", "max_model_len": 8192}]).running() as a2,
+    ):
+        with pytest.raises(ServedModelError, match="different weights"):
+            _resource([a.url, b.url], tmp_path).setup_for_execution(ctx)
+        with pytest.raises(ServedModelError, match=r"no URL serves it; served: \['other-model'\]"):
+            _resource([other.url], tmp_path).setup_for_execution(ctx)
+        with pytest.raises(ServedModelError, match="not by"):
+            _resource([a.url, other.url], tmp_path).setup_for_execution(ctx)
+        gets = a.model_gets
+        res = _resource([a.url, a2.url], tmp_path)
+        res.setup_for_execution(ctx)
+        ident = res.model_identity()
+        assert ident["weights_sha256"] == "served:/models/a" and ident["served_root"] == "/models/a"
+        assert a.posts == 0 and a.model_gets == gets + 1 and a2.model_gets == 1  # checked before any call
+        res.close()
+
+
+def test_models_listing_is_retried_and_unknown_weights_need_saying(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with FakeOpenAI(models_status=503).running() as down:
+        with pytest.raises(ServedModelError, match="weights_id"):
+            _backend([down.url]).identity()
+        assert down.model_gets == 3  # max_retries=2: three tries before giving up
+        res = _resource([down.url], tmp_path, weights_id="unknown")
+        with caplog.at_level("WARNING"):
+            out = res.chat(_convs(1), SamplingParams())
+        assert out.results[0].ok
+        ident = res.model_identity()
+        assert ident["weights_sha256"] == "unknown" and "set explicitly" in ident["weights_note"]
+        assert "weights 'unknown' (set explicitly)" in caplog.text
+        res.close()
+    # A listing without a root (a provider): the weights must be named.
+    with FakeOpenAI(models=[{"id": MODEL, "object": "model"}]).running() as provider:
+        with pytest.raises(ServedModelError, match="no `root`"):
+            _backend([provider.url]).identity()
+        assert _backend([provider.url], weights_id="2025-08-07").identity()["weights_sha256"] == "2025-08-07"
+
+
+# ----- thinking ----------------------------------------------------------------------------------
+
+
+def test_thinking_precedence_role_over_task_over_model() -> None:
+    msgs = [{"role": "user", "content": "x"}]
+    task_off = Request(msgs, SamplingParams(max_tokens=100, enable_thinking=False))
+    task_on = Request(msgs, SamplingParams(max_tokens=100, enable_thinking=True, thinking_max_tokens=2000))
+    plain = Request(msgs, SamplingParams(max_tokens=100))
+    via_kwargs = Request(msgs, SamplingParams(max_tokens=100), None, {"enable_thinking": False})
+
+    def sent(req: Request, role: bool | None = None, budget: int | None = None) -> tuple[Any, int]:
+        r = effective_request(req, role, budget)
+        return (r.chat_template_kwargs, r.params.max_tokens)
+
+    assert sent(plain) == (None, 100)  # unset both: the model's own default
+    assert sent(task_off) == ({"enable_thinking": False}, 100)
+    assert sent(task_on) == ({"enable_thinking": True}, 2000)  # a thinking task gets its budget
+    assert sent(task_off, role=True, budget=3000) == ({"enable_thinking": True}, 3000)  # the role wins
+    assert sent(task_on, role=False) == ({"enable_thinking": False}, 100)
+    assert sent(plain, role=True) == ({"enable_thinking": True}, 100)
+    # A task default given as chat_template_kwargs is the same request, so the same cache key.
+    assert effective_request(via_kwargs) == effective_request(task_off)
+    assert effective_request(task_off).params.enable_thinking is None
+    # Reasoning models: no template switch, room for the reasoning.
+    r = effective_request(task_off, reasoning_model=True)
+    assert r.chat_template_kwargs is None and r.params.max_tokens == DEFAULT_REASONING_BUDGET
+    # Raw completions have no template: untouched.
+    comp = Request((), SamplingParams(enable_thinking=True), None, None, "prompt")
+    assert effective_request(comp, role_thinking=True).chat_template_kwargs is None
+
+
+def test_thinking_is_sent_as_configured_and_is_part_of_the_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = SamplingParams(max_tokens=64, enable_thinking=False, thinking_max_tokens=1024)
+    with FakeOpenAI().running() as srv:
+        default = _resource([srv.url], tmp_path)
+        a = default.chat(_convs(2), task)
+        thinking = _resource([srv.url], tmp_path, enable_thinking=True)
+        b = thinking.chat(_convs(2), task)
+        again = thinking.chat(_convs(2), task)
+        unset = _resource([srv.url], tmp_path).chat(_convs(2), SamplingParams(max_tokens=64))
+        for res in (default, thinking):
+            res.close()
+    kwargs = [body.get("chat_template_kwargs") for body in srv.bodies]
+    assert kwargs == [{"enable_thinking": False}] * 2 + [{"enable_thinking": True}] * 2 + [None] * 2
+    assert [body["max_tokens"] for body in srv.bodies] == [64, 64, 1024, 1024, 64, 64]
+    assert a.results[0].cache_key != b.results[0].cache_key != unset.results[0].cache_key
+    assert again.stats.cache_hits == 2 and again.stats.calls == 0
+    # From the environment: true, false, or unset.
+    monkeypatch.setenv("RAGSFT_GENERATOR_BACKEND", "openai")
+    for raw, want in (("true", True), ("false", False), ("unset", None)):
+        monkeypatch.setenv("RAGSFT_GENERATOR_ENABLE_THINKING", raw)
+        assert llm_for_role("generator").enable_thinking is want
+    monkeypatch.setenv("RAGSFT_GENERATOR_ENABLE_THINKING", "maybe")
+    with pytest.raises(ValueError, match="RAGSFT_GENERATOR_ENABLE_THINKING"):
+        llm_for_role("generator")
+
+
+def test_the_test_double_applies_the_same_thinking_rules() -> None:
+    double = ScriptedChatModel(lambda msgs: "ok", enable_thinking=True)
+    double.chat(_convs(1), SamplingParams(enable_thinking=False))
+    plain = ScriptedChatModel(lambda msgs: "ok")
+    plain.chat(_convs(1), SamplingParams(enable_thinking=False))
+    plain.chat(_convs(1), SamplingParams())
+    assert double.template_kwargs == [{"enable_thinking": True}]
+    assert plain.template_kwargs == [{"enable_thinking": False}, None]
+
+
+# ----- reasoning kept out of answers -------------------------------------------------------------
+
+
+def test_reasoning_never_reaches_the_answer_and_a_cut_off_one_is_unreadable(tmp_path: Path) -> None:
+    schema = {"type": "object", "properties": {"v": {"type": "string"}}, "required": ["v"]}
+
+    def cases(thinking: bool | None, **response: Any) -> Any:
+        return result_from_response(response, schema, "k", False, thinking)
+
+    ok = cases(None, text='<think>maybe {"v": "no"}</think>{"v": "yes"}', finish_reason="stop")
+    assert ok.parsed == {"v": "yes"} and "maybe" in (ok.reasoning or "")
+    sep = cases(True, text='{"v": "yes"}', reasoning="thought", finish_reason="stop")
+    assert sep.parsed == {"v": "yes"} and sep.reasoning == "thought"
+    for res in (
+        cases(None, text='<think>{"v": "draft"} and more', finish_reason="length"),  # unclosed block
+        cases(True, text="", reasoning='{"v": "draft"}', finish_reason="length"),  # reasoning parser
+        cases(True, text='{"v": "draft"} thinking on', finish_reason="length"),  # template-opened block
+    ):
+        assert res.status == STATUS_UNREADABLE and res.reason == "truncated_in_reasoning"
+        assert res.text == "" and res.parsed is None and "draft" in (res.reasoning or "")
+    plain = result_from_response({"text": "a cut answer", "finish_reason": "length"}, None, "k", False, None)
+    assert plain.status == STATUS_OK and plain.text == "a cut answer"  # no thinking asked: an answer
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][-1]["content"]
+        if content == "cut":
+            return 200, {}, chat_payload("", reasoning="still thinking", finish="length")
+        return 200, {}, chat_payload('{"v": "fine"}', reasoning="short")
+
+    with FakeOpenAI(answer).running() as srv:
+        res = _resource([srv.url], tmp_path)
+        convs = [[{"role": "user", "content": c}] for c in ("cut", "fine")]
+        params = SamplingParams(enable_thinking=True)
+        first = res.chat(convs, params, json_schema=schema)
+        again = res.chat(convs, params, json_schema=schema)
+        res.close()
+    assert [r.reason for r in first.results] == ["truncated_in_reasoning", None]
+    assert first.results[1].parsed == {"v": "fine"}
+    md = first.stats.to_metadata("judge")
+    assert md["judge/truncated_in_reasoning"] == 1 and md["judge/unreadable"] == 1
+    assert again.stats.truncated_in_reasoning == 1 and again.stats.cache_hits == 2  # counted from cache too
+
+
+# ----- OpenAI reasoning models -------------------------------------------------------------------
+
+
+def _strict_reasoning_server(path: str, body: dict) -> tuple[int, dict, Any]:
+    """Answers like OpenAI's reasoning models: 400 to max_tokens, temperature, top_p, unknown fields."""
+    for field in ("max_tokens", "temperature", "top_p", "chat_template_kwargs"):
+        if field in body:
+            return 400, {}, {"error": {"message": f"Unsupported parameter: '{field}'"}}
+    if body["messages"][-1]["content"] == "long":
+        return 200, {}, chat_payload("", finish="length")  # the budget went to hidden reasoning
+    return 200, {}, chat_payload(f"verdict for {body['messages'][-1]['content']}")
+
+
+def test_a_reasoning_model_role_sends_max_completion_tokens_and_no_temperature(tmp_path: Path) -> None:
+    models = [{"id": MODEL, "object": "model"}]
+    task = SamplingParams(temperature=0.0, max_tokens=48, enable_thinking=False)
+    with FakeOpenAI(_strict_reasoning_server, models=models).running() as srv:
+        plain = _resource([srv.url], tmp_path / "a", weights_id="gpt-5-mini-2025-08-07", max_retries=0)
+        refused = plain.chat(_convs(1), task).results[0]
+        reasoning = _resource(
+            [srv.url],
+            tmp_path / "b",
+            weights_id="gpt-5-mini-2025-08-07",
+            reasoning_model=True,
+            reasoning_effort="low",
+        )
+        out = reasoning.chat(_convs(2) + [[{"role": "user", "content": "long"}]], task)
+        plain.close()
+        reasoning.close()
+    assert refused.status == STATUS_ERROR and "HTTP 400" in (refused.error or "")
+    assert [r.text for r in out.results[:2]] == ["verdict for q0", "verdict for q1"]
+    assert out.results[2].reason == "truncated_in_reasoning"
+    sent = srv.bodies[-1]
+    assert sent["max_completion_tokens"] == DEFAULT_REASONING_BUDGET and sent["reasoning_effort"] == "low"
+    assert not {"max_tokens", "temperature", "top_p", "chat_template_kwargs"} & set(sent)
