@@ -30,10 +30,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import random
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,7 +44,7 @@ from pydantic import PrivateAttr
 from ragsft_assets.home import llm_cache_dir
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm import engines
-from ragsft_assets.llm.backends.openai_backend import RETRY_STATUS, OpenAIBackend, _Retryable
+from ragsft_assets.llm.backends.openai_backend import GiveUp, OpenAIBackend, Refused, _Call, _Malformed
 from ragsft_assets.llm.backends.vllm_backend import engine_started, shutdown_engine
 from ragsft_assets.llm.cache import SQLiteCache
 from ragsft_assets.resources.llm import ModelEndpoint
@@ -284,12 +282,13 @@ class PoolingBackend:
 
 
 class OpenAIEmbeddingBackend(OpenAIBackend):
-    """``/v1/embeddings`` over HTTP, with the chat backend's URLs, key handling, retries and identity.
+    """``/v1/embeddings`` over HTTP, with the chat backend's URLs, limits, retries and identity.
 
-    A list of texts is cut into requests of ``per_request`` inputs, sent ``concurrency`` at a time;
-    request i starts on URL ``i mod n`` and each retry moves to the next URL, with the same
-    exponential backoff and jitter as chat calls. A request that still fails raises
-    ``EmbeddingError`` (a vector cannot be "unreadable": the stage needs every one).
+    A list of texts is cut into requests of ``per_request`` inputs, all handed to the backend's
+    event loop at once: each goes to the URL with the fewest outstanding requests, at most
+    ``concurrency`` per URL, with the chat calls' 429 / ``Retry-After`` handling, backoff and
+    cool-down of failing URLs. A request that still fails raises ``EmbeddingError`` (a vector
+    cannot be "unreadable": the stage needs every one).
 
     Args:
         per_request: inputs per HTTP request.
@@ -304,31 +303,17 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
         super().__init__(*args, **kwargs)
         self.per_request = max(1, per_request)
         self.max_tokens = max_tokens
+        self.last_transport: Any = None  # TransportStats of the last embed call
 
     def identity(self) -> dict[str, str]:
         ident = super().identity()
         ident["max_tokens"] = str(self.max_tokens) if self.max_tokens else "server_default"
         return ident
 
-    def _embed_attempt(self, url: str, body: bytes, n: int) -> tuple[np.ndarray, int]:
-        import httpx
-
-        self.url_hits[url] = self.url_hits.get(url, 0) + 1
-        self.attempts += 1
+    @staticmethod
+    def _parse(content: bytes, n: int) -> tuple[np.ndarray, int]:
         try:
-            resp = self._http().post(
-                f"{url}/embeddings",
-                content=body,
-                headers={"Content-Type": "application/json", **self._headers()},
-            )
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
-            raise _Retryable(f"{type(exc).__name__} from {url}") from None
-        if resp.status_code in RETRY_STATUS or resp.status_code >= 500:
-            raise _Retryable(f"HTTP {resp.status_code} from {url}")
-        if resp.status_code >= 400:  # the request itself is wrong: retrying cannot help
-            raise EmbeddingError(f"HTTP {resp.status_code} from {url}: {resp.text[:300]}")
-        try:
-            data = orjson.loads(resp.content)
+            data = orjson.loads(content)
             items = sorted(data["data"], key=lambda d: int(d["index"]))
             vectors = np.asarray([d["embedding"] for d in items], dtype=np.float32)
             if (
@@ -337,32 +322,35 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
                 or [int(d["index"]) for d in items] != list(range(n))
             ):
                 raise ValueError("wrong number of embeddings")
-            tokens = int((data.get("usage") or {}).get("prompt_tokens") or 0)
-            return vectors, tokens
+            return vectors, int((data.get("usage") or {}).get("prompt_tokens") or 0)
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, ValueError):
-            raise _Retryable(f"malformed embeddings body from {url}") from None
-
-    def _embed_request(self, index: int, texts: Sequence[str]) -> tuple[np.ndarray, int]:
-        body_obj: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
-        if self.max_tokens:
-            body_obj["truncate_prompt_tokens"] = self.max_tokens
-        body = orjson.dumps(body_obj)
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            url = self.base_urls[(index + attempt) % len(self.base_urls)]
-            try:
-                return self._embed_attempt(url, body, len(texts))
-            except _Retryable as exc:
-                last = str(exc)
-            if attempt < self.max_retries:
-                delay = min(self.backoff_max_s, self.backoff_s * 2**attempt)
-                time.sleep(delay * (0.5 + random.random() / 2))  # jitter, as chat calls
-        raise EmbeddingError(f"embeddings request gave up after {self.max_retries + 1} attempts: {last}")
+            raise _Malformed from None
 
     def embed(self, texts: Sequence[str]) -> EmbedBatch:
         parts = [texts[i : i + self.per_request] for i in range(0, len(texts), self.per_request)]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(parts)))) as pool:
-            results = list(pool.map(self._embed_request, range(len(parts)), parts))
+        results: list[Any] = [None] * len(parts)
+        call = _Call()
+
+        async def one(i: int) -> None:
+            body_obj: dict[str, Any] = {
+                "model": self.model,
+                "input": list(parts[i]),
+                "encoding_format": "float",
+            }
+            if self.max_tokens:
+                body_obj["truncate_prompt_tokens"] = self.max_tokens
+            n = len(parts[i])
+            try:
+                results[i] = await self._send(
+                    "/embeddings", orjson.dumps(body_obj), call, lambda content: self._parse(content, n)
+                )
+            except GiveUp as exc:
+                raise EmbeddingError(f"embeddings request {exc}") from None
+            except Refused as exc:  # the request itself is wrong: retrying cannot help
+                raise EmbeddingError(str(exc)) from None
+
+        if parts:
+            self.last_transport = self.run_coroutine(self._run_many(len(parts), one, call))
         vectors = np.concatenate([v for v, _ in results]) if results else np.zeros((0, 0), np.float32)
         # The server reports tokens per request, not per text: spread them for the record.
         tokens: list[int] = []
@@ -500,6 +488,7 @@ class EmbeddingResource(ModelEndpoint):
                 "weights_id": self.weights_id,
                 "per_request": self.per_request,
                 "max_tokens": self.max_tokens,
+                "role": self.role,
             }
         return self.backend, {"model": self.model}  # a kind registered with engines.register_backend
 
@@ -554,8 +543,11 @@ class EmbeddingResource(ModelEndpoint):
             backend = self.backend_object()
             identity = self.model_identity()
             last_log = time.monotonic()
-            for start in range(0, len(missing), max(1, self.batch_size)):
-                part = missing[start : start + self.batch_size]
+            step = max(1, self.batch_size)
+            if self.backend == "openai":  # one backend call fills every URL's in-flight slots
+                step = max(step, self.per_request * self.concurrency * max(1, len(self.base_urls)))
+            for start in range(0, len(missing), step):
+                part = missing[start : start + step]
                 batch = backend.embed([texts[first[k]] for k in part])
                 if batch.vectors.shape[0] != len(part):
                     raise EmbeddingError(
