@@ -70,6 +70,7 @@ def test_sources_add_hub_streams_every_split(hub: Path, tmp_path: Path) -> None:
         "dataset": str(hub),
         "config": "distractor",  # the hotpotqa preset's hub config
         "revision": None,  # a local folder has no revision to pin
+        "pinned": False,
         "complete": True,
         "records": 70,
         "shards": 4,

@@ -159,6 +159,44 @@ def test_unanswerable_kept_only_without_gold_in_passages() -> None:
     assert "q1" not in kept
 
 
+def test_trust_aligns_own_label_wins_and_the_fallback_is_said() -> None:
+    assert ta.label_of({"label": "refusal"}) == ta.UNANSWERABLE
+    assert ta.label_of({"answerable": True}) == ta.ANSWERABLE
+    assert ta.label_of({"unanswerable": True}) == ta.UNANSWERABLE
+    assert ta.label_of({"demo_type": "positive"}) == ta.ANSWERABLE and ta.label_of({"question": "q"}) is None
+    gold = [["Mawsynram"]]
+    no_gold_docs = [("A", "Rain falls in India."), ("B", "Monsoons are wet.")]
+    # a refusal that still names a gold answer in its text: the label says unanswerable, the
+    # target alone would have made it an answer without citation (rejected)
+    hedged = "I cannot tell from the documents; some say Mawsynram."
+    items = [
+        replace(_item(1, "Wettest?", no_gold_docs, hedged, gold), label=ta.UNANSWERABLE),
+        _item(2, "Wettest place?", no_gold_docs, hedged, gold),  # no label: inferred from the target
+        replace(  # labelled unanswerable, yet a gold string is in its passages: not kept
+            _item(3, "Wettest town?", [("A", "Mawsynram is the wettest.")], "No answer.", gold),
+            label=ta.UNANSWERABLE,
+        ),
+        *(
+            _item(10 + i, f"q {i}", [("T", f"answer {i} here")], f"answer {i} [1]", [[f"answer {i}"]])
+            for i in range(12)
+        ),
+    ]
+    built = ta.build_rows(items, unanswerable_share=0.2)
+    kept = {r["id"]: r for r in built.rows}
+    assert kept["q1"]["level"] == "unanswerable" and kept["q1"]["label_origin"] == "source"
+    assert ("q2", "answer_without_citation") in built.rejected  # the fallback's reading
+    assert ("q3", "unanswerable_but_gold_in_passages") in built.rejected
+    assert {kept[f"q{10 + i}"]["label_origin"] for i in range(12)} == {"inferred"}
+    assert built.funnel["label:source"] == 1 and built.funnel["label:inferred"] == 12
+
+
+def test_prompt_file_demos_carry_their_label(tmp_path: Path) -> None:
+    src = tmp_path / "asqa_refusal_demos.json"
+    src.write_text((DATA / "trust_align" / "asqa_refusal_demos.json").read_text(encoding="utf-8"))
+    labels = [ta.label_of(r) for _, r in ta._records(src)]
+    assert labels == [ta.ANSWERABLE, ta.ANSWERABLE, ta.UNANSWERABLE, ta.UNANSWERABLE]
+
+
 def test_unanswerable_sampling_share_and_seed() -> None:
     ans = [f"a{i}" for i in range(100)]
     una = [f"u{i}" for i in range(100)]
@@ -257,6 +295,7 @@ def _prompts(n_answerable: int = 30, n_unanswerable: int = 10):
                 "gold_answers": [],
                 "reference_answers": [],
                 "answers_present": 0,
+                "label_origin": "inferred",
             }
         )
     records, bad = records_from_table(ta.rows_table(rows))
@@ -449,5 +488,93 @@ def test_qa_sft_job_writes_a_trust_align_release(ta_run) -> None:
     assert "names_document_number" in reasons
     card = (folder / "README.md").read_text()
     assert "trust_align statistics" in card and "| asqa |" in card
+    # which unanswerable label was used: the demo rows carry none, every one was inferred
+    n = len({p["question_id"] for p in prompts})
+    assert (
+        f"Trust-Align's own label for 0 question(s), inferred from the target (no gold answer in it) for {n}"
+        in card
+    )
+    # the Luciole RAG card's parts: the recipe, the quoted citation rule, the card's statistics
+    assert "Recipe `trust_align`: as the card." in card
+    assert "> When quoting from the context, wrap each excerpt inline" in card
+    assert "the card's statistics" in card
     manifest = json.loads((folder / "provenance" / "trust_align" / "manifest.json").read_text())
     assert manifest["asset"] == "rag_sft" and manifest["snapshot"] == KEY
+
+
+def _hub_rows(path: Path, names: list[str]) -> list[dict]:
+    """Uniform JSON-lines rows (the hub's JSON loader wants one schema) from demo files, labelled."""
+    rows = []
+    for name in names:
+        data = json.loads((DATA / name).read_text(encoding="utf-8"))
+        for kind, label in (("positive_demos", "positive"), ("refusal_demos", "refusal")):
+            for x in data.get(kind, []):
+                docs = [{"title": d["title"], "text": d["text"]} for d in x["docs"]]
+                rows.append(
+                    {"question": x["question"], "docs": docs, "answer": x["answer"], "answers": _gold(x)}
+                )
+                rows[-1].update({"label": label, "dataset": name.split("/")[1].split("_")[0]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return rows
+
+
+def test_hub_reads_the_cards_data_dir_and_pins_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+    from ragsft_assets.corpus.hub_snapshot import snapshot_revision
+
+    hub = tmp_path / "Trust-Score"  # a local folder laid out like the hub's declare-lab/Trust-Score
+    sft = _hub_rows(hub / "Trust-Align" / "sft" / "train.jsonl", ["trust_align/asqa_refusal_demos.json"])
+    _hub_rows(hub / "Trust-Align" / "dpo" / "train.jsonl", ["trust_align/qampari_refusal_demos.json"])
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+    home = tmp_path / "home"
+    runner = CliRunner(env={"RAGSFT_HOME": str(home), "DAGSTER_HOME": None})
+    res = runner.invoke(main, ["sources", "add", KEY, "--hub", str(hub)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    state = snapshot_revision(home / "sources" / KEY)
+    assert state["revision"] == ta.HUB_REVISION == "0b89ac0"  # the card's commit, pinned by default
+    manifest = json.loads((home / "sources" / KEY / "hub.json").read_text())
+    assert manifest["data_dir"] == ta.HUB_DATA_DIR == "Trust-Align/sft"
+    # only the card's folder was read (the dpo folder's QAMPARI rows are not there)
+    questions = {
+        r["question"] for r in read_source(home / "sources" / KEY, PRESETS["trust_align"]).table.to_pylist()
+    }
+    assert questions and questions <= {r["question"] for r in sft}
+    assert f"source {KEY}:" in res.output
+
+
+def test_sources_add_with_no_question_fails_naming_the_reasons(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    src = tmp_path / "eli5_only.jsonl"
+    rows = [{**x, "dataset": "eli5"} for x in _demos("alce/eli5_default_demos.json")]
+    rows.append({**_demos("trust_align/asqa_refusal_demos.json")[0], "dataset": "asqa"})  # no gold answers
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    runner = CliRunner(env={"RAGSFT_HOME": str(tmp_path / "home"), "DAGSTER_HOME": None})
+    res = runner.invoke(main, ["sources", "add", KEY, "--from", str(src)])
+    assert res.exit_code != 0
+    assert (
+        "0 questions" in res.output
+        and "no_gold_answers: 1" in res.output
+        and "eli5_left_out: 4" in res.output
+    )
+    assert not (tmp_path / "home" / "sources" / KEY).exists()
+
+
+def test_sources_add_help_lists_every_preset() -> None:
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+    from ragsft_assets.cli.sources import PRESET_NAMES
+
+    assert sorted(PRESET_NAMES) == sorted(PRESETS)
+    out = CliRunner().invoke(main, ["sources", "add", "--help"]).output
+    assert "trust_align" in out and all(name in out for name in PRESETS)

@@ -19,6 +19,27 @@ from ragsft_assets.cli.instance import instance as _instance
 from ragsft_assets.cli.instance import sources_dir
 from ragsft_assets.home import dagster_home, snapshots_dir
 
+# The presets `sources add --preset` knows (sources/read.py's PRESETS; a test keeps them equal):
+# named here so that --help lists them without importing the readers.
+PRESET_NAMES = ("hotpotqa", "narrativeqa", "rag_tge", "synthetic_convqa", "trust_align")
+
+
+def require_questions(key: str, read: object) -> None:
+    """Refuse a source that yields no question, naming why its records were left out.
+
+    Raises:
+        ValueError: ``read.table`` has no row; the message lists the reader's reason counts
+            (``rejected:<reason>`` and the other counters of its funnel, e.g. trust_align's), or
+            the rows read per file.
+    """
+    if read.table.num_rows:  # type: ignore[attr-defined]
+        return
+    counts = dict(read.rows_per_file)  # type: ignore[attr-defined]
+    reasons = {k.removeprefix("rejected:"): n for k, n in counts.items() if k.startswith("rejected:") and n}
+    others = {k: n for k, n in counts.items() if not k.startswith("rejected:") and n}
+    detail = ", ".join(f"{k}: {n}" for k, n in sorted({**reasons, **others}.items())) or "no record read"
+    raise ValueError(f"source {key}: 0 questions; records left out by reason: {detail}")
+
 
 def _check_key(key: str, home: Path | None) -> None:
     """A valid source key that is not a snapshot key (a key belongs to one partition set only)."""
@@ -62,6 +83,7 @@ def install_source(
     mapping = load_mapping(preset, mapping_file)
     source = source.expanduser().resolve()
     read = read_source(source, mapping)
+    require_questions(key, read)
     target = sources_dir(home) / key
     if target.exists():
         shutil.rmtree(target)
@@ -146,15 +168,28 @@ def install_hub_source(
     lines_per_file: int | None = None,
     home: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    data_dir: str | None = None,
+    **seams: Callable,
 ) -> tuple[Path, int]:
     """Stream hub ``dataset`` into the source folder of ``key`` (resuming an interrupted export), then
     validate every record through the preset or mapping as ``install_source`` does.
 
-    ``config`` defaults to the preset's hub config (``distractor`` for hotpotqa). A folder that holds
-    a local install (no ``hub.json``) is refused: remove the source first. Returns ``(folder, rows)``.
+    ``config`` defaults to the preset's hub config (``distractor`` for hotpotqa), ``data_dir`` to the
+    folder its card reads and ``revision`` to the commit its card pins (``Trust-Align/sft`` at
+    ``0b89ac0`` for trust_align). A folder that holds a local install (no ``hub.json``) is refused:
+    remove the source first. ``seams`` (``open_split``, ``list_splits``) go to ``export_hub_source``
+    (tests). Returns ``(folder, rows)``.
+
+    Raises:
+        ValueError: see ``export_hub_source``; a source that yields no question (``require_questions``).
     """
     from ragsft_assets.corpus.hub_snapshot import DEFAULT_LINES_PER_FILE, HUB_MANIFEST
-    from ragsft_assets.sources.hub import PRESET_CONFIGS, export_hub_source
+    from ragsft_assets.sources.hub import (
+        PRESET_CONFIGS,
+        PRESET_DATA_DIRS,
+        PRESET_REVISIONS,
+        export_hub_source,
+    )
     from ragsft_assets.sources.read import SourceError, load_mapping, read_source
 
     _check_key(key, home)
@@ -168,14 +203,17 @@ def install_hub_source(
         dataset=dataset,
         config=config or PRESET_CONFIGS.get(preset or ""),
         splits=splits,
-        revision=revision,
+        revision=revision or PRESET_REVISIONS.get(preset or ""),
         lines_per_file=lines_per_file or DEFAULT_LINES_PER_FILE,
         progress=progress,
+        data_dir=data_dir or PRESET_DATA_DIRS.get(preset or ""),
+        **seams,
     )
     try:
         read = read_source(target, mapping)
     except SourceError as exc:  # the shards stay: a fixed mapping can be tried without streaming again
         raise SourceError(f"{exc} (streamed from {dataset}; the shards are kept in {target})") from exc
+    require_questions(key, read)
     _write_config(target, key, preset, mapping, read.rows_per_file)
     return target, read.table.num_rows
 
@@ -208,9 +246,21 @@ def sources() -> None:
 @click.option(
     "--split", "splits", multiple=True, help="With --hub: a split to stream (repeatable; default all)."
 )
-@click.option("--revision", help="With --hub: the revision to pin (default: the branch's current commit).")
+@click.option(
+    "--revision",
+    help="With --hub: the revision to pin (default: the preset card's commit, e.g. 0b89ac0 for "
+    "trust_align, else the branch's current commit).",
+)
+@click.option(
+    "--data-dir",
+    "data_dir",
+    help="With --hub: one folder of the dataset (default: the preset card's, e.g. Trust-Align/sft).",
+)
 @click.option("--lines-per-file", type=click.IntRange(min=1), help="With --hub: records per shard.")
-@click.option("--preset", help="Column mapping of a known source (hotpotqa, narrativeqa).")
+@click.option(
+    "--preset",
+    help=f"Column mapping of a known source ({', '.join(PRESET_NAMES)}); default: the key's first part.",
+)
 @click.option("--mapping", "mapping_file", type=click.Path(path_type=Path), help="JSON/YAML mapping file.")
 def add(
     key: str,
@@ -221,6 +271,7 @@ def add(
     hub_config: str | None,
     splits: tuple[str, ...],
     revision: str | None,
+    data_dir: str | None,
     lines_per_file: int | None,
     preset: str | None,
     mapping_file: Path | None,
@@ -234,8 +285,8 @@ def add(
 
     if [source, hub, snapshot].count(None) != 2:
         raise click.UsageError("give exactly one of --from PATH, --hub ID, --from-snapshot SNAP")
-    if hub is None and (hub_config or splits or revision or lines_per_file):
-        raise click.UsageError("--config, --split, --revision and --lines-per-file go with --hub")
+    if hub is None and (hub_config or splits or revision or data_dir or lines_per_file):
+        raise click.UsageError("--config, --split, --revision, --data-dir and --lines-per-file go with --hub")
     if questions is not None and snapshot is None:
         raise click.UsageError("--questions goes with --from-snapshot")
     if snapshot is not None and (preset is not None or mapping_file is not None):
@@ -256,6 +307,7 @@ def add(
                 revision=revision,
                 lines_per_file=lines_per_file,
                 progress=click.echo,
+                data_dir=data_dir,
             )
         elif snapshot is not None:
             folder, rows = install_snapshot_source(

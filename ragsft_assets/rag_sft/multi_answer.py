@@ -89,7 +89,8 @@ def card_statistics(
     Args:
         rows: the ``rag_sft`` rows (chat messages; ``id``).
         prompts: ``rag_prompts`` rows (``id``, ``question_id``, ``kind``).
-        questions: ``qa/questions`` rows (``id``, ``type``, ``gold_answers``, ``answers_present``).
+        questions: ``qa/questions`` rows (``id``, ``type``, ``gold_answers``, ``answers_present``,
+            ``label_origin`` where the source reader wrote it).
         verdicts: ``rag_verdicts`` rows (``id``, ``kept``).
 
     Returns:
@@ -97,7 +98,9 @@ def card_statistics(
         expected answers), ``cited_documents`` (distinct cited documents per kept answer: mean,
         share citing 1, share citing 3 or more), ``refusals_quoting`` (kept refusals with a tag
         before they decline), ``pass_rate_by_answers_present`` (verdicts kept / judged, by the
-        number of expected answers present) and ``subsets`` (ASQA vs QAMPARI, generated and kept).
+        number of expected answers present), ``subsets`` (ASQA vs QAMPARI, generated and kept)
+        and ``label_origin`` (the questions that got a prompt, by where their answerable /
+        unanswerable label came from: Trust-Align's own, ``source``, or ``inferred`` from the target).
     """
     by_prompt = {p["id"]: p for p in prompts}
     by_question = {q["id"]: q for q in questions}
@@ -124,6 +127,8 @@ def card_statistics(
         judged[n] += 1
         passed[n] += bool(v["kept"])
     gen = Counter(q_of(p["id"]).get("type", "") for p in prompts)
+    prompted = {p["question_id"] for p in prompts}
+    origin = Counter(q.get("label_origin") or "inferred" for q in questions if q["id"] in prompted)
     kept = Counter(q_of(r["id"]).get("type", "") for r in kept_rows)
     return {
         "rows": len(kept_rows),
@@ -138,6 +143,7 @@ def card_statistics(
         "refusals_quoting": round(len(quoting) / len(refusals), 4) if refusals else None,
         "pass_rate_by_answers_present": {str(n): round(passed[n] / judged[n], 4) for n in sorted(judged)},
         "subsets": {"generated": dict(sorted(gen.items())), "kept": dict(sorted(kept.items()))},
+        "label_origin": dict(sorted(origin.items())),
     }
 
 
@@ -152,6 +158,9 @@ def card_section(stats: Mapping[str, Any]) -> list[str]:
         f"- distinct cited documents per answer: mean {cd['mean']}; share citing 1: {cd['one']}; "
         f"3 or more: {cd['three_or_more']}",
         f"- refusals that quote before declining: {stats['refusals_quoting']}",
+        "- answerable / unanswerable: Trust-Align's own label for "
+        f"{stats.get('label_origin', {}).get('source', 0)} question(s), inferred from the target (no gold "
+        f"answer in it) for {stats.get('label_origin', {}).get('inferred', 0)}",
         "",
         "| expected answers present | pass rate |",
         "|---|---|",

@@ -26,24 +26,36 @@ from ragsft_assets.corpus.hub_snapshot import (
     resolve_revision,
     stream_shards,
 )
+from ragsft_assets.sources import trust_align
 from ragsft_assets.storage import atomic_write_bytes
 
 # The hub config a preset's dataset is read from when --config is not given.
 PRESET_CONFIGS = {"hotpotqa": "distractor"}
+# The folder of the dataset a preset's card reads (--data-dir overrides), and the commit it pins
+# when --revision is not given (trust_align's card: Trust-Align/sft at 0b89ac0).
+PRESET_DATA_DIRS = {trust_align.PRESET: trust_align.HUB_DATA_DIR}
+PRESET_REVISIONS = {trust_align.PRESET: trust_align.HUB_REVISION}
 
 
-def open_hub_split(dataset: str, config: str | None, split: str, revision: str | None) -> Any:
-    """One split of a hub dataset (or a local folder laid out like it) as a streaming dataset."""
+def open_hub_split(
+    dataset: str, config: str | None, split: str, revision: str | None, data_dir: str | None = None
+) -> Any:
+    """One split of a hub dataset (or a local folder laid out like it) as a streaming dataset;
+    ``data_dir`` reads one folder of the dataset (its files give the splits)."""
     import datasets  # heavy: imported only when the hub path is used
 
-    return datasets.load_dataset(dataset, config, split=split, streaming=True, revision=revision)
+    return datasets.load_dataset(
+        dataset, config, split=split, streaming=True, revision=revision, data_dir=data_dir
+    )
 
 
-def hub_split_names(dataset: str, config: str | None, revision: str | None) -> list[str]:
-    """The splits of a hub config, as ``datasets`` lists them."""
+def hub_split_names(
+    dataset: str, config: str | None, revision: str | None, data_dir: str | None = None
+) -> list[str]:
+    """The splits of a hub config (of one folder with ``data_dir``), as ``datasets`` lists them."""
     import datasets
 
-    return list(datasets.get_dataset_split_names(dataset, config, revision=revision))
+    return list(datasets.get_dataset_split_names(dataset, config, revision=revision, data_dir=data_dir))
 
 
 def shard_file(split: str, index: int) -> str:
@@ -68,8 +80,9 @@ def export_hub_source(
     revision: str | None = None,
     lines_per_file: int = DEFAULT_LINES_PER_FILE,
     progress: Callable[[str], None] | None = None,
-    open_split: Callable[[str, str | None, str, str | None], Any] = open_hub_split,
-    list_splits: Callable[[str, str | None, str | None], list[str]] = hub_split_names,
+    open_split: Callable[..., Any] = open_hub_split,
+    list_splits: Callable[..., list[str]] = hub_split_names,
+    data_dir: str | None = None,
 ) -> list[Path]:
     """Stream ``splits`` of hub ``dataset``/``config`` into ``folder``, resuming an interrupted export.
 
@@ -82,8 +95,10 @@ def export_hub_source(
         revision: a branch, tag or commit to pin (default: the default branch's current commit).
         lines_per_file: records per shard (must match the export being resumed).
         progress: one line per finished shard and per split.
-        open_split: opens one split as a streaming dataset (a seam for tests).
-        list_splits: lists a config's splits (a seam for tests).
+        open_split: opens one split as a streaming dataset (a seam for tests; ``data_dir`` is
+            passed as a keyword when set).
+        list_splits: lists a config's splits (a seam for tests, ``data_dir`` likewise).
+        data_dir: one folder of the dataset to read (None: the whole config).
 
     Returns:
         Every shard of the export, in order.
@@ -95,7 +110,9 @@ def export_hub_source(
     say = progress or (lambda _line: None)
     state = read_hub_manifest(folder)
     if state:
-        for name, want in (("dataset", dataset), ("config", config), ("lines_per_file", lines_per_file)):
+        checked = [("dataset", dataset), ("config", config), ("lines_per_file", lines_per_file)]
+        checked += [("data_dir", data_dir)] if data_dir or state.get("data_dir") else []
+        for name, want in checked:
             if state.get(name) != want:
                 raise ValueError(
                     f"{folder / HUB_MANIFEST}: a previous export used {name}={state.get(name)!r}, not "
@@ -119,13 +136,15 @@ def export_hub_source(
             )
     else:
         pinned = resolve_revision(dataset, revision)
-        names = list(splits) or list_splits(dataset, config, pinned)
+        folder_kw = {"data_dir": data_dir} if data_dir else {}
+        names = list(splits) or list_splits(dataset, config, pinned, **folder_kw)
         if not names:
             raise ValueError(f"{dataset} (config {config!r}) lists no split")
         state = {
             "dataset": dataset,
             "config": config,
             "revision": pinned,
+            **({"data_dir": data_dir} if data_dir else {}),
             "lines_per_file": lines_per_file,
             "splits": names,
             "progress": {s: {"shards": [], "complete": False} for s in names},
@@ -139,7 +158,9 @@ def export_hub_source(
         shards: list[dict[str, Any]] = entry["shards"]
         if entry["complete"]:
             continue
-        ds = open_split(dataset, config, split, state["revision"])
+        ds = open_split(
+            dataset, config, split, state["revision"], **({"data_dir": data_dir} if data_dir else {})
+        )
         if entry.get("resume_state") is not None:
             ds.load_state_dict(entry["resume_state"])
             done = sum(s["records"] for s in shards)

@@ -8,18 +8,22 @@ records among the source's files (records without ``docs``): raw ASQA (``ambiguo
 ``qa_pairs``) and QAMPARI (``question``, ``answers``).
 
 The GPT-4 target only chooses the reference: the *supporting documents* are the passages it cites,
-the *reference answers* the gold answers it contains. A target that contains no gold answer is an
-unanswerable row, kept only when no gold answer string occurs in its passages; the unanswerable
-rows are then sampled down to a share of the rows (default 20%), by a draw keyed on (seed, stage,
+the *reference answers* the gold answers it contains. Whether a row is unanswerable follows
+Trust-Align's own label where the row carries one (:func:`label_of`: a boolean ``answerable`` /
+``unanswerable`` field, a ``label``-like field such as ``refusal`` / ``positive``, or the
+``refusal_demos`` / ``positive_demos`` list of a prompt file); a row without a label is inferred
+from its target (no gold answer in it: unanswerable). Either way an unanswerable row is kept only
+when no gold answer string occurs in its passages, and the row's ``label_origin`` says which was
+used (``source`` or ``inferred``). The unanswerable rows are then sampled down to a share of the rows (default 20%), by a draw keyed on (seed, stage,
 row id). Each row then gets 4 BM25 distractors from the passages of the other questions (BM25 ranks
 1-4 and any passage holding one of its gold answers skipped); the chain's prompt stage later drops
 up to 70% of the non-supporting documents and shuffles them.
 
 The output is the HotpotQA layout the SFT chain reads (one paragraph per passage, title made
 unique, supporting facts = the cited passages, sentence 0), plus ``gold_answers``,
-``reference_answers`` and ``answers_present`` (how many gold answers the passages hold). ``type``
-is the subset (``asqa``/``qampari``) and ``level`` whether the row is ``answerable`` or
-``unanswerable``.
+``reference_answers``, ``answers_present`` (how many gold answers the passages hold) and
+``label_origin``. ``type`` is the subset (``asqa``/``qampari``) and ``level`` whether the row is
+``answerable`` or ``unanswerable``.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,7 @@ class Item:
     target: str
     gold: tuple[tuple[str, ...], ...]  # each gold answer: its aliases
     split: str
+    label: str | None = None  # Trust-Align's own answerable / unanswerable label; None: none carried
 
 
 @dataclass(slots=True)
@@ -149,6 +154,36 @@ def gold_index(records: Iterable[Mapping[str, Any]]) -> dict[str, tuple[tuple[st
     return index
 
 
+LABEL_SOURCE = "source"  # label_origin: the row's own label
+LABEL_INFERRED = "inferred"  # label_origin: inferred from the target
+DEMO_LABELS = {"positive_demos": ANSWERABLE, "refusal_demos": UNANSWERABLE}
+_LABEL_FIELDS = ("label", "answer_type", "category", "demo_type")
+_UNANSWERABLE_WORDS = ("refus", "unanswerable", "negative", "reject")
+_ANSWERABLE_WORDS = ("positive", "answerable")
+
+
+def label_of(row: Mapping[str, Any]) -> str | None:
+    """Trust-Align's own label of a row, ``answerable`` / ``unanswerable``, or None when it has none.
+
+    Read from a boolean ``answerable`` or ``unanswerable`` field, else a string field among
+    ``label``, ``answer_type``, ``category``, ``demo_type`` naming a refusal (``refusal``,
+    ``unanswerable``, ``negative``, ``rejection``) or a positive row (``positive``, ``answerable``).
+    """
+    if isinstance(row.get("answerable"), bool):
+        return ANSWERABLE if row["answerable"] else UNANSWERABLE
+    if isinstance(row.get("unanswerable"), bool):
+        return UNANSWERABLE if row["unanswerable"] else ANSWERABLE
+    for key in _LABEL_FIELDS:
+        value = row.get(key)
+        if isinstance(value, str):
+            low = value.strip().lower()
+            if any(w in low for w in _UNANSWERABLE_WORDS):
+                return UNANSWERABLE
+            if any(w in low for w in _ANSWERABLE_WORDS):
+                return ANSWERABLE
+    return None
+
+
 def item_from_row(row: Any, where: str, file_name: str, split: str) -> Item | None:
     """One item, or None for an ELI5 row; raises TrustAlignError naming ``where`` and the field."""
     if not isinstance(row, Mapping):
@@ -168,7 +203,7 @@ def item_from_row(row: Any, where: str, file_name: str, split: str) -> Item | No
     question = str(row["question"])
     rid = row.get("id") or row.get("sample_id")
     rid = str(rid) if rid else derived_id(question, *(t for t, _ in docs))
-    return Item(rid, subset, question, docs, str(row["answer"]), gold_of(row), split)
+    return Item(rid, subset, question, docs, str(row["answer"]), gold_of(row), split, label_of(row))
 
 
 def _records(path: Path) -> Iterable[tuple[str, Any]]:
@@ -182,8 +217,12 @@ def _records(path: Path) -> Iterable[tuple[str, Any]]:
             demos = [k for k in ("demos", "positive_demos", "refusal_demos") if isinstance(data.get(k), list)]
             if not demos:
                 raise TrustAlignError(f"{path}: a JSON object without demos/positive_demos/refusal_demos")
-            for k in demos:
-                yield from ((f"{k}[{i}]", r) for i, r in enumerate(data[k], 1))
+            for k in demos:  # a prompt file's refusal / positive demos carry their label in the list's name
+                label = DEMO_LABELS.get(k)
+                yield from (
+                    (f"{k}[{i}]", {"label": label, **r} if label and isinstance(r, Mapping) else r)
+                    for i, r in enumerate(data[k], 1)
+                )
             return
     yield from read_records(path)
 
@@ -219,7 +258,7 @@ def join_gold(items: Sequence[Item], index: Mapping[str, tuple[tuple[str, ...], 
     out = []
     for it in items:
         if not it.gold and norm(it.question) in index:
-            it = Item(it.id, it.subset, it.question, it.docs, it.target, index[norm(it.question)], it.split)
+            it = replace(it, gold=index[norm(it.question)])
         out.append(it)
     return out
 
@@ -317,14 +356,19 @@ def build_rows(
             continue
         refs = [g for g in it.gold if contains(it.target, g)]
         cites = cited_docs(it.target, len(it.docs))
-        if refs and cites:
+        gold_in_passages = any(contains(text, g) for _, text in it.docs for g in it.gold)
+        unanswerable = it.label == UNANSWERABLE if it.label is not None else not refs
+        if unanswerable:
+            if gold_in_passages:
+                out.rejected.append((it.id, "unanswerable_but_gold_in_passages"))
+            else:
+                chosen[it.id] = (it, [], [], UNANSWERABLE)
+        elif refs and cites:
             chosen[it.id] = (it, cites, refs, ANSWERABLE)
         elif refs:
             out.rejected.append((it.id, "answer_without_citation"))
-        elif any(contains(text, g) for _, text in it.docs for g in it.gold):
-            out.rejected.append((it.id, "unanswerable_but_gold_in_passages"))
-        else:
-            chosen[it.id] = (it, [], [], UNANSWERABLE)
+        else:  # labelled answerable, yet its target holds no gold answer: no reference to keep
+            out.rejected.append((it.id, "answerable_without_gold_in_target"))
     for split in sorted({c[0].split for c in chosen.values()}):
         ans = [i for i, c in chosen.items() if c[3] == ANSWERABLE and c[0].split == split]
         una = [i for i, c in chosen.items() if c[3] == UNANSWERABLE and c[0].split == split]
@@ -351,8 +395,10 @@ def build_rows(
                 "gold_answers": [list(g) for g in it.gold],
                 "reference_answers": [list(g) for g in refs],
                 "answers_present": present,
+                "label_origin": LABEL_SOURCE if it.label is not None else LABEL_INFERRED,
             }
         )
+        out.funnel[f"label:{LABEL_SOURCE if it.label is not None else LABEL_INFERRED}"] += 1
         out.funnel[f"{it.split}:{kind}"] += 1
         out.funnel[f"{it.split}:{it.subset}"] += 1
     for _, reason in out.rejected:
@@ -364,6 +410,7 @@ EXTRA_SCHEMA = [
     ("gold_answers", pa.list_(pa.list_(pa.string()))),
     ("reference_answers", pa.list_(pa.list_(pa.string()))),
     ("answers_present", pa.int32()),
+    ("label_origin", pa.string()),  # whether "unanswerable" is the row's own label or inferred
 ]
 
 

@@ -124,7 +124,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
             store.read(partition, "rag_sft").to_pylist(),
             store.read(partition, "rag_prompts").select(["id", "question_id", "kind"]).to_pylist(),
             store.read(partition, QA_INPUT_ASSET)
-            .select(["id", "type", "gold_answers", "answers_present"])
+            .select(["id", "type", "gold_answers", "answers_present", "label_origin"])
             .to_pylist(),
             store.read(partition, "rag_verdicts").select(["id", "kept"]).to_pylist(),
         )
