@@ -833,3 +833,50 @@ def test_review_labels_asset_labels_a_sample_for_agreement(run, tmp_path):
     assert report["groups"]["kept"]["valid_share"] == 1.0  # filtered_qwen's 10, all valid
     assert (report["groups"]["rejected"]["n"], report["groups"]["rejected"]["valid"]) == (2, 0)
     assert (report["a_only"], report["b_only"]) == (0, 2)  # the judge calls the two failures valid
+
+
+def test_card_shows_the_cards_funnel_rows_v2_corpus_roles_and_recipes(run, tmp_path):
+    """The generated card: the HotpotQA-fr funnel rows beside the card's numbers, gold vs
+    distractor-only abstracts per split of corpus_filtered_qwen_v2, and each config's recipe."""
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.multihop.card_section import release_sections
+    from ragsft_assets.release.build import build_release, write_card
+
+    _, store, _, _ = run
+    folder = tmp_path / "release"
+    build_release(store.root, PARTITION, folder)
+    body, _ = write_card(folder, PARTITION, sections=release_sections(store.root, PARTITION, folder))
+    for row in (
+        "| questions generated | 34 | 324,944 |",
+        "| removed before the judge | 15 | 43,722 |",
+        "| of which per-bridge and per-source caps | 2 | 32,900 |",
+        "| judged | 19 | 281,119 |",
+        "| judge calls, A+B | 19 | 281,119 |",
+        "| judge calls, B alone | 18 | 144,144 |",
+        "| judge calls, A alone | 16 | 95,470 |",
+        "| judge calls, no document | 14 | 69,863 |",
+        "| judge calls | 67 | 590,596 |",
+        "| judge calls per judged question | 3.53 | 2.10 |",
+        "| kept | 13 | - |",
+    ):
+        assert row in body, row
+    assert "Judge calls per judged question: **3.53** (the card: 2.10)." in body
+    # gold vs distractor-only, counted here from the store's tables
+    section = body.split("### `corpus_filtered_qwen_v2`: gold and distractor-only")[1].split("###")[0]
+    splits = [f.stem for f in store.files(PARTITION, "multihop_filtered_qwen_v2")]
+    splits = [s for s in splits if store.read(PARTITION, "multihop_filtered_qwen_v2", s).num_rows]
+    assert splits == ["train", "validation"]  # the release leaves the empty test split out
+    for split in splits:
+        qs = store.read(PARTITION, "multihop_filtered_qwen_v2", split)
+        golds = {t for sf in qs["supporting_facts"].to_pylist() for t in sf["title"]}
+        titles = store.read(PARTITION, "corpus_filtered_qwen_v2", split)["title"].to_pylist()
+        gold = sum(t in golds for t in titles)
+        assert 0 < gold < len(titles)
+        assert f"| {split} | {gold} | {len(titles) - gold} | {len(titles)} |" in section, section
+    assert "- `default`: Recipe `default`: as the card." in body
+    assert "- `filtered_qwen_v2`: Recipe `filtered_qwen_v2`: as the card." in body
+    # the corpus configs ship the card's five columns
+    for config in ("corpus", "corpus_filtered_qwen_v2"):
+        for f in sorted((folder / config).glob("*.parquet")):
+            assert pq.read_schema(f).names == ["id", "title", "text", "sentences", "qid"]

@@ -89,8 +89,8 @@ def round_calls(verdicts: pa.Table) -> dict[str, int]:
 CARD_FUNNEL: tuple[tuple[str, str | tuple[str, ...], int | float | None], ...] = (
     ("questions generated", "questions generated", 324_944),
     ("removed before the judge", "dropped before judge", 43_722),
-    ("  of which per-bridge and per-source caps", ("dropped: bridge_cap", "dropped: source_cap"), 32_900),
-    ("  of which near duplicates", "dropped: near_duplicate", None),
+    ("of which per-bridge and per-source caps", ("dropped: bridge_cap", "dropped: source_cap"), 32_900),
+    ("of which near duplicates", "dropped: near_duplicate", None),
     ("judged", "judged", 281_119),
     ("judge calls, A+B", "judge calls: ab", 281_119),
     ("judge calls, B alone", "judge calls: b", 144_144),
@@ -102,10 +102,17 @@ CARD_FUNNEL: tuple[tuple[str, str | tuple[str, ...], int | float | None], ...] =
 )
 
 
-def card_rows(funnel: Mapping[str, int | float]) -> list[tuple[str, int | float, int | float | str]]:
-    """The card's funnel rows ``(row, this run, the card)`` from a :func:`build_funnel` mapping."""
-    out: list[tuple[str, int | float, int | float | str]] = []
+def _number(v: int | float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if isinstance(v, float) else f"{v:,}"
+
+
+def card_rows(funnel: Mapping[str, int | float]) -> list[tuple[str, str, str]]:
+    """The card's funnel rows ``(row, this run, the card)`` from a :func:`build_funnel` mapping,
+    numbers written as the card writes them (``590,596``, ``2.10``; ``-`` where the card gives none)."""
+    out: list[tuple[str, str, str]] = []
     for label, keys, card in CARD_FUNNEL:
         value = sum(funnel.get(k, 0) for k in keys) if isinstance(keys, tuple) else funnel.get(keys, 0)
-        out.append((label, value, "-" if card is None else card))
+        out.append((label, _number(value), _number(card)))
     return out

@@ -8,6 +8,7 @@ import dagster as dg
 
 from ragsft_assets.defs.metadata import funnel_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.multihop.card_section import release_sections
 from ragsft_assets.release import build, layout
 from ragsft_assets.release.catalog import build_catalog
 from ragsft_assets.release.verify import verify_release
@@ -367,7 +368,13 @@ def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
     folder = release_folder(store, partition)
     _, _, limits = upstream_provenance(context)
     body, plots = build.write_card(
-        folder, partition, limits, sections=rag_sft_sections(store, partition, folder)
+        folder,
+        partition,
+        limits,
+        sections=[
+            *release_sections(store.root, partition, folder),
+            *rag_sft_sections(store, partition, folder),
+        ],
     )
     return dg.MaterializeResult(
         metadata={
