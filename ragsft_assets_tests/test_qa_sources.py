@@ -227,6 +227,22 @@ def test_qa_card_statistics(qa_run) -> None:
         if e.asset_key.to_user_string() == "qa/rag_sft"
     )
     assert sft_md["statistics"].value["question_mix"] == mix
+    # the Luciole RAG card's own statistics, as rag_sft computed them with the run's recipe
+    assert "Recipe `hotpotqa_cite`: as the card." in card
+    assert "Quoted word for word from the card (OpenRAG's inference prompt)" in card
+    gold, strict = stats["refusals_gold_left"], stats["strict_rule"]["strict"]
+    assert gold["none"] + gold["one"] > 0 and gold["none"] > gold["one"]  # 60% of twins lose both
+    assert (
+        f"| refusals with no gold left / one gold left (share of twin refusals) | {gold['none']} / {gold['one']}"
+        in card
+    )
+    assert f"| rows citing in a References section | {stats['references_share']} |" in card
+    assert f"{strict['rows']} ({strict['answerable']} / {strict['unanswerable']})" in card
+    assert (
+        f"| answers citing exactly 2 distinct documents | {stats['answers_citing_two_documents']} |" in card
+    )
+    assert f"| answers naming a source by number in the text | {stats['answers_naming_source']} |" in card
+    assert "flagged in the ledger, kept)" in card and "tokenizer: whitespace" in card
 
 
 def test_one_partition_set_per_key(tmp_home: Path) -> None:
