@@ -167,8 +167,8 @@ def _ordered_results(
     """Results in task order, at most ``2 * workers`` tasks in flight (bounded memory).
 
     Each result comes with whether it ran in a pool worker. While the pool starts (its fork server
-    imports pyarrow and the corpus code, and pandas without the compiled rules: up to half a second
-    during which this process would only wait), the first chunks run here; the pool takes the rest.
+    imports pyarrow, pandas and the corpus code: up to half a second during which this process would
+    only wait), the first chunks run here; the pool takes the rest.
     The chunk files and the order of the results are the same either way.
     """
 
