@@ -29,7 +29,7 @@ from ragsft_assets.llm.cache import LLMCache
 from ragsft_assets.llm.client import ChatClient, result_from_response
 from ragsft_assets.llm.thinking import DEFAULT_REASONING_BUDGET, effective_request
 from ragsft_assets.llm.types import STATUS_ERROR, STATUS_OK, STATUS_UNREADABLE, SamplingParams
-from ragsft_assets.resources.embedder import OpenAIEmbeddingBackend
+from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets_tests.fake_openai import FakeOpenAI, chat_payload, echo
 from ragsft_assets_tests.llm_double import ScriptedChatModel
@@ -97,18 +97,35 @@ def test_the_default_limit_suits_a_replica_and_each_role_has_its_own_client(
     assert (emb.concurrency, emb.timeout_s, emb.max_retries) == (64, 9.0, 1)
 
 
-def test_the_embedder_keeps_its_per_url_limit() -> None:
+def test_the_embedder_keeps_its_per_url_limit(tmp_path: Path) -> None:
+    posts = {"n": 0}
+    lock = threading.Lock()
+
     def vectors(path: str, body: dict) -> tuple[int, dict, Any]:
+        with lock:
+            posts["n"] += 1
+            if posts["n"] == 1:
+                return 429, {"Retry-After": "0"}, {"error": "slow down"}
         data = [{"index": i, "embedding": [1.0, float(len(t))]} for i, t in enumerate(body["input"])]
         return 200, {}, {"data": data, "usage": {"prompt_tokens": len(data)}}
 
     with FakeOpenAI(vectors, models=[{"id": "emb", "root": "/m/emb"}], delay_s=0.05).running() as srv:
-        backend = OpenAIEmbeddingBackend([srv.url], "emb", per_request=2, concurrency=3, backoff_s=0.01)
-        out = backend.embed([f"t{'x' * i}" for i in range(30)])
-        backend.close()
+        res = EmbeddingResource(
+            backend="openai",
+            base_urls=[srv.url],
+            model="emb",
+            per_request=2,
+            concurrency=3,
+            backoff_s=0.01,
+            normalize=False,
+            cache_dir=str(tmp_path),
+        )
+        out = res.embed([f"t{'x' * i}" for i in range(30)])
+        res.close()
     assert out.vectors.shape == (30, 2) and out.vectors[7, 1] == 8.0
-    assert srv.peak == 3 and srv.posts == 15
-    assert backend.last_transport.in_flight_max == 3
+    assert srv.peak == 3 and srv.posts == 16  # 15 requests of 2 inputs, one answered 429 first
+    md = out.stats.as_metadata()
+    assert md["embedder/in_flight_max"] == 3 and md["embedder/http_429"] == 1 and md["embedder/retries"] == 1
 
 
 # ----- overload: Retry-After, AIMD -------------------------------------------------------------

@@ -424,6 +424,9 @@ class EmbedStats:
     calls: int = 0  # backend batches
     tokens: int = 0  # tokens of the embedded texts
     wall_s: float = 0.0
+    retries: int = 0  # HTTP backends: attempts after a request's first, 429s included
+    http_429: int = 0
+    in_flight_max: int = 0  # most HTTP requests in flight at once
 
     def as_metadata(self, prefix: str = "embedder") -> dict[str, Any]:
         return {f"{prefix}/{k}": getattr(self, k) for k in self.__slots__}
@@ -549,6 +552,11 @@ class EmbeddingResource(ModelEndpoint):
             for start in range(0, len(missing), step):
                 part = missing[start : start + step]
                 batch = backend.embed([texts[first[k]] for k in part])
+                transport = getattr(backend, "last_transport", None)
+                if transport is not None:  # the HTTP backend's retries and concurrency
+                    stats.retries += transport.retries
+                    stats.http_429 += transport.http_429
+                    stats.in_flight_max = max(stats.in_flight_max, transport.in_flight_max)
                 if batch.vectors.shape[0] != len(part):
                     raise EmbeddingError(
                         f"{self.role}: {batch.vectors.shape[0]} vectors for {len(part)} texts"

@@ -344,6 +344,7 @@ class OpenAIBackend:
         self._thread: threading.Thread | None = None
         self._session: Any = None
         self._fleet: _Fleet | None = None
+        self._pid = os.getpid()
         self.attempts = 0  # total HTTP attempts (tests check that retries are bounded)
         self.url_hits: dict[str, int] = {u: 0 for u in self.base_urls}
 
@@ -470,7 +471,11 @@ class OpenAIBackend:
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._loop is not None and self._pid != os.getpid():
+                # A forked child inherits the loop object but not its thread: start afresh.
+                self._loop, self._thread, self._session, self._fleet = None, None, None, None
             if self._loop is None:
+                self._pid = os.getpid()
                 loop = _new_loop()
                 thread = threading.Thread(
                     target=loop.run_forever, name=f"ragsft-http-{self.role or self.model}", daemon=True
