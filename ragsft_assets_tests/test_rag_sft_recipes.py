@@ -75,3 +75,16 @@ def test_registered_frozen_and_overridable() -> None:
 def test_the_partitions_recipe(lang: str, partition: str, expected: str) -> None:
     assert rs.resolve(None, {}, lang, partition).name == expected
     assert rs.resolve(None, {}, lang, partition) is rs.RECIPES[expected]  # no override: the card's object
+
+
+def test_the_chains_record_holds_every_stages_overrides() -> None:
+    prompts = recipes.record(rs.resolve(None, {"twin_share": 0.5}, "en", "hotpotqa.en"))
+    verdicts = recipes.record(rs.resolve(None, {"citation_check": "drop"}, "en", "hotpotqa.en"))
+    last = recipes.record(rs.HOTPOTQA_CITE_RECIPE)
+    other = recipes.record(rs.FR_V2_RECIPE)
+    stage_records = {"rag_prompts": prompts, "rag_verdicts": verdicts, "rag_sft": last, "abstracts": other}
+    merged = rs.chain_record(stage_records, last)
+    assert sorted(merged["changed"]) == ["citation_check", "twin_share"] and "other_recipes" not in merged
+    assert "`twin_share` 0.5 (card: 0.22)" in recipes.card_sentence(merged)
+    mixed = rs.chain_record({**stage_records, "rag_responses": other}, last)
+    assert mixed["other_recipes"] == {"rag_responses": "hotpotqa_fr_abstracts_v2"}

@@ -9,7 +9,9 @@ sentence it comes from. Dagster-free.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ragsft_assets import recipes
 
@@ -180,6 +182,34 @@ RECIPES: dict[str, RagSftRecipe] = {
     r.name: r for r in (HOTPOTQA_CITE_RECIPE, FR_V2_RECIPE, TRUST_ALIGN_RECIPE)
 }
 recipes.register(FAMILY, RECIPES)
+
+
+STAGES = ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+
+
+def chain_record(stage_records: Mapping[str, Mapping[str, Any]], last: Mapping[str, Any]) -> dict[str, Any]:
+    """One record for the whole chain (what the card says): ``last`` (the final stage's record)
+    with the fields any stage changed, since each stage resolves the recipe from its own config.
+
+    A field changed in one stage only (e.g. ``twin_share`` on ``rag_prompts``) is a difference of
+    the data all the same. Records of other assets in ``stage_records`` are ignored; a stage that
+    ran another recipe than ``last`` is listed under ``other_recipes``.
+    """
+    changed: dict[str, Any] = {}
+    others: dict[str, str] = {}
+    for stage in STAGES:
+        rec = stage_records.get(stage)
+        if not rec:
+            continue
+        if rec.get("recipe") != last.get("recipe"):
+            others[stage] = str(rec.get("recipe"))
+            continue
+        changed.update(rec.get("changed") or {})
+    changed.update(last.get("changed") or {})
+    out = {**last, "changed": dict(sorted(changed.items()))}
+    if others:
+        out["other_recipes"] = others
+    return out
 
 
 def is_trust_align_partition(partition: str) -> bool:

@@ -447,6 +447,9 @@ def recipe_lines(stats: Mapping[str, Any], config: str) -> list[str]:
     if not record:
         return []
     lines = [f"### `{config}`: recipe and prompt", "", recipe_records.card_sentence(record), ""]
+    if record.get("other_recipes"):
+        ran = ", ".join(f"`{stage}` ran `{name}`" for stage, name in sorted(record["other_recipes"].items()))
+        lines += [f"Stages built with another recipe: {ran}.", ""]
     parts = stats.get("prompt_parts") or {}
     for template, sentences in (parts.get("quoted") or {}).items():
         lines += [f"Quoted word for word from the card (OpenRAG's inference prompt), in `{template}`:", ""]

@@ -34,7 +34,7 @@ from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.prompts import templates_version
 from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
-from ragsft_assets.rag_sft.recipes import RagSftRecipe, default_recipe
+from ragsft_assets.rag_sft.recipes import RagSftRecipe, chain_record, default_recipe
 from ragsft_assets.rag_sft.recipes import resolve as resolve_recipe
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, atomic_write_bytes
@@ -522,6 +522,8 @@ def build_sft_chain(
             prompts=prompts,
             recipe=recipe,
         )
+        # The card's recipe sentence covers every stage's overrides, not only this one's.
+        stats["recipe"] = chain_record(recipe_records.read_records(store.root / partition), stats["recipe"])
         atomic_write_bytes(
             store.path(partition, "rag_sft").parent / STATISTICS_FILE,
             orjson.dumps(stats, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2),
