@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -141,3 +142,35 @@ def test_one_bad_request_among_100_leaves_99_ok_and_cached(fault: str, tmp_path:
     assert engine.max_running == 100 - (fault != "engine")
     again = client.run(reqs)
     assert again.stats.cache_hits == 99 and again.stats.calls == 1  # only the bad one is retried
+
+
+class _Scheduler:
+    def __init__(self, engine: _Engine) -> None:
+        self.engine = engine
+
+    @property
+    def running(self) -> list[tuple[str, str]]:
+        return self.engine.queue
+
+
+def test_the_offline_engine_reports_what_ran_at_once_and_gets_the_resolved_thinking_switch(
+    tmp_path: Path,
+) -> None:
+    backend = _Backend("none")
+    engine = backend._llm.llm_engine
+    engine.engine_core = SimpleNamespace(engine_core=SimpleNamespace(scheduler=_Scheduler(engine)))
+    seen: list[Any] = []
+    enqueue_chat = backend._llm.enqueue_chat
+
+    def spy(messages: list[dict], params: Any, **kw: Any) -> list[str]:
+        seen.append(kw.get("chat_template_kwargs"))
+        return enqueue_chat(messages, params, **kw)
+
+    backend._llm.enqueue_chat = spy  # type: ignore[method-assign]
+    client = ChatClient(backend, LLMCache(tmp_path), enable_thinking=True)  # the role's switch
+    task = SamplingParams(max_tokens=16, enable_thinking=False, thinking_max_tokens=32)
+    reqs = [Request([{"role": "user", "content": f"item {i}"}], task) for i in range(40)]
+    batch = client.run(reqs)
+    assert all(r.ok for r in batch.results)
+    assert batch.stats.in_flight_max == engine.max_running == 40  # read from the scheduler
+    assert seen == [{"enable_thinking": True}] * 40  # the role wins over the task's default

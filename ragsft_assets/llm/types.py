@@ -78,7 +78,7 @@ class BatchStats:
 
     The transport numbers come from HTTP backends (zero elsewhere): ``retries`` (attempts after
     the first, 429s included), ``http_429`` (rate-limit answers), ``in_flight_max`` (most requests
-    in flight at once) and ``in_flight_mean`` (the effective concurrency: request-seconds in
+    in flight at once; for the offline engine, the most sequences its scheduler ran at once) and ``in_flight_mean`` (the effective concurrency: request-seconds in
     flight over the seconds the backend was busy), ``url_set_asides`` (a failing URL set aside
     for a cool-down). ``truncated_in_reasoning`` counts answers cut off inside the model's
     reasoning (``unreadable``, reason ``truncated_in_reasoning``), cached ones included.

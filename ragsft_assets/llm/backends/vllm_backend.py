@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragsft_assets.llm.backends.base import Completion, OnResult, Request
+from ragsft_assets.llm.backends.base import Completion, OnResult, Request, TransportStats
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,16 @@ def detect_device() -> str:
         return "cpu"
 
 
+def _scheduler(engine: Any) -> Any:
+    """The V1 scheduler of an in-process engine (its ``running`` list is what runs at once), or None."""
+    try:
+        scheduler = engine.engine_core.engine_core.scheduler
+        len(scheduler.running)
+        return scheduler
+    except (AttributeError, TypeError):  # multiprocessing engine core, or another vLLM layout
+        return None
+
+
 class VLLMBackend:
     """One ``vllm.LLM`` engine, loaded on first use, released by ``close``.
 
@@ -296,9 +306,13 @@ class VLLMBackend:
         # external one (the counter), which is what we match and abort by.
         return str(ids[0]).split("-", 1)[0]
 
-    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> TransportStats:
+        """Run the batch through the engine's own step loop; returns the most sequences its
+        scheduler ran at once (``in_flight_max``; 0 when this vLLM does not expose it)."""
         llm = self._engine()
         engine = llm.llm_engine
+        scheduler = _scheduler(engine)
+        peak = 0
         limit = self.max_model_len or int(llm.model_config.max_model_len)
         pending: dict[str, int] = {}  # engine request id -> index in ``requests``
         for i, req in enumerate(requests):
@@ -319,7 +333,10 @@ class VLLMBackend:
                 on_result(i, Completion(error=f"{type(exc).__name__}: {exc}"))
         try:
             while pending and engine.has_unfinished_requests():
-                for out in engine.step():
+                outputs = engine.step()
+                if scheduler is not None:  # what still runs, plus what finished in this step
+                    peak = max(peak, len(scheduler.running) + sum(1 for o in outputs if o.finished))
+                for out in outputs:
                     if not out.finished or out.request_id not in pending:
                         continue
                     i = pending.pop(out.request_id)
@@ -345,6 +362,7 @@ class VLLMBackend:
             pending.clear()
         for i in pending.values():  # never a silent loss
             on_result(i, Completion(error="the engine finished without an output for this request"))
+        return TransportStats(in_flight_max=peak)
 
     def close(self) -> None:
         if self._llm is None:
