@@ -228,27 +228,45 @@ def review_sample_rows(
     split file when the config has no ``id`` column), never on file order or batching; each row
     comes with its ``split``. Sorted by that hash, so the file reads in a stable order.
     """
+    import heapq
+
     import pyarrow as pa
 
-    ranked: list[tuple[str, str, int]] = []
-    for split, rel in sorted(data_files.items()):
-        pf = pq.ParquetFile(folder / rel)
-        has_id = "id" in pf.schema_arrow.names
-        ids = pf.read(columns=["id"]).column("id").to_pylist() if has_id else range(pf.metadata.num_rows)
-        for i, rid in enumerate(ids):
-            digest = hashlib.sha256(f"{seed}\x1f{config}\x1f{split}\x1f{rid}".encode()).hexdigest()
-            ranked.append((digest, split, i))
-    chosen = sorted(ranked)[:size]
+    def ranked() -> Any:
+        # streamed id batches into a heap of ``size``: memory stays flat at full Wikipedia scale
+        for split, rel in sorted(data_files.items()):
+            pf = pq.ParquetFile(folder / rel)
+            i = 0
+            if "id" in pf.schema_arrow.names:
+                batches = (
+                    b.column(0).to_pylist() for b in pf.iter_batches(batch_size=65_536, columns=["id"])
+                )
+            else:
+                batches = iter([range(pf.metadata.num_rows)])
+            for ids in batches:
+                for rid in ids:
+                    digest = hashlib.sha256(f"{seed}\x1f{config}\x1f{split}\x1f{rid}".encode()).digest()
+                    yield digest, split, i
+                    i += 1
+
+    chosen = heapq.nsmallest(size, ranked())
     rows: list[dict[str, Any]] = []
     by_split: dict[str, list[int]] = {}
     for _, split, i in chosen:
         by_split.setdefault(split, []).append(i)
     picked: dict[tuple[str, int], dict[str, Any]] = {}
     for split, idx in by_split.items():
-        table = pq.read_table(folder / data_files[split])
-        taken = table.take(pa.array(sorted(idx), pa.int64()))
-        for i, row in zip(sorted(idx), taken.to_pylist(), strict=True):
-            picked[(split, i)] = row
+        # only the row groups that hold a drawn row are read (a corpus split is never loaded whole)
+        pf = pq.ParquetFile(folder / data_files[split])
+        wanted, start = sorted(idx), 0
+        for g in range(pf.metadata.num_row_groups):
+            n = pf.metadata.row_group(g).num_rows
+            local = [i - start for i in wanted if start <= i < start + n]
+            if local:
+                taken = pf.read_row_group(g).take(pa.array(local, pa.int64())).to_pylist()
+                for i, row in zip(local, taken, strict=True):
+                    picked[(split, start + i)] = row
+            start += n
     for _, split, i in chosen:
         rows.append({"split": split, "row": picked[(split, i)]})
     return rows
