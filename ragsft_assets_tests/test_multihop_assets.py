@@ -495,6 +495,34 @@ def test_cascade_order_and_judge_limit_from_config(tmp_path):
         r["ablation"] for r in store.read(PARTITION, "ablation_verdicts").to_pylist() if r["round"] == 0
     }
     assert first_round == {"a"}
+    # the recipe the run applied, with the fields it changed, beside the files and in the metadata
+    rec = orjson.loads((store.root / PARTITION / "ablation_verdicts" / "_recipe.json").read_bytes())
+    assert rec["recipe"] == "default" and rec["changed"] == {
+        "cascade_order": {"card": ["ab", "b", "a", "none"], "run": ["a", "none", "ab", "b"]}
+    }
+    assert _metadata(result, "ablation_verdicts")["recipe"] == rec
+    fh_rec = _metadata(result, "first_hop")["recipe"]
+    assert fh_rec["recipe"] == "filtered" and list(fh_rec["changed"]) == ["first_hop_role"]
+
+
+def test_every_asset_applies_its_configs_recipe_as_the_card(run):
+    result, store, _, _ = run
+    expected = {
+        "question_drafts": "default", "question_checks": "default", "distractors": "default",
+        "ablation_verdicts": "default", "multihop_questions": "default", "multihop_audit": "default",
+        "first_hop": "filtered", "criteria_annotation": "filtered_qwen", "bridge_judge": "filtered_qwen_v2",
+        "language_judge": "filtered_qwen_v2", "corpus_filtered_qwen_v2": "corpus_filtered_qwen_v2",
+    }  # fmt: skip
+    for asset, name in expected.items():
+        rec = orjson.loads((store.root / PARTITION / asset / "_recipe.json").read_bytes())
+        assert (rec["recipe"], rec["changed"]) == (name, {}), asset
+        assert _metadata(result, asset)["recipe_card"] == f"Recipe `{name}`: as the card."
+
+
+def test_every_multihop_asset_has_a_description():
+    for a in multihop_assets:
+        description = a.descriptions_by_key.get(a.key) or ""
+        assert len(description) > 40, a.key  # bridge_judge and language_judge had none
 
 
 def test_first_hop_and_mechanical_rules_funnel_adds_up(run):
