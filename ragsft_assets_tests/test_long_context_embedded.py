@@ -40,7 +40,9 @@ class Translator(ScriptedBackend):
     NAME = TRANSLATOR
 
     def respond(self, messages) -> str:  # noqa: ANN001
-        return f"译 {messages[-1]['content']}"
+        from ragsft_assets_tests.test_long_context_sources import fake_zh
+
+        return fake_zh(messages[-1]["content"], chars=1)  # read as Chinese by the language check
 
 
 def _cli(*args: str):
@@ -87,9 +89,11 @@ def test_every_variant_with_the_embedded_embedder_loads_verifies_and_reruns_for_
     # the session's engine (the fixture holds it): same options, so the same process-wide handle
     embedder = EmbeddingResource(backend="embedded", cache_dir=str(home / "llm_cache"))
     job, instance = long_context_job(home, Translator, [KEY], embedder)
-    cfg = {"budget_tokens": BUDGET, "variants": ["raft", "raft_syntactic", "clustered", "raft_translated"]}
+    over = {"overrides": {"budget_tokens": BUDGET}}  # every variant, by the family recipes
     ops = ("raft", "raft_syntactic", "clustered", "raft_translated")
-    run_config = {"ops": {f"long_context__{n}": {"config": cfg} for n in ops}}
+    run_config = {
+        "ops": {f"long_context__{n}": {"config": {**over, "recipe": f"long_context_{n}"}} for n in ops}
+    }
     folder = home / "releases" / "long_context" / KEY
 
     Translator.calls = 0

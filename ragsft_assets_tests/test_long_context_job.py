@@ -98,10 +98,16 @@ def lc_runs(tmp_path_factory: pytest.TempPathFactory):
     shutil.copy(DATA, copy)
     added = _cli("sources", "add", KEY, "--from", str(copy))  # preset from the key: narrativeqa
     job, instance = long_context_job(home, NoChatBackend, [KEY])
-    # narrativeqa's default is the card's (clustered only): all three untranslated variants here
-    cfg = {"config": {"budget_tokens": BUDGET, "variants": ["raft", "raft_syntactic", "clustered"]}}
+    # narrativeqa's product is the card's (narrativeqa_clustered only): the family recipes name
+    # the other two untranslated variants here
+    over = {"overrides": {"budget_tokens": BUDGET}}
     run_config = {
-        "ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic", "clustered", "raft_translated")}
+        "ops": {
+            "long_context__raft": {"config": {**over, "recipe": "long_context_raft"}},
+            "long_context__raft_syntactic": {"config": {**over, "recipe": "long_context_raft_syntactic"}},
+            "long_context__clustered": {"config": over},
+            "long_context__raft_translated": {"config": over},
+        }
     }
     folder = home / "releases" / "long_context" / KEY
     embedder_double.HashEmbeddingBackend.embedded_texts.clear()
@@ -137,11 +143,40 @@ def test_narrativeqa_preset_reads_the_real_rows(tmp_path: Path) -> None:
     assert len(set(table["id"].to_pylist())) == 50
     bad = tmp_path / "missing.jsonl"
     bad.write_text('{"question": "q?", "answer": ["a"]}\n')
-    with pytest.raises(SourceError, match=r"missing.jsonl, line 1: missing field 'passage\|summary'"):
+    with pytest.raises(
+        SourceError, match=r"missing.jsonl, line 1: missing field 'document.summary.text\|passage\|summary'"
+    ):
         read_source(bad, PRESETS["narrativeqa"])
     bad.write_text('{"question": "q", "answer": ["", " "], "passage": "p"}\n')
-    with pytest.raises(SourceError, match=r"line 1: field 'answer\|answers' \(answer\) holds no non-empty"):
+    with pytest.raises(
+        SourceError, match=r"line 1: field 'answers.text\|answer\|answers' \(answer\) holds no non-empty"
+    ):
         read_source(bad, PRESETS["narrativeqa"])
+
+
+def test_narrativeqa_preset_reads_the_hubs_nested_rows(tmp_path: Path) -> None:
+    """deepmind/narrativeqa rows: document.summary.text, question.text, answers[].text (nested)."""
+    lines = [json.loads(x) for x in DATA.read_text(encoding="utf-8").splitlines() if x.strip()][:3]
+    hub = [
+        {
+            "document": {
+                "id": f"doc{i}",
+                "kind": "movie",
+                "summary": {"text": r["passage"], "tokens": []},
+                "text": "...",
+            },
+            "question": {"text": r["question"], "tokens": r["question"].split()},
+            "answers": [{"text": a, "tokens": a.split()} for a in r["answer"]],
+        }
+        for i, r in enumerate(lines)
+    ]
+    path = tmp_path / "narrativeqa-train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in hub), encoding="utf-8")
+    rows = read_source(path, PRESETS["narrativeqa"]).table.to_pylist()
+    flat = tmp_path / "flat-train.jsonl"
+    flat.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    assert rows == read_source(flat, PRESETS["narrativeqa"]).table.to_pylist()  # the same rows
+    assert sorted(r["answer"] for r in rows) == sorted(r["answer"][0] for r in lines)
 
 
 def test_job_writes_both_configs_that_load_and_verify(lc_runs) -> None:
@@ -236,7 +271,17 @@ def test_lineage_reaches_the_embedding_keys(lc_runs) -> None:
             assert x["embedding_keys"] == [key_of[p] for p in x["passage_ids"]]
         manifest = json.loads((folder / "provenance" / config / "manifest.json").read_text())
         assert manifest["source"]["embedder"]["backend"] == "hash"
-        assert manifest["run_config"]["raft"]["budget_tokens"] == BUDGET
+        assert manifest["run_config"]["raft"]["overrides"]["budget_tokens"] == BUDGET
+        # the recipe record: its values with the run's override, and what changed from the card
+        assert manifest["recipe"]["values"]["budget_tokens"] == BUDGET
+        assert manifest["recipe"]["changed"]["budget_tokens"] == {"card": 32768, "run": BUDGET}
+        # NarrativeQA's texts: Apache-2.0 for the card's config, in the manifest
+        if config == "narrativeqa_clustered":
+            assert manifest["license"] == "apache-2.0" and manifest["recipe"]["recipe"] == config
+    readme = (folder / "README.md").read_text()
+    assert "license:\n- apache-2.0\n- other\n" in readme  # the configs' licenses in the YAML header
+    assert "`narrativeqa_clustered` (`apache-2.0`): Apache-2.0" in readme
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in readme  # the tokenizer that counted
     decisions = pq.read_table(folder / "provenance" / "decisions.parquet").to_pylist()
     assert Counter(d["product"] for d in decisions)["narrativeqa_raft"] == 50
 

@@ -94,7 +94,9 @@ def snapshot_runs(tmp_path_factory: pytest.TempPathFactory):
     }
     job = build_definitions(lc_resources).get_job_def("long_context_job")
     instance.add_dynamic_partitions("qa_source", [KEY])
-    cfg = {"config": {"budget_tokens": BUDGET}}  # variants: the first three, for any other source
+    cfg = {
+        "config": {"overrides": {"budget_tokens": BUDGET}}
+    }  # variants: the first three, for any other source
     run_config = {"ops": {f"long_context__{n}": cfg for n in ("raft", "raft_syntactic", "clustered")}}
     NoChat.calls = 0
     result = job.execute_in_process(partition_key=KEY, instance=instance, run_config=run_config)

@@ -10,6 +10,7 @@ the real ``EmbeddingResource``; the generator is a counting "translator" backend
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from click.testing import CliRunner
 from ragsft_assets.cli import main
 from ragsft_assets.ids import item_uniform
 from ragsft_assets.long_context import raft
+from ragsft_assets.long_context.recipes import LLAMA_NOTICE
+from ragsft_assets.long_context.translate import instruction_text
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
 from ragsft_assets_tests.llm_double import ScriptedBackend
 from ragsft_assets_tests.test_long_context_job import long_context_job
@@ -30,18 +33,33 @@ CONVQA = "synthetic_convqa.en"
 TGE = "rag_tge.en"
 BUDGET = 1500  # a few documents per context: the translation (twice as long) must drop some
 P_ORACLE = 0.5
-LICENSE = "Translations by the generator model: Llama 3.1 Community License, non-commercial."
+_HAN = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理"
+
+
+def fake_zh(text: str, chars: int = 3) -> str:
+    """A deterministic stand-in for a Chinese translation: each word ``chars`` Han characters (three:
+    the text grows), the [n] citations and numbers kept as they are."""
+    import hashlib
+
+    out = []
+    for word in text.split():
+        if word.strip(".,").startswith("[") or word.strip(".,").isdigit():
+            out.append(word)
+            continue
+        h = hashlib.sha256(word.encode()).digest()
+        out.append("".join(_HAN[b % len(_HAN)] for b in h[:chars]))
+    return " ".join(out)
 
 
 class TranslatorBackend(ScriptedBackend):
-    """A chat backend that 'translates' by marking and doubling the text; counts its calls."""
+    """A chat backend that 'translates' into Han characters; counts its calls."""
 
     NAME = TRANSLATOR
 
     def respond(self, messages) -> str:  # noqa: ANN001
         text = messages[-1]["content"]
         assert "Chinese" in messages[0]["content"]  # the configured target language
-        return f"译 {text} {text}"
+        return fake_zh(text)
 
 
 def convqa_rows() -> list[dict]:
@@ -100,7 +118,9 @@ def test_the_presets_read_their_fixtures(tmp_path: Path) -> None:
     tge = read_source(_write_jsonl(tmp_path / "tge.jsonl", rag_tge_rows()), PRESETS["rag_tge"]).table
     for row in tge.to_pylist():
         assert len(row["context"]["title"]) == 10  # HotpotQA's ten documents
-        assert "[" not in row["answer"]  # the prompt's numbering is gone
+        # the citations stay, renumbered to the cited documents' order: [1] .. [m]
+        m = len(row["supporting_facts"]["title"])
+        assert "".join(f"[{n}]" for n in range(1, m + 1)) in row["answer"]
     src = rag_tge_rows()[0]
     (row,) = read_source(_write_jsonl(tmp_path / "one.jsonl", [src]), PRESETS["rag_tge"]).table.to_pylist()
     cited = {int(n) for n in src["answer"].rsplit(" ", 1)[1].strip(".").strip("[]").split("][")}
@@ -149,10 +169,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
         ),  # fmt: skip
     ]
     job, instance = long_context_job(home, TranslatorBackend, [CONVQA, TGE])
-    cfg = {"config": {"budget_tokens": BUDGET, "p_oracle": P_ORACLE}}  # variants: the card's defaults
+    cfg = {"config": {"overrides": {"budget_tokens": BUDGET, "p_oracle": P_ORACLE}}}  # the card's configs
     ops = ("raft", "raft_syntactic", "clustered", "raft_translated")
     run_config = {"ops": {f"long_context__{n}": cfg for n in ops}}
-    run_config["ops"]["long_context__release"] = {"config": {"translation_license": LICENSE}}
     TranslatorBackend.calls = 0
     out = {"home": home, "added": added}
     for key in (CONVQA, TGE):
@@ -219,18 +238,32 @@ def test_rag_tge_and_its_translation(runs) -> None:
     assert runs["calls_first"] > 0 and runs["calls_rerun"] == 0  # every translation from the cache
     assert zh.num_rows >= 1
     by_source = {r["source_id"]: r for r in src}
-    dropped = 0
+    dropped = cites = 0
     for row in zh:
         base = by_source[row["source_id"]]
-        for turn, orig in zip(row["messages"][1:], base["messages"][1:], strict=True):
-            assert turn["content"] == f"译 {orig['content']} {orig['content']}"  # turn by turn
+        *_, question, answer = row["messages"]
+        assert question["content"] == fake_zh(base["messages"][1]["content"])  # turn by turn
+        # the instruction is translated too; the Document N: markers stay
+        assert row["messages"][0]["content"].startswith(fake_zh(instruction_text()))
+        # the answer's [n] follow their documents: each names a document that holds its oracle
+        cited = [int(n) for n in re.findall(r"\[(\d+)\]", answer["content"])]
+        assert sorted(n - 1 for n in cited) == sorted(row["oracle_positions"])  # none without the oracle
+        cites += bool(cited)
         assert 0 < row["num_tokens"] <= BUDGET  # recounted after translation
         assert set(row["distractor_ids"]) <= set(base["distractor_ids"])
         assert len(row["oracle_positions"]) == len(base["oracle_positions"])
         dropped += len(base["distractor_ids"]) - len(row["distractor_ids"])
-    assert dropped > 0  # twice as long: some distractors had to go to keep the budget
+    assert dropped > 0  # longer: some distractors had to go to keep the budget
+    assert cites > 0
+    for row in src:  # the source rows' citations name where their documents are shown
+        cited = [int(n) for n in re.findall(r"\[(\d+)\]", row["messages"][-1]["content"])]
+        assert sorted(n - 1 for n in cited) == sorted(row["oracle_positions"])
     card = (folder / "README.md").read_text(encoding="utf-8")
-    assert LICENSE in card and "`rag_tge_raft_zh`" in card
+    # the Llama 3.1 Community License notice by default, in the card, the header and the manifest
+    assert f"`rag_tge_raft_zh` (`llama3.1`): {LLAMA_NOTICE}" in card
+    assert "license:\n- llama3.1\n- other\n" in card
+    man = json.loads((folder / "provenance" / "rag_tge_raft_zh" / "manifest.json").read_text())
+    assert man["license"] == "llama3.1" and man["recipe"]["recipe"] == "rag_tge_raft_zh"
     decisions = pq.read_table(folder / "provenance" / "decisions.parquet").to_pylist()
     rejected = [
         d for d in decisions if d.get("stage") == "long_context_raft_translated" and d["verdict"] != "kept"

@@ -127,3 +127,24 @@ def test_cli_writes_the_documented_fields(tmp_path: Path) -> None:
     bad.write_text('{"id": "a", "passage": "x y"}\n{"id": "b"}\n')
     res = CliRunner().invoke(main, ["syntactic", str(bad)])
     assert res.exit_code != 0 and "bad.jsonl:2" in res.output and "'passage'" in res.output
+
+
+def test_context_questions_name_the_documents_and_4grams_stay_within_one() -> None:
+    """Variant 2 asks about "the documents": words count over all of them, but a 4-gram that would
+    span the end of one document and the start of the next is no phrase of the context."""
+    from ragsft_assets.long_context.syntactic import DOCUMENTS, _Passage
+
+    filler = " ".join(f"w{i}" for i in range(20))
+    docs = [f"{filler} alpha beta gamma", "delta epsilon zeta eta theta " + filler]
+    p = _Passage.of("ctx", docs)
+    assert p.word_counts["alpha"] == 1 and p.word_counts["w3"] == 2 and len(p.tokens) == 48
+    assert "beta gamma delta epsilon" not in p.phrase_counts  # spans two documents
+    assert p.phrase_counts["delta epsilon zeta eta"] == 1
+    qas, _ = generate([("ctx", docs)], seed=2, where=DOCUMENTS)
+    assert qas and all("in the documents" in q.question or "of the documents" in q.question for q in qas)
+    assert not any("passage" in q.question for q in qas)
+    for q in qas:  # every answer recounted over the documents, phrases within each
+        if q.type == "phrase_count":
+            assert q.answer == str(sum(" ".join(words(d)).count(q.target) for d in docs))
+    single, _ = generate([("one", " ".join(docs))], seed=2)
+    assert all("the passage" in q.question for q in single)  # `ragsft syntactic`: one passage

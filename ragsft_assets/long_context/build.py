@@ -12,10 +12,11 @@ Dagster-free; the assets of ``defs/long_context`` call these in order:
 4. ``write_release``: the release folder (``release.layout`` + ``release.manifest``), verified with
    ``release.verify``.
 
-Variant 2's "passage" (what the five questions count over) is the context's documents, their texts
-joined by a blank line in the order shown, without the ``Document N:`` headers. So that the
-questions fit, its context is built under the budget minus ``reserve_tokens``; a row that still
-exceeds the budget is a counted rejection (``over_budget``), never cut.
+Variant 2's questions name "the documents" and count over the context's documents, their texts in
+the order shown, without the ``Document N:`` headers; a phrase (4-gram) is counted within one
+document, never across two. So that the questions fit, its context is built under the budget minus
+``reserve_tokens``; a row that still exceeds the budget is a counted rejection (``over_budget``),
+never cut.
 """
 
 from __future__ import annotations
@@ -36,14 +37,7 @@ SYNTACTIC_VARIANT = "raft_syntactic"
 CLUSTERED_VARIANT = "clustered"
 TRANSLATED_VARIANT = "raft_translated"  # = translate.VARIANT
 ALL_VARIANTS = (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT, TRANSLATED_VARIANT)
-# The card's configs per source (synthetic_convqa_raft / _raft_syntactic, narrativeqa_clustered,
-# rag_tge_raft / _raft_zh); any other source builds the three untranslated variants.
-DEFAULT_VARIANTS = {
-    "synthetic_convqa": (raft.VARIANT, SYNTACTIC_VARIANT),
-    "narrativeqa": (CLUSTERED_VARIANT,),
-    "rag_tge": (raft.VARIANT, TRANSLATED_VARIANT),
-}
-DEFAULT_RESERVE = 96  # tokens kept free in variant 2's context for the syntactic question and answer
+# Which variants a source builds, and with which values: long_context.recipes (the card's configs).
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 ROW_FIELDS = [
@@ -87,6 +81,7 @@ EXAMPLES_SCHEMA = pa.schema(
         ("passages", pa.list_(pa.string())),
         ("passage_ids", pa.list_(pa.string())),
         ("history", pa.list_(MESSAGE)),  # a conversational source's turns before the question
+        ("cites", pa.bool_()),  # the answer cites its passages as [n] (renumbered where shown)
     ]
 )
 
@@ -102,11 +97,14 @@ def join_sentences(sentences: Sequence[str]) -> str:
     return out
 
 
-def examples_from_source(rows: Sequence[Mapping[str, Any]]) -> tuple[list[QAExample], list[dict[str, str]]]:
+def examples_from_source(
+    rows: Sequence[Mapping[str, Any]], cites: bool = False
+) -> tuple[list[QAExample], list[dict[str, str]]]:
     """QA examples from HotpotQA-layout source rows, and the rows rejected (``no_oracle_passage``).
 
     The oracle passages of a row are its context paragraphs named by a supporting fact, each once,
-    in context order. Examples come out sorted by id (the source's, or its derived one).
+    in context order. Examples come out sorted by id (the source's, or its derived one). ``cites``:
+    the answers cite their oracle passages as ``[n]`` in that order (a RAG-TGE source).
     """
     out: list[QAExample] = []
     rejected: list[dict[str, str]] = []
@@ -125,7 +123,7 @@ def examples_from_source(rows: Sequence[Mapping[str, Any]]) -> tuple[list[QAExam
             )
             continue
         history = tuple((t["role"], t["content"]) for t in r.get("history") or ())
-        out.append(QAExample(r["id"], passages, r["question"], r["answer"], history))
+        out.append(QAExample(r["id"], passages, r["question"], r["answer"], history, cites))
     return out, rejected
 
 
@@ -139,6 +137,7 @@ def examples_table(examples: Sequence[QAExample]) -> pa.Table:
                 "passages": list(e.passages),
                 "passage_ids": [raft.passage_id(p) for p in e.passages],
                 "history": [{"role": r, "content": c} for r, c in e.history],
+                "cites": e.cites,
             }
             for e in examples
         ],
@@ -154,6 +153,7 @@ def examples_from_table(table: pa.Table) -> list[QAExample]:
             r["question"],
             r["answer"],
             tuple((t["role"], t["content"]) for t in r.get("history") or ()),
+            bool(r.get("cites")),
         )
         for r in table.to_pylist()
     ]
@@ -167,11 +167,6 @@ class SyntacticOutput:
     lineage: list[dict[str, Any]] = field(default_factory=list)
     rejections: list[dict[str, str]] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
-
-
-def context_text(passages: Sequence[str]) -> str:
-    """What variant 2's questions count over: the documents' texts in context order, blank-line joined."""
-    return "\n\n".join(passages)
 
 
 def syntactic_examples(
@@ -196,10 +191,10 @@ def syntactic_examples(
     out = SyntacticOutput()
     lineage_by_id = {x["id"]: x for x in contexts.lineage}
     passages = [
-        (row["id"], context_text([texts_by_id[p] for p in lineage_by_id[row["id"]]["passage_ids"]]))
+        (row["id"], [texts_by_id[p] for p in lineage_by_id[row["id"]]["passage_ids"]])
         for row in contexts.rows
     ]
-    qas, skipped = syntactic.generate(passages, seed=seed, config=config)
+    qas, skipped = syntactic.generate(passages, seed=seed, config=config, where=syntactic.DOCUMENTS)
     out.skipped = skipped
     by_context = {row["id"]: row for row in contexts.rows}
     conversations = [
@@ -249,27 +244,6 @@ def lineage_table(lineage: Sequence[Mapping[str, Any]], config: str) -> pa.Table
     return pa.Table.from_pylist(rows, schema=LINEAGE_SCHEMA)
 
 
-def source_name(partition: str) -> str:
-    """``narrativeqa.en`` -> ``narrativeqa``: the release config names start with it."""
-    return partition.split(".", 1)[0]
-
-
-def config_names(partition: str, language: str = "zh") -> dict[str, str]:
-    """Release config names of a partition, by variant (``narrativeqa_raft``, ``rag_tge_raft_zh``)."""
-    src = source_name(partition)
-    return {
-        raft.VARIANT: f"{src}_raft",
-        SYNTACTIC_VARIANT: f"{src}_raft_syntactic",
-        CLUSTERED_VARIANT: f"{src}_clustered",
-        TRANSLATED_VARIANT: f"{src}_raft_{language}",
-    }
-
-
-def default_variants(partition: str) -> tuple[str, ...]:
-    """The variants a source builds unless configured: the card's for its three sources."""
-    return DEFAULT_VARIANTS.get(source_name(partition), (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT))
-
-
 @dataclass(slots=True)
 class VariantOutput:
     """What every variant produces: rows, lineage, rejections (empty for a variant not built)."""
@@ -279,28 +253,62 @@ class VariantOutput:
     rejections: list[dict[str, str]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class BuiltConfig:
+    """One config to release: its rows and lineage, the asset and recipe that built it, rejections."""
+
+    table: pa.Table
+    lineage: pa.Table
+    asset: str  # long_context/raft, ...
+    recipe: Any  # long_context.recipes.LongContextRecipe (resolved)
+    record: Mapping[str, Any]  # recipes.record of it: what the manifest and the card show
+    rejections: Mapping[str, int]
+
+
+_WHAT = {
+    raft.VARIANT: "RAFT, the source question and answer.",
+    SYNTACTIC_VARIANT: "the same kind of context with five exact syntactic questions per example"
+    ' (word occurs / count, phrase occurs / count, word position), asked about "the documents":'
+    " words counted over all of them, phrases within one; each its own row.",
+    CLUSTERED_VARIANT: "one context per example from its passage and question k-means clusters: the"
+    " other members' passages and QA pairs, as many as fit, so several QA pairs train on one"
+    " context (`qa_source_ids`, in the order asked).",
+    TRANSLATED_VARIANT: "the RAFT rows translated by the generator role, the instruction, each"
+    " document and each turn apart, each checked to be whole and in the target language, `[n]`"
+    " citations following their documents, recounted (least similar distractors dropped while over"
+    " the budget).",
+}
+
+
+def config_stats(config: BuiltConfig) -> dict[str, Any]:
+    """The card's numbers of one config: rows, budget, length, oracle positions, rejections."""
+    rows = config.table.select(["oracle_positions", "num_tokens"]).to_pylist()
+    return {
+        "rows": config.table.num_rows,
+        "budget": config.recipe.budget_tokens,
+        "length": raft.length_stats([r["num_tokens"] for r in rows]),
+        "positions": raft.oracle_position_histogram(rows),
+        "rejections": dict(config.rejections),
+    }
+
+
 def card_body(
     partition: str,
+    configs: Mapping[str, BuiltConfig],
     stats: Mapping[str, Mapping[str, Any]],
     notes: Sequence[str] = (),
-    *,
-    license: str = "",  # noqa: A002 (the card's word)
-    translation_license: str = "",
-    language: str = "zh",
 ) -> str:
-    """The dataset card: what each config is, the length distribution and the oracle positions.
+    """The dataset card: what each config is, its recipe and tokenizer, the length distribution,
+    the oracle positions, the rejections and each config's license.
 
     Args:
         partition: the ``qa_source`` key.
-        stats: ``{config: {"rows", "length": length_stats, "positions": histogram, "budget",
-            "rejections": {reason: n}}}``.
-        notes: lines to add at the end (e.g. skipped question types).
-        license: the card's license line ("" = the texts keep their source's license).
-        translation_license: the translated config's license (a translation can carry its
-            model's license); "" = the same as the others.
-        language: the translated config's language code.
+        configs: the configs released, by name.
+        stats: ``config_stats`` of each.
+        notes: lines to add (variants not built, ...).
     """
-    names = config_names(partition, language)
+    from ragsft_assets import recipes
+
     lines = [
         f"# Long-context SFT from `{partition}` (RAFT augmentation)",
         "",
@@ -309,19 +317,20 @@ def card_body(
         " question, the assistant message the answer. `oracle_positions` says where the oracle is"
         " (0-based); `distractor_ids`/`distractor_scores` are the distractors' passage ids and inner"
         " products; `num_tokens` is the whole conversation under the trained model's chat template."
+        " An answer that cites its documents as `[n]` (RAG-TGE) has them renumbered to the order shown."
         " `provenance/<config>/lineage.parquet` maps each row to its source example, passages and"
         " embedding cache keys.",
         "",
-        f"- `{names[raft.VARIANT]}`: RAFT, the source question and answer.",
-        f"- `{names[SYNTACTIC_VARIANT]}`: the same kind of context with five exact"
-        " syntactic questions per example (word occurs / count, phrase occurs / count, word position),"
-        " counted over the documents' texts; each its own row.",
-        f"- `{names[CLUSTERED_VARIANT]}`: one context per example from its passage"
-        " and question k-means clusters: the other members' passages and QA pairs, as many as fit, so"
-        " several QA pairs train on one context (`qa_source_ids`, in the order asked).",
-        f"- `{names[TRANSLATED_VARIANT]}`: `{names[raft.VARIANT]}` translated into `{language}` by the"
-        " generator role, document by document and turn by turn, recounted (least similar distractors"
-        " dropped while over the budget).",
+    ]
+    for name, c in configs.items():
+        lines.append(f"- `{name}`: {_WHAT[c.recipe.variant]}")
+    lines += ["", "## Recipes", ""]
+    for name, c in configs.items():
+        lines.append(
+            f"- `{name}`: {recipes.card_sentence(c.record)} Tokens counted with the tokenizer of"
+            f" `{c.recipe.tokenizer_dir}` (the trained model's)."
+        )
+    lines += [
         "",
         "## Length (tokens, whole conversation)",
         "",
@@ -343,41 +352,47 @@ def card_body(
     rejected = [(c, r, n) for c, s in stats.items() for r, n in sorted(s["rejections"].items())]
     lines += [f"| `{c}` | {r} | {n} |" for c, r, n in rejected] or ["| - | - | 0 |"]
     lines += ["", *notes] if notes else []
-    lines += [
-        "",
-        "## License",
-        "",
-        license or "The texts keep their source's license (see the source's card); the layout is ragsft's.",
-    ]
-    if translation_license:
-        lines += ["", f"`{names[TRANSLATED_VARIANT]}`: {translation_license}"]
+    lines += ["", "## License", ""]
+    for name, c in configs.items():
+        lines += [f"- `{name}` (`{c.recipe.license}`): {c.recipe.license_notice}"]
     return "\n".join(lines) + "\n"
 
 
-def _asset_of(suffix: str) -> str:
-    """The asset of a config suffix (raft, raft_syntactic, clustered; raft_<lang> is the translation)."""
-    return suffix if suffix in (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT) else TRANSLATED_VARIANT
+def set_header_license(folder: Path, licenses: Sequence[str]) -> None:
+    """Put the configs' license(s) in the README's YAML header: one id, or the list of them."""
+    import yaml
+
+    from ragsft_assets.release import layout
+    from ragsft_assets.storage import atomic_write_bytes
+
+    readme = folder / layout.README
+    _, header, body = readme.read_text(encoding="utf-8").split("---\n", 2)
+    meta = yaml.safe_load(header)
+    meta["license"] = licenses[0] if len(licenses) == 1 else list(licenses)
+    text = "---\n" + yaml.safe_dump(meta, sort_keys=False, allow_unicode=True) + "---\n" + body
+    atomic_write_bytes(readme, text.encode("utf-8"))
 
 
 def write_release(
     target: Path,
     partition: str,
-    tables: Mapping[str, pa.Table],
-    lineage: Mapping[str, pa.Table],
+    configs: Mapping[str, BuiltConfig],
     ledger: Sequence[Path],
-    body: str,
+    notes: Sequence[str] = (),
     *,
     source: Mapping[str, Any],
     run_config: Mapping[str, Any],
     resources: Mapping[str, Any] | None = None,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], dict[str, dict[str, Any]]]:
     """Write the release folder (one ``train`` split per non-empty config), built aside and swapped in.
 
-    Layout as every ragsft release (``release.layout``): README with the configs header and the
-    card, ``<config>/train-00000-of-00001.parquet``, ``provenance/decisions.parquet`` (final
-    decision per candidate of these ``ledger`` files), ``provenance/<config>/lineage.parquet`` and
-    ``manifest.json``, ``provenance/release.json``, and ``plots/<config>_num_tokens.png`` /
-    ``plots/<config>_oracle_position.png`` linked from the card. Returns ``{config: rows}``.
+    Layout as every ragsft release (``release.layout``): README with the configs header (its
+    ``license``: the configs' licenses) and the card, ``<config>/train-00000-of-00001.parquet``,
+    ``provenance/decisions.parquet`` (final decision per candidate of these ``ledger`` files),
+    ``provenance/<config>/lineage.parquet`` and ``manifest.json`` (with the config's ``license``
+    and ``recipe`` record), ``provenance/release.json``, and ``plots/<config>_num_tokens.png`` /
+    ``plots/<config>_oracle_position.png`` linked from the card. Returns ``({config: rows},
+    {config: config_stats})``.
 
     Raises:
         ValueError: no config has a row (an empty split does not load with ``datasets``).
@@ -388,30 +403,33 @@ def write_release(
     from ragsft_assets.release.decisions import write_final_decisions
     from ragsft_assets.storage import write_parquet
 
-    kept = {c: t for c, t in tables.items() if t.num_rows}
+    kept = {c: b for c, b in configs.items() if b.table.num_rows}
     if not kept:
         raise ValueError(f"nothing to release for {partition}: every config is empty")
+    stats = {c: config_stats(b) for c, b in kept.items()}
+    body = card_body(partition, kept, stats, notes)
     staging = layout.staging_dir(target)
     try:
-        files = layout.write_data_files(staging, {c: {"train": t} for c, t in kept.items()})
+        files = layout.write_data_files(staging, {c: {"train": b.table} for c, b in kept.items()})
         with stream.connect() as con:
             write_final_decisions(con, list(ledger), staging / layout.PROVENANCE / manifest.DECISIONS)
-        for config in kept:
-            write_parquet(lineage[config], staging / lineage_path(config))
+        for config, b in kept.items():
+            write_parquet(b.lineage, staging / lineage_path(config))
         plots = []
-        for config, table in kept.items():  # deterministic PNGs (release.card's histograms)
-            positions = [float(p) for ps in table["oracle_positions"].to_pylist() for p in ps]
-            tokens = [float(n) for n in table["num_tokens"].to_pylist()]
+        for config, b in kept.items():  # deterministic PNGs (release.card's histograms)
+            positions = [float(p) for ps in b.table["oracle_positions"].to_pylist() for p in ps]
+            tokens = [float(n) for n in b.table["num_tokens"].to_pylist()]
             plots += write_histograms(staging, config, {"num_tokens": tokens, "oracle position": positions})
         if plots:
             body = body.rstrip("\n") + "\n\n## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots)
         layout.write_readme(staging, files, body, f"ragsft {partition} long-context")
+        set_header_license(staging, sorted({b.recipe.license for b in kept.values()}))
         prompts = {k: v for k, v in manifest.prompt_hashes().items() if k.startswith("long_context")}
         for config, splits in files.items():
             doc = manifest.build_manifest(
                 staging,
                 config=config,
-                asset=f"long_context/{_asset_of(config[len(source_name(partition)) + 1 :])}",
+                asset=kept[config].asset,
                 partition=partition,
                 data_files=splits,
                 source=source,
@@ -421,6 +439,8 @@ def write_release(
                 prompts=prompts,
                 resources=resources,
             )
+            doc["license"] = kept[config].recipe.license
+            doc["recipe"] = dict(kept[config].record)
             manifest.write_manifest(staging, doc)
         manifest.write_release_index(staging, list(files))
         layout.swap_into_place(staging, target)
@@ -429,4 +449,4 @@ def write_release(
 
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {c: t.num_rows for c, t in kept.items()}
+    return {c: b.table.num_rows for c, b in kept.items()}, stats

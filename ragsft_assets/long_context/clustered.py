@@ -33,7 +33,9 @@ from ragsft_assets.long_context.raft import (
     ChatTokenCounter,
     QAExample,
     RaftOutput,
+    answer_for,
     documents_block,
+    oracle_over_budget,
     passage_id,
 )
 from ragsft_assets.prompts import load_prompt
@@ -126,13 +128,7 @@ def clustered_examples(
         own = list(dict.fromkeys(ex.passages))
         base = counter.count(conversation(prompt.text, own, [(ex.question, ex.answer)]))
         if base > config.budget_tokens:
-            out.rejections.append(
-                {
-                    "id": ex.id,
-                    "reason": "oracle_over_budget",
-                    "detail": f"{base} > {config.budget_tokens} tokens",
-                }
-            )
+            out.rejections.append(oracle_over_budget(ex.id, base, config.budget_tokens))
             continue
         score: dict[int, float] = {}
         for kind in ("passage", "question"):
@@ -168,10 +164,9 @@ def clustered_examples(
             qa_order = rng.permutation(len(qa_members)).tolist()
             placed = [docs[d] for d in doc_order]
             asked = [qa_members[q] for q in qa_order]
+            shown = [p for p, _ in placed]
             messages = conversation(
-                prompt.text,
-                [p for p, _ in placed],
-                [(examples[j].question, examples[j].answer) for j in asked],
+                prompt.text, shown, [(examples[j].question, answer_for(examples[j], shown)) for j in asked]
             )
             n_tokens = counter.count(messages)
             if n_tokens <= config.budget_tokens or not members:

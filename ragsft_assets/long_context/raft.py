@@ -23,6 +23,7 @@ cut. Everything is a function of the inputs and the seed: byte-identical on reru
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -51,6 +52,33 @@ class QAExample:
     question: str
     answer: str
     history: tuple[tuple[str, str], ...] = ()  # (role, content) turns before the question (ConvQA)
+    # the answer cites its passages as [n], n = 1 + the passage's index in ``passages`` (RAG-TGE)
+    cites: bool = False
+
+
+_CITATION = re.compile(r"( ?)\[(\d+)\]")
+
+
+def renumber_citations(text: str, new_number: Mapping[int, int]) -> str:
+    """``[n]`` markers of an answer renumbered by ``new_number`` (old -> new document number); a
+    marker whose document is not shown any more is removed with the space before it."""
+
+    def sub(m: re.Match[str]) -> str:
+        n = new_number.get(int(m.group(2)))
+        return "" if n is None else f"{m.group(1)}[{n}]"
+
+    return _CITATION.sub(sub, text)
+
+
+def answer_for(ex: QAExample, shown: Sequence[str]) -> str:
+    """The answer of ``ex`` over the documents ``shown`` (in order): its ``[n]`` citations follow
+    its passages to where they are shown; an answer without citations is as it is."""
+    if not ex.cites:
+        return ex.answer
+    position = {text: i + 1 for i, text in reversed(list(enumerate(shown)))}
+    return renumber_citations(
+        ex.answer, {n + 1: position[p] for n, p in enumerate(ex.passages) if p in position}
+    )
 
 
 def passage_id(text: str) -> str:
@@ -113,21 +141,62 @@ def passage_rows(examples: Sequence[QAExample]) -> PassageRows:
     return PassageRows(texts, ids, groups, example_rows)
 
 
+# The embedded chat model is SmolLM2-135M-Instruct: its folder holds this hub model's tokenizer.
+EMBEDDED_TOKENIZER = "HuggingFaceTB/SmolLM2-135M-Instruct"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+
+
+def resolve_tokenizer(spec: str | Path) -> Path:
+    """The folder of a tokenizer: ``spec`` itself when it is a local folder, else a hub name found
+    offline in the Hugging Face cache (as ``transformers`` resolves it with no network), else, for
+    the embedded chat model's own name, its converted folder.
+
+    Raises:
+        ValueError: naming the spec, when it is neither a folder nor a cached hub model.
+    """
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "tokenizer.json").is_file():
+            raise ValueError(f"tokenizer {spec}: the folder has no tokenizer.json")
+        return path
+    name = str(spec)
+    try:
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(name, local_files_only=True, allow_patterns=list(TOKENIZER_FILES)))
+        if (folder / "tokenizer.json").is_file():
+            return folder
+    except Exception:  # noqa: BLE001  (not in the cache, or not a hub name: the next rule decides)
+        pass
+    if name == EMBEDDED_TOKENIZER:
+        from ragsft_assets.llm.models import ensure_embedded_model
+
+        return ensure_embedded_model()
+    raise ValueError(
+        f"tokenizer {name!r} is neither a local folder nor in the Hugging Face cache (offline);"
+        f" download it once with `huggingface-cli download {name} {' '.join(TOKENIZER_FILES[:3])}`"
+        " or give the model's folder"
+    )
+
+
 class ChatTokenCounter:
     """Tokens of a whole conversation under a model's chat template, with ``tokenizers`` only.
 
     The template is the folder's ``chat_template.jinja`` (or ``tokenizer_config.json``'s
     ``chat_template``), rendered with jinja2 the way transformers does (sandboxed, ``trim_blocks``,
     ``lstrip_blocks``); the text is then encoded without adding special tokens (the template writes
-    them). ``model_dir`` None: the embedded chat model (converted on first use).
+    them). ``tokenizer`` is a folder or a hub name (``resolve_tokenizer``); None: the embedded chat
+    model's (SmolLM2's, converted on first use).
     """
 
-    def __init__(self, model_dir: str | Path | None = None) -> None:
-        if model_dir is None:
-            from ragsft_assets.llm.models import ensure_embedded_model
-
-            model_dir = ensure_embedded_model()
-        self.model_dir = Path(model_dir)
+    def __init__(self, tokenizer: str | Path | None = None) -> None:
+        self.name = str(tokenizer) if tokenizer is not None else EMBEDDED_TOKENIZER
+        self.model_dir = resolve_tokenizer(self.name)
 
     @cached_property
     def _tokenizer(self) -> Any:
@@ -246,6 +315,11 @@ def _candidates(
     return sorted(best.items(), key=lambda js: (-js[1], js[0]))
 
 
+def oracle_over_budget(example_id: str, tokens: int, budget: int) -> dict[str, str]:
+    """The rejection of an example whose oracle alone does not fit the budget (never cut)."""
+    return {"id": example_id, "reason": "oracle_over_budget", "detail": f"{tokens} > {budget} tokens"}
+
+
 def raft_examples(
     examples: Sequence[QAExample],
     rows: PassageRows,
@@ -279,15 +353,11 @@ def raft_examples(
         ex_rows = rows.example_rows[ex.id]
         keep = item_uniform(config.seed, STAGE_ORACLE, ex.id) < config.p_oracle
         oracle = [rows.texts[r] for r in ex_rows] if keep else []
-        base = counter.count(conversation(prompt.text, oracle, ex.question, ex.answer, ex.history))
+        base = counter.count(
+            conversation(prompt.text, oracle, ex.question, answer_for(ex, oracle), ex.history)
+        )
         if base > config.budget_tokens:
-            out.rejections.append(
-                {
-                    "id": ex.id,
-                    "reason": "oracle_over_budget",
-                    "detail": f"{base} > {config.budget_tokens} tokens",
-                }
-            )
+            out.rejections.append(oracle_over_budget(ex.id, base, config.budget_tokens))
             continue
         chosen: list[tuple[int, float]] = []
         total = base
@@ -305,9 +375,8 @@ def raft_examples(
             ]
             order = item_np_rng(config.seed, STAGE_ORDER, ex.id).permutation(len(items)).tolist()
             placed = [items[i] for i in order]
-            messages = conversation(
-                prompt.text, [rows.texts[r] for _, r, _ in placed], ex.question, ex.answer, ex.history
-            )
+            shown = [rows.texts[r] for _, r, _ in placed]
+            messages = conversation(prompt.text, shown, ex.question, answer_for(ex, shown), ex.history)
             n_tokens = counter.count(messages)
             if n_tokens <= config.budget_tokens or not chosen:
                 break

@@ -19,6 +19,11 @@ words), compared after ``str.lower()``. A phrase is 4 consecutive words; its occ
 with overlaps. The third of ``word_position`` is ``floor(3 * i / n)`` for the first occurrence's
 word index ``i`` among the passage's ``n`` words.
 
+A question counts over what it names. ``ragsft syntactic`` asks about one passage ("in the
+passage"); the long-context variant asks about a context of several documents ("in the
+documents"): words are counted over all of them and the third is taken over their words in the
+order shown, but a phrase is a 4-gram *within* one document: no 4-gram spans two documents.
+
 Targets are drawn among the words (or phrases) that make up less than 10% of the passage's words
 (or 4-grams), so that the question is not trivial. Absent targets (answer ``no`` / ``0``) are drawn
 from the other passages' words and phrases; ``word_position`` is asked only for words that occur.
@@ -42,16 +47,18 @@ THIRDS: tuple[str, ...] = ("beginning", "middle", "end")
 # Runs of alphanumerics: [^\W_] is \w without the underscore, i.e. exactly str.isalnum() characters.
 _WORD_RE = re.compile(r"[^\W_]+")
 
+PASSAGE = "the passage"  # what `ragsft syntactic` asks about: one passage
+DOCUMENTS = "the documents"  # what the long-context variant asks about: every document shown
 _QUESTIONS = {
-    "word_occurs": 'Does the word "{x}" occur in the passage? Answer yes or no.',
-    "word_count": 'How many times does the word "{x}" occur in the passage? Answer with a number.',
-    "phrase_occurs": 'Does the phrase "{x}" occur in the passage? Answer yes or no.',
+    "word_occurs": 'Does the word "{x}" occur in {where}? Answer yes or no.',
+    "word_count": 'How many times does the word "{x}" occur in {where}? Answer with a number.',
+    "phrase_occurs": 'Does the phrase "{x}" occur in {where}? Answer yes or no.',
     "phrase_count": (
-        'How many times does the phrase "{x}" occur in the passage (overlapping occurrences count)? '
+        'How many times does the phrase "{x}" occur in {where} (overlapping occurrences count)? '
         "Answer with a number."
     ),
     "word_position": (
-        'In which third of the passage does the word "{x}" first occur: the beginning, the middle or the end?'
+        'In which third of {where} does the word "{x}" first occur: the beginning, the middle or the end?'
     ),
 }
 
@@ -103,9 +110,11 @@ class _Passage:
     phrase_counts: Counter[str]
 
     @classmethod
-    def of(cls, pid: str, text: str) -> _Passage:
-        tokens = words(text)
-        return cls(pid, tokens, Counter(tokens), Counter(phrases(tokens)))
+    def of(cls, pid: str, text: str | Sequence[str]) -> _Passage:
+        """A passage, or documents (a sequence of texts): 4-grams never span two of them."""
+        docs = [words(t) for t in ([text] if isinstance(text, str) else text)]
+        tokens = [w for d in docs for w in d]
+        return cls(pid, tokens, Counter(tokens), Counter(p for d in docs for p in phrases(d)))
 
 
 def _rare(counts: Counter[str], max_share: float) -> list[str]:
@@ -137,6 +146,7 @@ def _one(
     config: SyntacticConfig,
     word_pool: Sequence[str],
     phrase_pool: Sequence[str],
+    where: str = PASSAGE,
 ) -> SyntacticQA | None:
     rng = item_rng(seed, STAGE, f"{p.id}\x1f{qtype}")
     is_phrase = qtype.startswith("phrase")
@@ -161,7 +171,7 @@ def _one(
         answer = str(count)
     else:  # word_position: only present words are candidates here
         answer = third_of(p.tokens.index(target), len(p.tokens))
-    return SyntacticQA(p.id, qtype, _QUESTIONS[qtype].format(x=target), answer, target)
+    return SyntacticQA(p.id, qtype, _QUESTIONS[qtype].format(x=target, where=where), answer, target)
 
 
 def _pool(passages: Iterable[_Passage], attr: str, max_share: float) -> list[str]:
@@ -172,19 +182,22 @@ def _pool(passages: Iterable[_Passage], attr: str, max_share: float) -> list[str
 
 
 def generate(
-    passages: Iterable[tuple[str, str]],
+    passages: Iterable[tuple[str, str | Sequence[str]]],
     *,
     seed: int = DEFAULT_SEED,
     config: SyntacticConfig | None = None,
     types: Sequence[str] = TYPES,
+    where: str = PASSAGE,
 ) -> tuple[list[SyntacticQA], Counter[str]]:
     """Five exact QA pairs per passage (one per type, in ``TYPES`` order), and counted skips.
 
     Args:
-        passages: ``(id, text)`` pairs; ids must be unique (they seed the draws).
+        passages: ``(id, text)`` pairs, or ``(id, [document texts])`` for a context of several
+            documents (4-grams then stay within a document); ids must be unique (they seed the draws).
         seed: the run seed.
         config: draw settings (defaults: the 10% rarity bar, half the occurs-questions absent).
         types: the question types to ask.
+        where: what the questions name (``PASSAGE``, or ``DOCUMENTS`` for a context of documents).
 
     Returns:
         The questions, passage by passage, and a counter of skipped ``<type>:<reason>``
@@ -210,7 +223,7 @@ def generate(
     skipped: Counter[str] = Counter()
     for p in parsed:
         for qtype in types:
-            qa = _one(p, qtype, seed, config, word_pool, phrase_pool)
+            qa = _one(p, qtype, seed, config, word_pool, phrase_pool, where)
             if qa is None:
                 skipped[f"{qtype}:no_rare_target"] += 1
             else:

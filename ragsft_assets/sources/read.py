@@ -24,8 +24,13 @@ the earlier turns ride along as ``history`` (a column only such sources have) an
 training conversation before it; ``answer`` is the target. A source whose documents and question
 are one RAG-TGE prompt (``Document [n](Title: t): text`` lines, then ``Question: q``) maps
 ``prompt``: its documents become the context, the documents the answer cites (``[n]``) the
-supporting facts, and the ``[n]`` markers are removed from the answer (they count the prompt's
-documents, an order the long-context shuffle does not keep).
+supporting facts, and the answer keeps its ``[n]`` markers, renumbered to the cited documents'
+order (``[1]`` = the first supporting fact): the long-context family renumbers them again to where
+each document is shown (``SourceRead.cites``).
+
+A field may name a nested column with dots (``question.text``, ``document.summary.text``); over a
+list of objects it takes each one's field (``answers.text``): the hub's ``deepmind/narrativeqa``
+rows are read this way.
 """
 
 from __future__ import annotations
@@ -68,13 +73,15 @@ PRESETS: dict[str, dict[str, str | None]] = {
         "level": "level",
         "split": None,
     },
-    # NarrativeQA, summary setting (JSON lines {question, answer: [refs], passage}; checked on the
-    # 50 test questions of ragsft_assets_tests/data/narrativeqa): passage = the plot summary.
+    # NarrativeQA, summary setting: passage = the plot summary. Two layouts: JSON lines {question,
+    # answer: [refs], passage} (the 50 test questions of ragsft_assets_tests/data/narrativeqa), and
+    # the hub's deepmind/narrativeqa rows, nested: {document: {summary: {text}}, question: {text},
+    # answers: [{text}]}.
     "narrativeqa": {
         "id": "id|_id",
-        "question": "question",
-        "answer": "answer|answers",
-        "passage": "passage|summary",
+        "question": "question.text|question",
+        "answer": "answers.text|answer|answers",
+        "passage": "document.summary.text|passage|summary",
         "split": None,
     },
     # ChatQA's synthetic_convqa (nvidia/ChatQA-Training-Data): {messages: [{role, content}...] ending
@@ -103,6 +110,7 @@ class SourceRead:
     table: pa.Table
     files: list[str]
     rows_per_file: dict[str, int]
+    cites: bool = False  # the answers cite their supporting facts as [n], in their order (RAG-TGE)
 
 
 def load_mapping(preset: str | None = None, mapping_file: Path | None = None) -> dict[str, str | None]:
@@ -160,12 +168,24 @@ def source_files(path: Path) -> list[Path]:
     return files
 
 
+def _nested(value: Any, path: list[str]) -> Any:
+    """``value``'s field at a dotted path; over a list of objects, the list of their fields."""
+    for i, key in enumerate(path):
+        if isinstance(value, list | tuple) and value and all(isinstance(v, Mapping) for v in value):
+            return [_nested(v, path[i:]) for v in value]
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
 def _column(row: Mapping[str, Any], spec: str | None) -> Any:
     if not spec:
         return None
-    for name in spec.split("|"):  # "a|b": the first present column
-        if row.get(name) is not None:
-            return row[name]
+    for name in spec.split("|"):  # "a|b": the first present column; "a.b": a nested field
+        value = row.get(name) if "." not in name else _nested(row, name.split("."))
+        if value is not None:
+            return value
     return None
 
 
@@ -225,7 +245,13 @@ def _rag_tge_prompt(prompt: Any, answer: str, where: str) -> tuple[str, list, li
         raise SourceError(f"{where}: field 'prompt' is not a RAG-TGE prompt (Document [n] lines, Question:)")
     cited = sorted({int(n) for n in _TGE_CITATION.findall(answer) if 1 <= int(n) <= len(docs)})
     facts = [(docs[n - 1][0], 0) for n in cited]  # none cited: no oracle, a counted rejection later
-    return question, docs, facts, _TGE_CITATION.sub("", answer).strip()
+    rank = {n: i + 1 for i, n in enumerate(cited)}  # [n] -> the cited document's place among facts
+
+    def renumber(m: re.Match[str]) -> str:
+        n = rank.get(int(m.group(1)))
+        return "" if n is None else f" [{n}]" if m.group(0).startswith(" ") else f"[{n}]"
+
+    return question, docs, facts, _TGE_CITATION.sub(renumber, answer).strip()
 
 
 def map_record(row: Any, mapping: Mapping[str, str | None], where: str, default_split: str) -> dict[str, Any]:
@@ -328,7 +354,7 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
         table = table.append_column(
             "history", pa.array([by_id[i] for i in table["id"].to_pylist()], HISTORY_TYPE)
         )
-    return SourceRead(table, [f.name for f in files], per_file)
+    return SourceRead(table, [f.name for f in files], per_file, cites=bool(mapping.get("prompt")))
 
 
 def _split_from_name(name: str, default: str) -> str:

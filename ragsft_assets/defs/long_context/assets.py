@@ -13,17 +13,22 @@ decoration time.
 
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 import numpy as np
 import pyarrow as pa
 
+from ragsft_assets import recipes
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.long_context import build, raft, translate
+from ragsft_assets.long_context import recipes as lc_recipes
 from ragsft_assets.prompts import templates_version
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
@@ -55,34 +60,16 @@ class LongContextConfig(dg.Config):
 
     splits: list[str] = ["train"]  # source splits to build from (the dev/test sets stay for evaluation)
     seed: int = DEFAULT_SEED
-    budget_tokens: int = raft.DEFAULT_BUDGET
-    k: int = 0  # most distractors per example; 0 = as many as fit the budget
-    p_oracle: float = 1.0  # RAFT's P: the share of examples that keep the oracle
     neighbours: int = 64  # candidates per passage (enough to fill the budget)
-    tokenizer_dir: str = ""  # model folder of the trained model's tokenizer; "" = the embedded chat model's
-    syntactic_reserve_tokens: int = build.DEFAULT_RESERVE
-    n_clusters: int = 0  # clustered: k of both k-means; 0 = about one cluster per cluster_size examples
-    cluster_size: int = 8
-    # variants to build for this source (raft, raft_syntactic, clustered, raft_translated);
-    # [] = the card's for its sources (build.DEFAULT_VARIANTS), the first three for any other
-    variants: list[str] = []
-    translate_language: str = translate.DEFAULT_LANGUAGE  # raft_translated: target language code
-    translate_max_tokens: int = 2048  # raft_translated: most tokens of one translated piece
+    # The card's values of this asset's variant. None = the partition's product recipe: the card's
+    # config of its source (narrativeqa: only narrativeqa_clustered is built), or for any other
+    # source the family recipe (long_context_raft, ...). Name one to build a variant the product
+    # leaves out (e.g. long_context_raft on narrativeqa.en gives narrativeqa_raft).
+    recipe: str | None = None
+    overrides: dict[str, Any] = {}  # fields of the recipe, e.g. {"budget_tokens": 8192}
 
 
-class LongContextReleaseConfig(dg.Config):
-    """Settings of the release: the card's license lines."""
-
-    license: str = ""  # "" = the texts keep their source's license
-    # a translation can carry its model's license (the seed's Chinese set: Llama 3.1, non-commercial)
-    translation_license: str = ""
-
-
-def _wanted(config: LongContextConfig, partition: str, variant: str) -> bool:
-    return variant in (config.variants or build.default_variants(partition))
-
-
-def _write_variant(
+def _variant_result(
     context: dg.AssetExecutionContext,
     store: ArtifactStore,
     names: tuple[str, str, str],
@@ -107,25 +94,19 @@ def _write_variant(
     )
 
 
-def _not_built(context: dg.AssetExecutionContext, store: ArtifactStore, names, schema, config_name):  # noqa: ANN001, ANN202
-    """A variant this source does not build: empty outputs (the release leaves the config out)."""
-    context.log.info(f"{context.partition_key}: {config_name} not built (not in this source's variants)")
-    yield from _write_variant(
-        context, store, names, schema, build.VariantOutput(), config_name, 0, {"built": False}
-    )
-
-
-def _raft_config(config: LongContextConfig, budget: int | None = None) -> raft.RaftConfig:
+def _raft_config(
+    recipe: lc_recipes.LongContextRecipe, seed: int, budget: int | None = None
+) -> raft.RaftConfig:
     return raft.RaftConfig(
-        budget_tokens=config.budget_tokens if budget is None else budget,
-        k=config.k or None,
-        p_oracle=config.p_oracle,
-        seed=config.seed,
+        budget_tokens=recipe.budget_tokens if budget is None else budget,
+        k=recipe.k,
+        p_oracle=recipe.p_oracle,
+        seed=seed,
     )
 
 
-def _counter(config: LongContextConfig) -> raft.ChatTokenCounter:
-    return raft.ChatTokenCounter(config.tokenizer_dir or None)
+def _counter(recipe: lc_recipes.LongContextRecipe) -> raft.ChatTokenCounter:
+    return raft.ChatTokenCounter(recipe.tokenizer_dir)
 
 
 def _asset(name: str, code_version: str, **kw):  # noqa: ANN202
@@ -158,10 +139,10 @@ def examples(
             f"{partition}: no source row in split(s) {config.splits} (the source has {found});"
             " set the `splits` of long_context/examples' config"
         )
-    exs, rejected = build.examples_from_source(table.to_pylist())
+    exs, rejected = build.examples_from_source(table.to_pylist(), cites=read.cites)
     out = build.examples_table(exs)
     path = store.write(out, partition, EXAMPLES)
-    product = build.config_names(partition)[raft.VARIANT]
+    product = f"{lc_recipes.source_name(partition)}_{raft.VARIANT}"
     store.write_ledger(
         ledger_table(
             partition,
@@ -341,52 +322,95 @@ def _budget_check(name: str) -> list:
     return [dg.AssetCheckSpec("within_budget", asset=dg.AssetKey([PREFIX, name]), blocking=True)]
 
 
-@_asset("raft", f"2-{PROMPTS_VERSION}", deps=[neighbours], check_specs=_budget_check("raft"))
-def raft_rows(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
-    """Variant 1 (``<source>_raft``): oracle + nearest passages up to the token budget, shuffled."""
-    partition = context.partition_key
-    names = (RAFT, RAFT_LINEAGE, STAGE_RAFT)
-    config_name = build.config_names(partition)[raft.VARIANT]
-    # the translation (variant 5) reads variant 1's rows: built whenever either is wanted
-    if not (_wanted(config, partition, raft.VARIANT) or _wanted(config, partition, translate.VARIANT)):
-        yield from _not_built(context, store, names, build.RAFT_SCHEMA, config_name)
-        return
-    t0 = time.monotonic()
-    exs, rows, nb, keys = _inputs(store, partition)
-    counter = _counter(config)
-    out = raft.raft_examples(exs, rows, nb, counter, _raft_config(config), embedding_keys=keys)
-    extra = {
-        "tokenizer": str(counter.model_dir),
-        "p_oracle": config.p_oracle,
-        "oracle_kept": sum(1 for x in out.lineage if x["oracle_kept"]),
-        "wall_s": round(time.monotonic() - t0, 1),
-        "built": _wanted(config, partition, raft.VARIANT),  # else only the translation's input
-    }
-    yield from _write_variant(
-        context, store, names, build.RAFT_SCHEMA, out, config_name, config.budget_tokens, extra,
-        kept_ids=[r["source_id"] for r in out.rows],
-    )  # fmt: skip
+@dataclass(frozen=True)
+class VariantInput:
+    """What a variant's step gets: the run config, the resolved recipe, the store, the context."""
+
+    context: dg.AssetExecutionContext
+    config: LongContextConfig
+    recipe: lc_recipes.LongContextRecipe
+    store: ArtifactStore
+    partition: str
 
 
-@_asset(
-    "raft_syntactic", f"2-{PROMPTS_VERSION}", deps=[neighbours], check_specs=_budget_check("raft_syntactic")
-)
-def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore):  # noqa: ANN201
-    """Variant 2 (``<source>_raft_syntactic``): a RAFT context and five exact syntactic QA pairs, a row each."""
-    partition = context.partition_key
-    names = (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC)
-    config_name = build.config_names(partition)[build.SYNTACTIC_VARIANT]
-    if not _wanted(config, partition, build.SYNTACTIC_VARIANT):
-        yield from _not_built(context, store, names, build.SYNTACTIC_SCHEMA, config_name)
-        return
-    exs, rows, nb, keys = _inputs(store, partition)
-    counter = _counter(config)
-    reserve = max(0, config.syntactic_reserve_tokens)
-    contexts = raft.raft_examples(
-        exs, rows, nb, counter, _raft_config(config, config.budget_tokens - reserve), embedding_keys=keys
+@dataclass(frozen=True)
+class Variant:
+    """One long-context variant as an asset: its store names, schema, inputs and its step."""
+
+    variant: str  # lc_recipes.RAFT, SYNTACTIC, CLUSTERED or TRANSLATED
+    names: tuple[str, str, str]  # (rows, lineage, ledger stage)
+    schema: pa.Schema
+    version: str
+    deps: tuple[str, ...]
+    doc: str
+    # -> (output, extra metadata, kept ids for the ledger or None for the rows' ids)
+    step: Callable[[VariantInput], tuple[Any, dict, list | None]]
+    resources: tuple[str, ...] = ()  # roles it calls (the embedder, the generator)
+
+
+def _variant_asset(v: Variant) -> dg.AssetsDefinition:
+    """The asset of a variant: resolve its recipe (not built: empty outputs, the release leaves the
+    config out), run its step, write rows, lineage, ledger, the recipe record and metadata."""
+    llm = {"pool": "gpu", "retry_policy": LLM_RETRY_POLICY} if v.resources else {}
+
+    @_asset(
+        v.variant,
+        v.version,
+        deps=[dg.AssetKey([PREFIX, d]) for d in v.deps],
+        check_specs=_budget_check(v.variant),
+        required_resource_keys={"store", *v.resources},
+        description=v.doc,
+        **llm,
     )
+    def _variant(context: dg.AssetExecutionContext, config: LongContextConfig):  # noqa: ANN202
+        store: ArtifactStore = context.resources.store
+        partition = context.partition_key
+        recipe = lc_recipes.resolve(partition, v.variant, config.recipe, config.overrides)
+        folder = store.path(partition, v.names[0]).parent
+        if recipe is None:
+            context.log.info(f"{partition}: {v.variant} not built (no recipe of this source builds it)")
+            (folder / recipes.RECORD_FILE).unlink(missing_ok=True)
+            name = f"{lc_recipes.source_name(partition)}_{v.variant}"
+            yield from _variant_result(
+                context, store, v.names, v.schema, build.VariantOutput(), name, 0, {"built": False}
+            )
+            return
+        t0 = time.monotonic()
+        out, extra, kept = v.step(VariantInput(context, config, recipe, store, partition))
+        rec = recipes.record(recipe)
+        recipes.write_record(folder, rec)
+        extra = {
+            **extra,
+            "recipe": dg.MetadataValue.json(rec),
+            "tokenizer": recipe.tokenizer_dir,
+            "built": True,
+            "wall_s": round(time.monotonic() - t0, 1),
+        }
+        name = lc_recipes.config_name(partition, recipe)
+        yield from _variant_result(
+            context, store, v.names, v.schema, out, name, recipe.budget_tokens, extra, kept_ids=kept
+        )
+
+    return _variant
+
+
+def _raft_step(s: VariantInput) -> tuple[Any, dict, list | None]:
+    exs, rows, nb, keys = _inputs(s.store, s.partition)
+    out = raft.raft_examples(
+        exs, rows, nb, _counter(s.recipe), _raft_config(s.recipe, s.config.seed), embedding_keys=keys
+    )
+    extra = {"p_oracle": s.recipe.p_oracle, "oracle_kept": sum(1 for x in out.lineage if x["oracle_kept"])}
+    return out, extra, [r["source_id"] for r in out.rows]
+
+
+def _syntactic_step(s: VariantInput) -> tuple[Any, dict, list | None]:
+    exs, rows, nb, keys = _inputs(s.store, s.partition)
+    counter = _counter(s.recipe)
+    budget = s.recipe.budget_tokens
+    reserved = _raft_config(s.recipe, s.config.seed, budget - max(0, s.recipe.syntactic_reserve_tokens))
+    contexts = raft.raft_examples(exs, rows, nb, counter, reserved, embedding_keys=keys)
     texts = dict(zip(rows.ids, rows.texts, strict=True))
-    out = build.syntactic_examples(contexts, texts, counter, config.budget_tokens, config.seed)
+    out = build.syntactic_examples(contexts, texts, counter, budget, s.config.seed)
     out.rejections = contexts.rejections + out.rejections
     extra = {
         "contexts": len(contexts.rows),
@@ -395,50 +419,28 @@ def raft_syntactic(context: dg.AssetExecutionContext, config: LongContextConfig,
             dict(sorted(Counter(r["question_type"] for r in out.rows).items()))
         ),
     }
-    yield from _write_variant(
-        context, store, names, build.SYNTACTIC_SCHEMA, out, config_name, config.budget_tokens, extra
-    )
+    return out, extra, None
 
 
-@_asset(
-    "clustered",
-    f"2-{PROMPTS_VERSION}",
-    deps=[passage_embeddings],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    check_specs=_budget_check("clustered"),
-)
-def clustered(
-    context: dg.AssetExecutionContext,
-    config: LongContextConfig,
-    store: ArtifactStore,
-    embedder: EmbeddingResource,
-):  # noqa: ANN201
-    """Variant 3 (``<source>_clustered``): contexts from seeded k-means clusters of passages and
-    questions, several QA pairs per context."""
+def _clustered_step(s: VariantInput) -> tuple[Any, dict, list | None]:
     from ragsft_assets.long_context.clustered import ClusterConfig, clustered_examples
 
-    partition = context.partition_key
-    names = (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED)
-    config_name = build.config_names(partition)[build.CLUSTERED_VARIANT]
-    if not _wanted(config, partition, build.CLUSTERED_VARIANT):
-        yield from _not_built(context, store, names, build.CLUSTERED_SCHEMA, config_name)
-        return
-    exs, rows, _, keys = _inputs(store, partition, neighbours_too=False)
-    vectors = _vectors(store.read(partition, EMBEDDINGS))
+    embedder: EmbeddingResource = s.context.resources.embedder
+    exs, rows, _, keys = _inputs(s.store, s.partition, neighbours_too=False)
+    vectors = _vectors(s.store.read(s.partition, EMBEDDINGS))
     # an example's passage vector: the mean of its oracle passages' vectors (normalised later)
     pv = np.stack([vectors[rows.example_rows[e.id]].mean(axis=0) for e in exs]) if exs else vectors
-    questions = embedder.embed([e.question for e in exs], log=context.log)
+    questions = embedder.embed([e.question for e in exs], log=s.context.log)
     out, labels = clustered_examples(
         exs,
         pv,
         questions.vectors if exs else vectors,
-        _counter(config),
+        _counter(s.recipe),
         ClusterConfig(
-            budget_tokens=config.budget_tokens,
-            n_clusters=config.n_clusters,
-            cluster_size=config.cluster_size,
-            seed=config.seed,
+            budget_tokens=s.recipe.budget_tokens,
+            n_clusters=s.recipe.n_clusters or 0,
+            cluster_size=s.recipe.cluster_size,
+            seed=s.config.seed,
         ),
         passage_keys=dict(zip(rows.ids, keys, strict=True)),
         question_keys=questions.keys,
@@ -450,75 +452,91 @@ def clustered(
         ),
         **questions.stats.as_metadata("embedder_questions"),
     }
-    yield from _write_variant(
-        context, store, names, build.CLUSTERED_SCHEMA, out, config_name, config.budget_tokens, extra,
-        kept_ids=[r["source_id"] for r in out.rows],
-    )  # fmt: skip
+    return out, extra, [r["source_id"] for r in out.rows]
 
 
-@_asset(
-    "raft_translated",
-    f"1-{TRANSLATE_VERSION}",
-    deps=[raft_rows],
-    pool="gpu",
-    retry_policy=LLM_RETRY_POLICY,
-    check_specs=_budget_check("raft_translated"),
-)
-def raft_translated(
-    context: dg.AssetExecutionContext,
-    config: LongContextConfig,
-    store: ArtifactStore,
-    generator: LLMResource,
-):  # noqa: ANN201
-    """Variant 5 (``<source>_raft_<lang>``, ``rag_tge_raft_zh``): variant 1 translated piece by piece
-    by the generator role, recounted within the budget."""
+def _translated_step(s: VariantInput) -> tuple[Any, dict, list | None]:
     from ragsft_assets.llm.types import SamplingParams
 
-    partition = context.partition_key
-    names = (TRANSLATED, TRANSLATED_LINEAGE, STAGE_TRANSLATED)
-    config_name = build.config_names(partition, config.translate_language)[translate.VARIANT]
-    if not _wanted(config, partition, translate.VARIANT):
-        yield from _not_built(context, store, names, build.RAFT_SCHEMA, config_name)
-        return
-    exs = build.examples_from_table(store.read(partition, EXAMPLES))
+    generator: LLMResource = s.context.resources.generator
+    language, max_tokens = s.recipe.translate_language, s.recipe.translate_max_tokens
+    if not s.store.files(s.partition, RAFT) or not s.store.read(s.partition, RAFT).num_rows:
+        raise ValueError(
+            f"{s.partition}: the translation reads long_context/raft's rows and there are none;"
+            " name a recipe for long_context/raft too (e.g. long_context_raft)"
+        )
+    exs = build.examples_from_table(s.store.read(s.partition, EXAMPLES))
     rows = raft.passage_rows(exs)
-    texts = dict(zip(rows.ids, rows.texts, strict=True))
-    stats = {}
-    params = SamplingParams(temperature=0.0, max_tokens=config.translate_max_tokens, seed=config.seed)
+    stats: list = []
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=s.config.seed)
 
-    def run(pieces: list[str]) -> list[str | None]:
+    def run(pieces: list[str]) -> list[translate.Piece]:  # one batch per call
         batch = generator.chat(
-            [translate.translation_request(t, config.translate_language) for t in pieces],
+            [translate.translation_request(t, language) for t in pieces],
             params,
             template_version=translate.prompt_version(),
-            log=context.log,
+            log=s.context.log,
         )
-        stats["llm"] = batch.stats
-        return [r.text.strip() if r.ok and r.text.strip() else None for r in batch.results]
+        stats.append(batch.stats)
+        return [translate.piece_of(r.text, r.ok, r.completion_tokens, max_tokens) for r in batch.results]
 
     out = translate.translate_rows(
-        store.read(partition, RAFT).to_pylist(),
-        store.read(partition, RAFT_LINEAGE).to_pylist(),
-        texts,
+        s.store.read(s.partition, RAFT).to_pylist(),
+        s.store.read(s.partition, RAFT_LINEAGE).to_pylist(),
+        dict(zip(rows.ids, rows.texts, strict=True)),
         run,
-        _counter(config),
+        _counter(s.recipe),
         translate.TranslateConfig(
-            language=config.translate_language,
-            budget_tokens=config.budget_tokens,
-            max_tokens=config.translate_max_tokens,
+            language=language, budget_tokens=s.recipe.budget_tokens, max_tokens=max_tokens
         ),
+        citing=frozenset(e.id for e in exs if e.cites),
     )
+    total = stats[0] if stats else None
+    for more in stats[1:]:
+        total = total.add(more)
     extra = {
-        "language": config.translate_language,
+        "language": language,
         "pieces": out.texts,
         "dropped_distractors": out.dropped_distractors,
         "generator/model": dg.MetadataValue.json(generator.model_identity()),
-        **(stats["llm"].to_metadata("generator") if "llm" in stats else {}),
+        "generator/batches": len(stats),
+        **(total.to_metadata("generator") if total is not None else {}),
     }
-    yield from _write_variant(
-        context, store, names, build.RAFT_SCHEMA, out, config_name, config.budget_tokens, extra,
-        kept_ids=[r["source_id"] for r in out.rows],
-    )  # fmt: skip
+    return out, extra, [r["source_id"] for r in out.rows]
+
+
+VARIANTS = (
+    Variant(
+        lc_recipes.RAFT, (RAFT, RAFT_LINEAGE, STAGE_RAFT), build.RAFT_SCHEMA, f"3-{PROMPTS_VERSION}",
+        ("neighbours",),
+        "Variant 1 (<source>_raft): oracle + nearest passages up to the token budget, shuffled.",
+        _raft_step,
+    ),
+    Variant(
+        lc_recipes.SYNTACTIC, (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC), build.SYNTACTIC_SCHEMA,
+        f"3-{PROMPTS_VERSION}", ("neighbours",),
+        "Variant 2 (<source>_raft_syntactic): a RAFT context and five exact syntactic QA pairs about"
+        " its documents, a row each.",
+        _syntactic_step,
+    ),
+    Variant(
+        lc_recipes.CLUSTERED, (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED), build.CLUSTERED_SCHEMA,
+        f"3-{PROMPTS_VERSION}", ("passage_embeddings",),
+        "Variant 3 (<source>_clustered): contexts from seeded k-means clusters of passages and"
+        " questions, several QA pairs per context.",
+        _clustered_step,
+        ("embedder",),
+    ),
+    Variant(
+        lc_recipes.TRANSLATED, (TRANSLATED, TRANSLATED_LINEAGE, STAGE_TRANSLATED), build.RAFT_SCHEMA,
+        f"2-{TRANSLATE_VERSION}", ("raft",),
+        "Variant 5 (<source>_raft_<lang>, rag_tge_raft_zh): variant 1 translated piece by piece by"
+        " the generator role (instruction included), checked, recounted within the budget.",
+        _translated_step,
+        ("generator",),
+    ),
+)  # fmt: skip
+VARIANT_ASSETS = {v.variant: _variant_asset(v) for v in VARIANTS}
 
 
 UPSTREAM = [
@@ -545,8 +563,8 @@ def release_folder(store: ArtifactStore, partition: str):  # noqa: ANN201
     key_prefix=[PREFIX],
     partitions_def=qa_source_partitions,
     group_name=GROUP,
-    code_version="2",  # 2: a source exported from a snapshot names it as origin
-    deps=[raft_rows, raft_syntactic, clustered, raft_translated],
+    code_version="3",  # 3: licenses and recipes per config
+    deps=list(VARIANT_ASSETS.values()),
     kinds={"parquet", "huggingface"},
     check_specs=[
         dg.AssetCheckSpec("release_verifies", asset=dg.AssetKey([PREFIX, "release"]), blocking=True)
@@ -554,95 +572,63 @@ def release_folder(store: ArtifactStore, partition: str):  # noqa: ANN201
 )
 def release(  # noqa: ANN201
     context: dg.AssetExecutionContext,
-    config: LongContextReleaseConfig,
     store: ArtifactStore,
     embedder: EmbeddingResource,
 ):
-    """``releases/long_context/<key>/``: the RAFT configs with card, decisions, lineage, manifests."""
+    """``releases/long_context/<key>/``: the RAFT configs with card, licenses, decisions, lineage, manifests."""
     from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
     from ragsft_assets.release.decisions import ledger_files
     from ragsft_assets.release.manifest import source_info
-    from ragsft_assets.release.verify import verify_release
 
     partition = context.partition_key
-    known = {
-        k: a
-        for a in (
-            examples,
-            passage_embeddings,
-            neighbours,
-            raft_rows,
-            raft_syntactic,
-            clustered,
-            raft_translated,
+    run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM)
+    records = recipes.read_records(store.root / partition)
+    built: dict[str, build.BuiltConfig] = {}
+    notes = []
+    for v in VARIANTS:
+        table_name, lineage_name, stage = v.names
+        rec = records.get(table_name)
+        name = f"{lc_recipes.source_name(partition)}_{v.variant}"
+        if not store.files(partition, table_name):
+            notes.append(f"`{name}` is not built: `long_context/{v.variant}` was never materialized.")
+            continue
+        table = store.read(partition, table_name)
+        if rec is None or not table.num_rows:
+            notes.append(f"`{name}` is not built for `{partition}` (no recipe of this source builds it).")
+            continue
+        recipe = recipes.apply_overrides(
+            recipes.get(rec["recipe"]), {f: c["run"] for f, c in rec["changed"].items()}
         )
-        for k in a.keys
-    }
-    run_config, upstream_md, _ = upstream_provenance(context, UPSTREAM, known)
-    language = run_config.get("raft_translated", {}).get("translate_language", translate.DEFAULT_LANGUAGE)
-    names = build.config_names(partition, language)
-    # variant -> (store name, lineage store name, ledger stage, asset name)
-    variants = {
-        raft.VARIANT: (RAFT, RAFT_LINEAGE, STAGE_RAFT, "raft"),
-        build.SYNTACTIC_VARIANT: (SYNTACTIC, SYNTACTIC_LINEAGE, STAGE_SYNTACTIC, "raft_syntactic"),
-        build.CLUSTERED_VARIANT: (CLUSTERED, CLUSTERED_LINEAGE, STAGE_CLUSTERED, "clustered"),
-        translate.VARIANT: (TRANSLATED, TRANSLATED_LINEAGE, STAGE_TRANSLATED, "raft_translated"),
-    }
-    # A variant never materialized for this key, or not built for its source, is left out, and the
-    # card says so.
-    notes = [
-        f"`{names[v]}` is not built: `long_context/{a}` was never materialized for `{partition}`."
-        for v, (t, _, _, a) in variants.items()
-        if not store.files(partition, t)
-    ]
-    variants = {v: x for v, x in variants.items() if store.files(partition, x[0])}
-    tables = {names[v]: store.read(partition, t) for v, (t, _, _, _) in variants.items()}
-    notes += [
-        f"`{c}` is not built for `{partition}` (the source's variants)."
-        for c, t in tables.items()
-        if not t.num_rows
-    ]
-    tables = {c: t for c, t in tables.items() if t.num_rows}
-    variants = {v: x for v, x in variants.items() if names[v] in tables}
-    lineage = {names[v]: store.read(partition, x) for v, (_, x, _, _) in variants.items()}
-    stats = {}
-    for variant, (_, _, stage, asset_name) in variants.items():
-        config_name = names[variant]
-        table = tables[config_name]
-        rows = table.select(["oracle_positions", "num_tokens"]).to_pylist()
         ledger = store.read(partition, "_ledger", stage).to_pylist()
-        stats[config_name] = {
-            "rows": table.num_rows,
-            "budget": run_config.get(asset_name, {}).get("budget_tokens", raft.DEFAULT_BUDGET),
-            "length": raft.length_stats([r["num_tokens"] for r in rows]),
-            "positions": raft.oracle_position_histogram(rows),
-            "rejections": dict(
-                sorted(Counter(r["reason"] for r in ledger if r["verdict"] == DROPPED).items())
-            ),
-        }
+        built[lc_recipes.config_name(partition, recipe)] = build.BuiltConfig(
+            table=table,
+            lineage=store.read(partition, lineage_name),
+            asset=f"long_context/{v.variant}",
+            recipe=recipe,
+            record=rec,
+            rejections=dict(sorted(Counter(r["reason"] for r in ledger if r["verdict"] == DROPPED).items())),
+        )
     ours = [f for f in ledger_files(store.root, partition) if f.stem.startswith("long_context")]
     target = release_folder(store, partition)
     source = source_info(store.root, store.home_path / "sources", partition)
     # The embedder's identity (not its calls: those depend on the cache, and the release must not)
     source["embedder"] = embedder.model_identity()
-    written = build.write_release(
+    written, stats = build.write_release(
         target,
         partition,
-        tables,
-        lineage,
+        built,
         ours,
-        build.card_body(
-            partition,
-            stats,
-            notes,
-            license=config.license,
-            translation_license=config.translation_license,
-            language=language,
-        ),
+        notes,
         source=source,
         run_config=run_config,
         resources=resource_settings(context),
     )
+    yield from _release_result(context, target, written, stats, upstream_md)
+
+
+def _release_result(context, target, written, stats, upstream_md):  # noqa: ANN001, ANN202
+    from ragsft_assets.release.verify import verify_release
+
     report = verify_release(target)
     yield dg.MaterializeResult(
         metadata={
@@ -665,13 +651,4 @@ def release(  # noqa: ANN201
     )
 
 
-ALL_ASSETS = [
-    examples,
-    passage_embeddings,
-    neighbours,
-    raft_rows,
-    raft_syntactic,
-    clustered,
-    raft_translated,
-    release,
-]
+ALL_ASSETS = [examples, passage_embeddings, neighbours, *VARIANT_ASSETS.values(), release]
