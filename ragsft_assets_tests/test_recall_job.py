@@ -243,3 +243,37 @@ def test_new_thresholds_rewrite_only_the_changed_records(runs, tmp_path: Path) -
     first = chat.calls
     assert job.execute_in_process(run_config=run_config, instance=instance, partition_key=KEY).success
     assert (chat.calls, base.calls) == (first, 0)
+
+
+def test_headless_recall_run_for_two_base_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ragsft recall run KEY... --trees FILE --override j_e=3` builds the release headless in the
+    project's instance; both base models hold the same example ids and the card says so."""
+    import ragsft_assets.definitions as definitions
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAGSFT_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    cache = LLMCache(home / "llm_cache")
+    chat = ResponderBackend("chat-double")
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "judge": ChatClient(chat, cache, name="judge"),
+        "generator": ChatClient(chat, cache, name="generator"),
+        "base_model": ChatClient(ResponderBackend(HF_ID), cache, name="base_model"),
+    }
+    monkeypatch.setattr(definitions, "defs", build_definitions(resources))
+    args = ["recall", "run", KEY, "olmo-2-7b", "--trees", str(TREES), "--max-examples", "12"]
+    res = CliRunner().invoke(main, [*args, "--override", "j_e=3"])
+    assert res.exit_code == 0, res.output
+    release = home / "releases" / "recall"
+    assert verify_release(release).ok
+    configs = sorted(p.name for p in release.iterdir() if p.is_dir() and p.name != "provenance")
+    assert configs == [f"{k}-{v}" for k in sorted([KEY, "olmo-2-7b"]) for v in ("full", "sft")]
+    readme = (release / "README.md").read_text()
+    assert "Every base model's `-sft` holds the same" in readme
+    assert "differing from the card in: `j_e` 3 (card: 2)" in readme
+    man = orjson.loads((release / "provenance" / "olmo-2-7b-full" / "manifest.json").read_bytes())
+    assert man["recipe"]["changed"] == {"j_e": {"card": 2, "run": 3}}
+    bad = CliRunner().invoke(main, [*args, "--override", "nope=1"])
+    assert bad.exit_code != 0 and "unknown recipe field" in bad.output
