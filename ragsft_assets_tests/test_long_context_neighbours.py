@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from ragsft_assets.long_context.neighbours import SCORE_DECIMALS, brute_force_neighbours, nearest_neighbours
+from ragsft_assets.long_context import neighbours
+from ragsft_assets.long_context.neighbours import (
+    SCORE_DECIMALS,
+    SearchSettings,
+    brute_force_neighbours,
+    nearest_neighbours,
+)
 
 
 def python_reference(vectors: np.ndarray, k: int, keys: list, groups: list) -> list[list[int]]:
@@ -101,3 +110,84 @@ def test_blocking_does_not_change_the_result() -> None:
     small = nearest_neighbours(x, 8, keys=keys, groups=groups, query_block=13)
     np.testing.assert_array_equal(whole.indices, small.indices)
     np.testing.assert_array_equal(whole.scores, small.scores)
+
+
+def clustered(n: int, dim: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit vectors around 40 topics (neighbours are close, as real embeddings' are), 2% duplicates."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(40, dim))
+    x = (centres[rng.integers(0, 40, size=n)] + rng.normal(scale=0.7, size=(n, dim))).astype(np.float32)
+    keys = np.arange(n, dtype=np.int64)
+    for i in rng.choice(np.arange(1, n), size=n // 50, replace=False).tolist():
+        j = int(rng.integers(0, i))
+        x[i], keys[i] = x[j], keys[j]
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    groups = np.cumsum(rng.integers(0, 3, size=n) == 0)
+    return x, keys, groups
+
+
+def test_exact_up_to_the_threshold_and_ivf_above_it_with_its_recall_recorded() -> None:
+    x, keys, groups = clustered(3000, 16, 0)
+    n_unique = len(np.unique(keys))
+    ref = brute_force_neighbours(x, 6, keys=keys, groups=groups)
+    exact = nearest_neighbours(x, 6, keys=keys, groups=groups, settings=SearchSettings(exact_max=n_unique))
+    assert exact.method == "exact" and exact.recall_at_k == 1.0
+    np.testing.assert_array_equal(exact.indices, ref.indices)
+    # one passage over the threshold: the IVF index, its recall measured on every query here
+    settings = SearchSettings(exact_max=n_unique - 1, recall_queries=len(x), nprobe_start=1)
+    ivf = nearest_neighbours(x, 6, keys=keys, groups=groups, settings=settings)
+    assert ivf.method == "ivf" and ivf.index["nlist"] == round(n_unique**0.5)
+    hits = sum(len(set(a) & set(e)) for a, e in zip(ivf.indices.tolist(), ref.indices.tolist(), strict=True))
+    assert ivf.recall_at_k == pytest.approx(hits / ref.indices.size)  # against the exact search
+    assert ivf.recall_at_k >= settings.recall_target or ivf.index["nprobe"] == ivf.index["nlist"]
+    assert list(ivf.index["nprobe_recall"])[0] == "1" and len(ivf.index["nprobe_recall"]) > 1  # tuned up
+    meta = ivf.metadata()
+    assert meta["search/method"] == "ivf" and meta["search/recall_queries"] == len(x)
+    assert meta["search/recall_at_k"] == round(ivf.recall_at_k, 5) and meta["search/nprobe"] >= 2
+    # what IVF returns obeys the exact rules: exclusions, float64 scores, order
+    for q in range(0, len(x), 97):
+        row = ivf.indices[q][ivf.indices[q] >= 0]
+        assert not set(row.tolist()) & {
+            j for j in range(len(x)) if groups[j] == groups[q] or keys[j] == keys[q]
+        }
+        want = np.round(x[row].astype(np.float64) @ x[q].astype(np.float64), SCORE_DECIMALS)
+        np.testing.assert_array_equal(ivf.scores[q][: len(row)], want)
+        assert all((-a, i) <= (-b, j) for a, b, i, j in zip(want, want[1:], row, row[1:], strict=False))
+
+
+def test_ivf_reruns_are_byte_identical_and_follow_the_seed() -> None:
+    x, keys, groups = clustered(2500, 16, 1)
+    settings = SearchSettings(exact_max=100, recall_queries=200, nprobe=2)
+    a = nearest_neighbours(x, 5, keys=keys, groups=groups, settings=settings, query_block=300)
+    b = nearest_neighbours(x, 5, keys=keys, groups=groups, settings=settings, query_block=300)
+    assert a.indices.tobytes() == b.indices.tobytes() and a.scores.tobytes() == b.scores.tobytes()
+    assert a.recall_at_k == b.recall_at_k
+    other = nearest_neighbours(x, 5, keys=keys, groups=groups, settings=replace(settings, seed=7))
+    assert other.indices.tobytes() != a.indices.tobytes()  # nprobe=2 of 50 lists: the centroids matter
+
+
+@pytest.mark.parametrize("exact_max", [10**9, 100])
+def test_memmapped_vectors_are_searched_in_place(tmp_path, monkeypatch, exact_max: int) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(neighbours, "DB_CHUNK", 4096)  # rows copied at once (default 131,072)
+    monkeypatch.setattr(neighbours, "BRUTE_CHUNK", 1024)  # rows in float64 at once (default 16,384)
+    x, keys, groups = clustered(20_000, 128, 2)  # per-row ids: a few int64 a row, the vectors 128 floats
+    np.save(tmp_path / "v.npy", x)
+    mm = np.load(tmp_path / "v.npy", mmap_mode="r")
+    assert isinstance(mm, np.memmap)
+    settings = SearchSettings(exact_max=exact_max, recall_queries=100, nprobe=4)
+    rows = np.arange(0, 20_000, 10)
+    import faiss  # noqa: F401  (loaded before tracing: module loading is not the search's memory)
+
+    tracemalloc.start()
+    res = nearest_neighbours(
+        mm, 8, keys=keys, groups=groups, query_rows=rows, settings=settings, query_block=256
+    )
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # less than one copy of the vectors (10 MB; float64: 20 MB; as Python lists: 80 MB)
+    assert peak < x.nbytes, peak
+    assert res.method == ("exact" if exact_max > 20_000 else "ivf")
+    ref = nearest_neighbours(x, 8, keys=keys, groups=groups, query_rows=rows, settings=settings)
+    assert res.indices.tobytes() == ref.indices.tobytes()  # the memmap gives the in-memory answer
+    with pytest.raises(TypeError, match="numpy array"):
+        nearest_neighbours(x.tolist(), 8)  # type: ignore[arg-type]
