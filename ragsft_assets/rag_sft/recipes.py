@@ -10,7 +10,7 @@ sentence it comes from. Dagster-free.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ragsft_assets import recipes
@@ -91,91 +91,65 @@ class RagSftRecipe:
         return self.citation_check == "drop"
 
 
+# Comments paraphrase the Luciole RAG card (the card: ...); quotation marks mark its own words.
 HOTPOTQA_CITE_RECIPE = RagSftRecipe(
     name=HOTPOTQA_CITE,
-    questions="default",  # "built from HotpotQA-format questions with their distractor paragraphs"
+    questions="default",  # the card: HotpotQA-format questions with their distractor paragraphs
     questions_splits=(),
-    instructions_language="en",  # "the prompt is the one OpenRAG sends at inference"
-    twin_share=0.22,  # "22% of questions get an unanswerable twin"
-    twin_both_share=0.6,  # "both golds removed in 60% of twins, one in 40%"
-    references_share=0.04,  # "4% of pairs cite in a final References section"
-    strict_share=0.05,  # "the strict refusal rule on 5% of pairs"
-    max_drop_fraction=0.7,  # "up to 70% of the distractors dropped at random, the rest shuffled"
-    document_token_budget=0,  # no token budget on this card
+    instructions_language="en",  # the card: the prompt "the one OpenRAG sends at inference"
+    twin_share=0.22,  # the card: 22% of questions get an unanswerable twin
+    twin_both_share=0.6,  # the card: both golds removed in 60% of twins, one in 40%
+    references_share=0.04,  # the card: 4% of pairs cite in a final References section
+    strict_share=0.05,  # the card: the strict refusal rule on 5% of pairs
+    max_drop_fraction=0.7,  # the card: up to 70% of the distractors dropped, the rest shuffled
+    document_token_budget=0,  # the card sets no token budget for this config
     multi_answer=False,
-    temperature=0.1,  # the generator's sampling on the card
+    temperature=0.1,  # the card's generator sampling
     max_tokens=512,
-    factual_rubric="rag_judge_factual",  # "correct answer, all supporting facts used, sound reasoning"
+    # the card: "correct answer, all supporting facts used, sound reasoning; the judge sees the gold
+    # answer and the supporting fact titles"
+    factual_rubric="rag_judge_factual",
     factual_judge_thinking=False,
     factual_judge_max_tokens=160,
     factual_judge_thinking_max_tokens=2048,
-    citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
-    min_quote_words=3,  # ours: too_short under 3 words (flagged, not dropped)
+    citation_check="flag",  # the card: verbatim, or fragments verbatim and in order around an ellipsis
+    min_quote_words=3,  # ours: too_short under 3 words (flagged in the ledger, not dropped)
     language_judge_scope="all",
-    remove_idle_ellipses=True,  # step 5: "an ellipsis that skips no word of the source is removed"
+    remove_idle_ellipses=True,  # step 5: "an ellipsis that skips no word of the source ... is removed"
     untagged_source_scope="answers",  # step 6: an answer naming a [Source N] it does not cite goes
-    rewrite_refusals=False,  # no refusal rewrite on this card
+    rewrite_refusals=False,  # the card has no refusal rewrite for this config
     drop_answer_only_in_ref=False,
     drop_wrong_language=False,
     commitment_refusal_share=0.10,
 )
 
-FR_V2_RECIPE = RagSftRecipe(
+# The same card: the values not listed are hotpotqa_cite's.
+FR_V2_RECIPE = replace(
+    HOTPOTQA_CITE_RECIPE,
     name=FR_V2,
-    questions="filtered_qwen_v2",  # "built from corpus_filtered_qwen_v2's train split"
+    questions="filtered_qwen_v2",  # the card: built from filtered_qwen_v2's train split
     questions_splits=("train",),
-    instructions_language="en",  # "the English OpenRAG instructions; answer in the question's language"
-    twin_share=0.22,  # "22% of questions get an unanswerable twin"
-    twin_both_share=1.0,  # "a twin always loses both golds"
-    references_share=0.04,  # "4% References"
-    strict_share=0.05,  # "the strict refusal rule on 5% of pairs"
-    max_drop_fraction=0.7,
-    document_token_budget=8192,  # "questions whose documents exceed 8,192 tokens are dropped"
-    multi_answer=False,
-    temperature=0.1,
-    max_tokens=512,
-    factual_rubric="rag_judge_factual",  # "correct answer, all supporting facts used, sound reasoning"
-    factual_judge_thinking=False,
-    factual_judge_max_tokens=160,
-    factual_judge_thinking_max_tokens=2048,
-    citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
-    min_quote_words=3,
-    language_judge_scope="answerable",  # "the French-quality judge gates the answers"
-    remove_idle_ellipses=True,  # step 5
-    untagged_source_scope="off",  # no step 6: "46% of its refusals name a document by number"
-    rewrite_refusals=True,  # step 7: "the refusal openings are rewritten"
-    drop_answer_only_in_ref=True,  # "an answer given only inside a <ref> is dropped"
-    drop_wrong_language=True,  # "a response not in French is dropped"
-    commitment_refusal_share=0.10,  # "commitment measured on a mix with 10% refusals"
+    twin_both_share=1.0,  # the card: a twin always loses both golds
+    document_token_budget=8192,  # the card: questions whose documents exceed 8,192 tokens are dropped
+    language_judge_scope="answerable",  # the card: the French-quality judge gates the answers
+    untagged_source_scope="off",  # the card has no step 6: 46% of its refusals name a document by number
+    rewrite_refusals=True,  # step 7: the refusal-opening rewrite
+    drop_answer_only_in_ref=True,  # the card: an answer given only inside a <ref> is dropped
+    drop_wrong_language=True,  # the card: a response not in the data's language is dropped
 )
 
-TRUST_ALIGN_RECIPE = RagSftRecipe(
+TRUST_ALIGN_RECIPE = replace(
+    HOTPOTQA_CITE_RECIPE,
     name=TRUST_ALIGN,
-    questions="default",  # the QA chain's qa/questions (Trust-Align's ASQA/QAMPARI rows)
-    questions_splits=(),
-    instructions_language="en",  # "the prompt is the one OpenRAG sends at inference"
-    twin_share=0.0,  # "no twins: the source brings its own unanswerable rows"
+    twin_share=0.0,  # the card: no twins, the source brings its own unanswerable rows
     twin_both_share=0.0,
-    references_share=0.0,  # "inline citations only"
-    strict_share=0.04,  # "the strict refusal rule on about 4% of examples"
-    max_drop_fraction=0.7,
-    document_token_budget=0,
+    references_share=0.0,  # the card: inline citations only
+    strict_share=0.04,  # the card: the strict refusal rule on about 4% of examples
     multi_answer=True,  # ASQA/QAMPARI: several answers per question, no citation F1
-    temperature=0.1,
-    max_tokens=512,
-    factual_rubric="rag_judge_factual_multi",  # "every answer given, each statement supported by the documents"
-    factual_judge_thinking=True,  # "the judge thinks before its verdict"
-    factual_judge_max_tokens=160,
-    factual_judge_thinking_max_tokens=2048,  # room for the reasoning before the JSON verdict
-    citation_check="flag",  # "verbatim, or fragments verbatim and in order around an ellipsis"
-    min_quote_words=3,
-    language_judge_scope="all",
-    remove_idle_ellipses=True,
-    untagged_source_scope="all",  # "a response naming a document by number outside a tag is dropped"
-    rewrite_refusals=False,
-    drop_answer_only_in_ref=False,
-    drop_wrong_language=False,
-    commitment_refusal_share=0.10,
+    # the card: every answer given and "each statement is supported by the documents"
+    factual_rubric="rag_judge_factual_multi",
+    factual_judge_thinking=True,  # the card's judge thinks before its verdict
+    untagged_source_scope="all",  # the card: a response naming a document outside a tag is dropped
 )
 
 RECIPES: dict[str, RagSftRecipe] = {

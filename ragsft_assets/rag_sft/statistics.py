@@ -424,6 +424,15 @@ def _cell(value: Any) -> str:
 CARD_COMMITMENT: dict[str, dict[str, Any]] = {}
 
 
+COMMITMENT_MEASURES = (
+    ("most frequent first sentence", "most_frequent_first_sentence"),
+    ("  its share of refusals", "most_frequent_first_sentence_share"),
+    ("refusals opening with the strict phrase", "strict_phrase_opening_share"),
+    ("commitment after one word", "commitment_1"),
+    ("commitment after two words", "commitment_2"),
+)
+
+
 def _card_value(config: str, measure: str) -> str:
     value = CARD_COMMITMENT.get(config, {}).get(measure)
     return "not recorded" if value is None else str(value)
@@ -555,30 +564,9 @@ def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
                 ["measure", "this build", "the card"],
                 [
                     ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}", ""),
-                    (
-                        "most frequent first sentence",
-                        f"{_cell(com['most_frequent_first_sentence'])}",
-                        _card_value(config, "most_frequent_first_sentence"),
-                    ),
-                    (
-                        "  its share of refusals",
-                        _cell(com["most_frequent_first_sentence_share"]),
-                        _card_value(config, "most_frequent_first_sentence_share"),
-                    ),
-                    (
-                        "refusals opening with the strict phrase",
-                        _cell(com["strict_phrase_opening_share"]),
-                        _card_value(config, "strict_phrase_opening_share"),
-                    ),
-                    (
-                        "commitment after one word",
-                        _cell(com["commitment_1"]),
-                        _card_value(config, "commitment_1"),
-                    ),
-                    (
-                        "commitment after two words",
-                        _cell(com["commitment_2"]),
-                        _card_value(config, "commitment_2"),
+                    *(
+                        (label, _cell(com[key]), _card_value(config, key))
+                        for label, key in COMMITMENT_MEASURES
                     ),
                 ],
             ),
