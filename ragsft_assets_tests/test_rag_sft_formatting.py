@@ -142,15 +142,14 @@ def test_fr_v2_rewrites_refusal_openings_by_default() -> None:
     opener = next(o for o in fm.NEUTRAL_OPENERS["fr"] if modes["neutral"].startswith(o))
     # the opener starts the first sentence: "Selon les documents fournis, [Source 2] décrit ..."
     assert modes["neutral"] == f"{opener}, {text}"
-    lowered = fm.rewrite_refusal(
-        verdict,
-        "fr",
-        3,
-        next(
-            f"pair{i}" for i in range(40) if fm.rewrite_refusal(verdict, "fr", 3, f"pair{i}")[1] == "neutral"
-        ),
-    )[0]
+    rewrites = [fm.rewrite_refusal(verdict, "fr", 3, f"pair{i}") for i in range(40)]
+    lowered = next(out for out, mode in rewrites if mode == "neutral")  # "Les" starts no sentence now
     assert ", les documents ne permettent pas" in lowered
+    # a verdict that names a document describes it too: moved or prefixed, never replaced
+    naming = "Le document 2 ne dit rien du maire. Ajoutez des documents."
+    for i in range(20):
+        out, mode = fm.rewrite_refusal(naming, "fr", 3, f"pair{i}")
+        assert "Le document 2 ne dit rien du maire." in out or "le document 2 ne dit rien du maire." in out
     # on by default in fr_v2's formatting: the refusals' openings vary
     prompts = [replace(_prompt(f"p{i}", UNANSWERABLE), language="fr") for i in range(12)]
     responses = {p.id: verdict + " Ajoutez des documents." for p in prompts}

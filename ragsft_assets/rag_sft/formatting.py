@@ -50,6 +50,10 @@ _SEP_RE = re.compile(rf"(\s*(?:{ELLIPSIS_PATTERN})\s*)")
 _WORD_RE = re.compile(r"\w")
 _NAMED_SOURCE_RE = re.compile(r"\[?\bsources?\s*(\d+)\]?", re.IGNORECASE)
 _TAG_MARKUP_RE = TAG_MARKUP_RE
+# A sentence naming a document by number ("[Source 2]", "Source 2", "document 2", "doc. 2").
+_NAMES_DOCUMENT_RE = re.compile(
+    r"\bsources?\s*\[?\s*\d+|\b(?:documents?|docs?\.?)\s*\[?\s*\d+", re.IGNORECASE
+)
 
 STAGE_REWRITE = "rag_sft.refusal_rewrite"
 ANSWER_ONLY_IN_REF = "answer_only_in_ref"
@@ -273,7 +277,8 @@ def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[
         sep = seps[verdict]
         rest = _join(sentences[:verdict] + sentences[verdict + 1 :], seps[:verdict] + seps[verdict + 1 :])
         return lead + rest + sep + sentences[verdict] + gap + tail, mode
-    if mode == "vary" and verdict is not None:
+    # A verdict that also names a document describes it: it may move, never be replaced.
+    if mode == "vary" and verdict is not None and not _NAMES_DOCUMENT_RE.search(sentences[verdict]):
         varied = list(sentences)
         varied[verdict] = rng.choice(REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"]))
         return lead + _join(varied, seps) + gap + tail, mode
