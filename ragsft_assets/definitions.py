@@ -18,7 +18,7 @@ def build_definitions(resources: dict[str, Any] | None = None) -> dg.Definitions
             Tests pass their own (a temporary home, a test double of the model).
     """
     families = []
-    for name in ("corpus", "multihop", "rag_sft", "release", "automation", "recall", "long_context"):
+    for name in ("corpus", "multihop", "rag_sft", "release", "automation", "recall", "long_context", "plan"):
         module = __import__(f"ragsft_assets.defs.{name}", fromlist=["defs"])
         family_defs = getattr(module, "defs", None)
         if family_defs is not None:

@@ -1,0 +1,102 @@
+"""``ragsft plan``: forecast a run's calls, tokens, wall time and release rows from a small sample."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+
+@click.command()
+@click.argument("key")
+@click.option(
+    "--sample", "sample", type=int, default=50, show_default=True, help="Input items of the sample run."
+)
+@click.option("--job", default=None, help="The job to forecast (default: the partition kind's main job).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The run's config (YAML), as the launchpad takes it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option(
+    "--slots",
+    type=int,
+    default=None,
+    help="Requests the fleet serves at once (default: the roles' per-URL concurrency x URLs).",
+)
+@click.option(
+    "--gpus", type=int, default=0, help="GPUs of the fleet (replicas x GPUs per replica), for GPU-hours."
+)
+@click.option(
+    "--budget-calls",
+    type=int,
+    default=None,
+    help="Warn when the run would make more calls (default: the roles').",
+)
+@click.option(
+    "--budget-tokens",
+    type=int,
+    default=None,
+    help="Warn when the run would use more tokens (default: the roles').",
+)
+@click.option("--compare", "run_id", default=None, help="Show forecast against actual for a finished run.")
+def plan(
+    key: str,
+    sample: int,
+    job: str | None,
+    config_path: str | None,
+    as_json: bool,
+    slots: int | None,
+    gpus: int,
+    budget_calls: int | None,
+    budget_tokens: int | None,
+    run_id: str | None,
+) -> None:
+    """Forecast the run of JOB on partition KEY (a snapshot, a qa_source or a base model).
+
+    Runs the missing deterministic stages (a snapshot's corpus), then the job on a seeded sample of
+    --sample input items in a scratch home (its LLM calls go to the shared cache, so the real run
+    reuses them), and extrapolates each stage through the funnel. The plan is saved in
+    $RAGSFT_HOME/plans/KEY/plan.json; runs started by `ragsft` commands carry it in their tags.
+    """
+    import yaml
+
+    from ragsft_assets.cli.demo import ensure_instance_home
+    from ragsft_assets.defs.plan import record
+
+    ensure_instance_home()
+    if run_id:
+        rows = record.compare_run(key, run_id)
+        if as_json:
+            click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
+        else:
+            from ragsft_assets.plan.report import compare_table
+
+            click.echo(compare_table(rows))
+        return
+    run_config = yaml.safe_load(Path(config_path).read_text()) if config_path else {}
+    try:
+        result = record.make_plan(
+            key,
+            job=job,
+            sample=sample,
+            run_config=run_config or {},
+            slots=slots,
+            gpus=gpus,
+            budgets={"budget_calls": budget_calls, "budget_tokens": budget_tokens},
+            log=lambda m: click.echo(m, err=True),
+        )
+    except (ValueError, RuntimeError) as exc:
+        click.echo(f"ragsft plan: {exc}", err=True)
+        sys.exit(2)
+    if as_json:
+        click.echo(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+    else:
+        from ragsft_assets.plan.report import plan_table
+
+        click.echo(plan_table(result))

@@ -1,0 +1,62 @@
+"""The plan family: ``plan_forecast`` writes ``ragsft plan``'s forecast as metadata on a snapshot
+partition, so a user sees calls, tokens, wall time and release rows before launching a run."""
+
+import dagster as dg
+
+from ragsft_assets.defs.partitions import snapshot_partitions
+
+
+class PlanConfig(dg.Config):
+    """The sample run of the forecast."""
+
+    sample: int = 50  # input items (bridge pairs) of the sample run
+    job: str = "full_job"  # the job to forecast
+    gpus: int = 0  # replicas x GPUs per replica, for GPU-hours (0: not shown)
+    slots: int = 0  # requests the fleet serves at once (0: from the roles' concurrency x URLs)
+
+
+@dg.asset(
+    group_name="plan",
+    partitions_def=snapshot_partitions,
+    code_version="1",
+    kinds={"json"},
+    description=(
+        "The cost forecast of a run on this snapshot: the corpus stage when missing, then the job "
+        "on a seeded sample in a scratch home, extrapolated through the funnel (ragsft plan)."
+    ),
+)
+def plan_forecast(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.MaterializeResult:
+    from ragsft_assets.defs.plan import record
+    from ragsft_assets.plan.report import plan_table
+
+    plan = record.make_plan(
+        context.partition_key,
+        job=config.job,
+        sample=config.sample,
+        slots=config.slots or None,
+        gpus=config.gpus,
+        log=context.log.info,
+    )
+    total = plan["total"]
+    for warning in plan["warnings"]:
+        context.log.warning(warning)
+    return dg.MaterializeResult(
+        metadata={
+            "plan": dg.MetadataValue.json(plan),
+            "table": dg.MetadataValue.md("```\n" + plan_table(plan) + "\n```"),
+            "calls": int(total["calls"]),
+            "tokens": int(total["prompt_tokens"] + total["completion_tokens"]),
+            "wall_h": round(total["wall_s"] / 3600, 2),
+            "digest": plan["digest"],
+        }
+    )
+
+
+plan_job = dg.define_asset_job(
+    "plan_job",
+    selection=dg.AssetSelection.groups("plan"),
+    partitions_def=snapshot_partitions,
+    description="Forecast a run before launching it (ragsft plan): writes the plan as metadata.",
+)
+
+defs = dg.Definitions(assets=[plan_forecast], jobs=[plan_job])

@@ -1,0 +1,129 @@
+"""Plans on disk and on runs: make one, tag a run with it, compare it with what the run did."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import orjson
+
+from ragsft_assets.home import llm_cache_dir, ragsft_home
+from ragsft_assets.ids import sha256_hex
+from ragsft_assets.plan import forecast as fc
+from ragsft_assets.plan import measure
+from ragsft_assets.storage import atomic_write_bytes
+
+PLAN_TAG = "ragsft/plan"  # a run's tag: the digest of the plan it was launched under
+
+
+def fleet_slots(resources: Mapping[str, Any]) -> int:
+    """Requests the configured roles serve at once: the largest per-URL concurrency x URLs of any
+    HTTP role (the offline engines: ``max_num_seqs``, else vLLM's default of 256)."""
+    best = 0
+    for res in resources.values():
+        urls = getattr(res, "base_urls", None)
+        if urls:
+            best = max(best, int(getattr(res, "concurrency", 0) or 0) * len(urls))
+        elif getattr(res, "max_num_seqs", None):
+            best = max(best, int(res.max_num_seqs))
+    return best or 256
+
+
+def save(plan: Mapping[str, Any], key: str, home: Path | None = None) -> str:
+    """Write the plan as ``plans/<key>/plan.json`` and ``plans/<key>/<digest>.json``; its digest."""
+    from ragsft_assets.defs.plan.sample import plan_file
+
+    data = orjson.dumps(dict(plan), option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    digest = sha256_hex(data.decode())[:24]
+    latest = plan_file(key, home)
+    atomic_write_bytes(latest.parent / f"{digest}.json", data)
+    atomic_write_bytes(latest, data)
+    return digest
+
+
+def load(key: str, digest: str | None = None, home: Path | None = None) -> dict[str, Any] | None:
+    """A saved plan of ``key`` (the latest when ``digest`` is None), or None."""
+    from ragsft_assets.defs.plan.sample import plan_file
+
+    latest = plan_file(key, home)
+    path = latest if digest is None else latest.parent / f"{digest}.json"
+    return orjson.loads(path.read_bytes()) if path.exists() else None
+
+
+def plan_tags(key: str, home: Path | None = None) -> dict[str, str]:
+    """``{PLAN_TAG: digest}`` of the partition's latest plan, for a run's tags ({} without one)."""
+    plan = load(key, home=home)
+    if plan is None:
+        return {}
+    data = orjson.dumps(plan, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    return {PLAN_TAG: sha256_hex(data.decode())[:24]}
+
+
+def make_plan(
+    key: str,
+    *,
+    job: str | None = None,
+    sample: int = 50,
+    run_config: Mapping[str, Any] | None = None,
+    slots: int | None = None,
+    gpus: int = 0,
+    resources: Mapping[str, Any] | None = None,
+    budgets: Mapping[str, int | None] | None = None,
+    instance: dg.DagsterInstance | None = None,
+    log: Any = None,
+) -> dict[str, Any]:
+    """Forecast ``job`` on ``key`` (``defs/plan/sample.run_sample``), save it, return its JSON.
+
+    ``budgets`` given (not None) replace the roles' ``budget_calls`` / ``budget_tokens``.
+    """
+    from ragsft_assets.defs.plan.sample import _budgets, run_sample
+
+    if resources is None:
+        from ragsft_assets.defs.resources import default_resources
+
+        resources = default_resources()
+    fleet = fc.Fleet(slots=slots or fleet_slots(resources), gpus=gpus)
+    limits = _budgets(resources)
+    limits.update({k: v for k, v in (budgets or {}).items() if v is not None})
+    plan = run_sample(
+        key,
+        resources=resources,
+        job=job,
+        sample=sample,
+        run_config=run_config,
+        fleet=fleet,
+        budgets=limits,
+        instance=instance,
+        log=log,
+    ).to_json()
+    plan["digest"] = save(plan, key)
+    return plan
+
+
+def compare_run(key: str, run_id: str, instance: dg.DagsterInstance | None = None) -> dict[str, Any]:
+    """Forecast against actual per stage for run ``run_id`` of partition ``key``.
+
+    The plan is the one in the run's ``ragsft/plan`` tag, else the partition's latest. The actual
+    figures are the partition's ledger and cache (requests, tokens, kept items) and the run's step
+    times.
+
+    Raises:
+        ValueError: no such run, or no plan for the partition.
+    """
+    from ragsft_assets.defs.plan.sample import step_seconds
+
+    instance = instance or dg.DagsterInstance.get()
+    run = instance.get_run_by_id(run_id)
+    if run is None:
+        raise ValueError(f"no run {run_id!r} in the instance at {instance.root_directory}")
+    plan = load(key, run.tags.get(PLAN_TAG)) or load(key)
+    if plan is None:
+        raise ValueError(f"no plan for {key}: run `ragsft plan {key}` first")
+    stages = list(plan["stages"])
+    actual = measure.actual_by_stage(ragsft_home() / "assets" / key, llm_cache_dir(), stages)
+    for stage, seconds in step_seconds(instance, run_id).items():
+        if stage in actual:
+            actual[stage]["wall_s"] = seconds
+    return fc.compare(plan, actual)

@@ -1,0 +1,361 @@
+"""``ragsft plan``'s Dagster side: run the missing deterministic stages, then the job on a seeded
+sample in a scratch home, and hand the measures to the Dagster-free forecast (``plan/``).
+
+The sample run shares the LLM cache of the real home (its calls are reused by the real run) but
+writes its artifacts, ledgers and release under ``$RAGSFT_HOME/plans/<key>/scratch``, never to
+the partition's assets. The deterministic stages that are missing (a snapshot's corpus stage, a
+QA source's questions) run in the real home: they are cheap and the real run reuses them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pyarrow.parquet as pq
+
+from ragsft_assets.home import llm_cache_dir, ragsft_home
+from ragsft_assets.plan import forecast as fc
+from ragsft_assets.plan import measure
+from ragsft_assets.storage import LEDGER_DIR
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """How a job's input is counted and sampled."""
+
+    partition_set: str
+    deterministic: tuple[str, ...]  # asset keys run (when missing) in the real home first
+    input_asset: str  # the asset whose rows are the job's input items
+    sample_op: str  # the op whose config takes the sample size
+    sample_field: str
+    skip_stages: tuple[str, ...] = ()  # ledger stages that are not part of the sampled funnel
+    store_partitions: tuple[str, ...] = ()  # ledger folders beside the key's ("{key}" is the key)
+
+
+JOB_KINDS: dict[str, JobKind] = {
+    "full_job": JobKind(
+        "snapshot",
+        ("abstracts", "link_graph", "bridge_pairs"),
+        "bridge_pairs",
+        "question_drafts",
+        "max_pairs",
+        ("abstracts", "link_graph", "bridge_pairs"),
+    ),
+    "multihop_job": JobKind(
+        "snapshot",
+        ("abstracts", "link_graph", "bridge_pairs"),
+        "bridge_pairs",
+        "question_drafts",
+        "max_pairs",
+        ("abstracts", "link_graph", "bridge_pairs"),
+    ),
+    "qa_sft_job": JobKind("qa_source", ("qa/questions",), "qa_questions", "qa__rag_prompts", "max_questions"),
+    "recall_job": JobKind(
+        "base_model", (), "", "oasst_pairs", "max_examples", (), ("recall", "recall-{key}")
+    ),
+}
+DEFAULT_JOB = {"snapshot": "full_job", "qa_source": "qa_sft_job", "base_model": "recall_job"}
+
+
+def scratch_home(key: str, home: Path | None = None) -> Path:
+    """Where a plan's sample run writes: ``$RAGSFT_HOME/plans/<key>/scratch``."""
+    return (home or ragsft_home()) / "plans" / key / "scratch"
+
+
+def plan_file(key: str, home: Path | None = None) -> Path:
+    """The last plan of a partition, as JSON: ``$RAGSFT_HOME/plans/<key>/plan.json``."""
+    return (home or ragsft_home()) / "plans" / key / "plan.json"
+
+
+def ledger_upstreams(
+    parents: Mapping[str, Iterable[str]], stages: Iterable[str], inputs: Iterable[str] = ()
+) -> dict[str, str | None]:
+    """For each ledger stage, the nearest ledger stage above it in the asset graph.
+
+    ``parents`` maps an asset name to its parents' names. Stages in ``inputs`` (the
+    deterministic ones) count as the run's input: a stage whose nearest ledger stage is one of
+    them, or that has none, gets ``None``. Among equally near stages the latest in pipeline
+    order wins (a filter reads the questions of the stage just before it).
+    """
+    stages, inputs = set(stages), set(inputs)
+    out: dict[str, str | None] = {}
+    for stage in sorted(stages):
+        frontier, seen, found = set(parents.get(stage, ())), {stage}, None
+        while frontier and found is None:
+            hits = [p for p in frontier if p in stages]
+            if hits:
+                found = max(hits, key=lambda s: (measure.stage_rank(s), s))
+                break
+            seen |= frontier
+            frontier = {q for p in frontier for q in parents.get(p, ()) if q not in seen}
+        out[stage] = None if found is None or found in inputs else found
+    return out
+
+
+def _asset_parents(job_def: dg.JobDefinition) -> dict[str, set[str]]:
+    graph = job_def.asset_layer.asset_graph
+    return {k.path[-1]: {p.path[-1] for p in graph.get(k).parent_keys} for k in graph.get_all_asset_keys()}
+
+
+def _rows(folder: Path) -> int:
+    return sum(
+        pq.ParquetFile(p).metadata.num_rows
+        for p in sorted(folder.glob("*.parquet"))
+        if not p.name.startswith(".")
+    )
+
+
+def _release_rows(release_folder: Path) -> dict[str, int]:
+    if not release_folder.is_dir():
+        return {}
+    return {
+        d.name: _rows(d)
+        for d in sorted(release_folder.iterdir())
+        if d.is_dir()
+        and not d.name.startswith(".")
+        and d.name not in NOT_CONFIGS
+        and any(d.glob("*.parquet"))
+    }
+
+
+NOT_CONFIGS = ("provenance", "plots")  # release folders that hold no config's data
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` mirrors ``src`` with hard links (a copy where linking fails): no bytes duplicated."""
+    for path in sorted(src.rglob("*")):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def step_seconds(instance: dg.DagsterInstance, run_id: str) -> dict[str, float]:
+    """Seconds per step of a finished run, keyed by the asset name (the step key's last part)."""
+    started: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for record in instance.all_logs(run_id):
+        ev = record.dagster_event
+        if ev is None or not ev.step_key:
+            continue
+        name = ev.step_key.split("__")[-1]
+        if ev.event_type_value == "STEP_START":
+            started[name] = record.timestamp
+        elif ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE") and name in started:
+            out[name] = record.timestamp - started[name]
+    return out
+
+
+def run_sample(
+    key: str,
+    *,
+    job: str | None = None,
+    sample: int = 50,
+    run_config: Mapping[str, Any] | None = None,
+    home: Path | None = None,
+    instance: dg.DagsterInstance | None = None,
+    fleet: fc.Fleet | None = None,
+    budgets: Mapping[str, int | None] | None = None,
+    resources: Mapping[str, Any] | None = None,
+    log: Any = None,
+) -> fc.Plan:
+    """Forecast ``job`` on partition ``key`` from a sample run of ``sample`` input items.
+
+    ``resources`` are the run's (default: the project's, roles as configured from the
+    environment); the sample run gets the same resources with its store and catalog in the
+    scratch home. ``run_config`` is the run's config (its ``max_pairs`` / ``max_questions`` /
+    ``max_examples``, when set, caps the forecast input as it will cap the run).
+
+    Raises:
+        ValueError: a job this command cannot sample, or a sample size below 1.
+        RuntimeError: a failed deterministic or sample run (the message names the failed steps).
+    """
+    from ragsft_assets.resources.catalog import CatalogResource
+    from ragsft_assets.resources.store import ArtifactStore
+
+    if sample < 1:
+        raise ValueError("--sample must be at least 1")
+    home = home or ragsft_home()
+    from ragsft_assets.definitions import build_definitions
+    from ragsft_assets.defs.resources import default_resources
+
+    base_resources = dict(resources if resources is not None else default_resources())
+    defs = build_definitions(base_resources)
+    partition_set = _partition_set(defs, job) if job else None
+    job = job or DEFAULT_JOB.get(partition_set or "snapshot", "full_job")
+    if job not in JOB_KINDS:
+        raise ValueError(f"ragsft plan samples {sorted(JOB_KINDS)}; {job!r} is not one of them")
+    kind = JOB_KINDS[job]
+    instance = instance or dg.DagsterInstance.ephemeral()
+    run_config = dict(run_config or {})
+    say = log or (lambda _msg: None)
+
+    real = ArtifactStore(home=str(home))
+    job_def = defs.resolve_job_def(job)
+    # 1. the deterministic stages, in the real home, when missing
+    if kind.deterministic and not real.files(_store_partition(kind, key), kind.input_asset):
+        say(f"plan: running the missing deterministic stages {', '.join(kind.deterministic)} of {key}")
+        selection = [dg.AssetKey(k.split("/")) for k in kind.deterministic]
+        result = _execute(job_def, key, instance, run_config, selection)
+        if not result.success:
+            raise RuntimeError(f"plan: the deterministic stages of {key} failed: {_failed(result)}")
+    input_items = _input_items(real, kind, key, run_config)
+
+    # 2. the sample, in a fresh scratch home that sees the deterministic assets through hard links
+    scratch = scratch_home(key, home)
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    for asset in kind.deterministic:
+        name = asset.split("/")[-1]
+        src = (
+            home
+            / "assets"
+            / _store_partition(kind, key)
+            / (kind.input_asset if asset.startswith("qa/") else name)
+        )
+        if src.is_dir():
+            _link_tree(src, scratch / "assets" / _store_partition(kind, key) / src.name)
+    sample_resources = {
+        **base_resources,
+        "store": ArtifactStore(home=str(scratch)),
+        "catalog": CatalogResource(home=str(scratch)),
+    }
+    sample_job = build_definitions(sample_resources).resolve_job_def(job)
+    sample_config = _merge(run_config, {"ops": {kind.sample_op: {"config": {kind.sample_field: sample}}}})
+    graph_parents = _asset_parents(sample_job)
+    keys = [
+        k
+        for k in sample_job.asset_layer.asset_graph.get_all_asset_keys()
+        if k.to_user_string() not in kind.deterministic
+    ]
+    say(f"plan: sample run of {job} on {sample} input items of {key} (scratch: {scratch})")
+    started = time.time()
+    result = _execute(sample_job, key, instance, sample_config, keys)
+    if not result.success:
+        raise RuntimeError(f"plan: the sample run failed: {_failed(result)}")
+    sampled_inputs = min(sample, input_items) if input_items else sample
+
+    # 3. measure and extrapolate
+    folders = [scratch / "assets" / p.format(key=key) for p in (kind.store_partitions or ("{key}",))]
+    seconds = step_seconds(instance, result.run_id)
+    counts: dict[str, Any] = {}
+    for folder in folders:
+        counts.update(measure.ledger_counts(folder))
+    upstream = ledger_upstreams(graph_parents, counts, kind.skip_stages)
+    samples = []
+    for folder in folders:
+        samples += measure.stage_samples(
+            folder, llm_cache_dir(), upstream, before=started, wall_s=seconds, skip=kind.skip_stages
+        )
+    release = _release_rows(scratch / "releases" / key)
+    if "corpus" in release:  # the whole corpus ships whatever the sample: its real size, not a scaling
+        release.pop("corpus")
+    plan = fc.forecast(
+        samples,
+        sampled_inputs,
+        input_items,
+        partition=key,
+        job=job,
+        fleet=fleet,
+        config_rows=release,
+        budgets=budgets if budgets is not None else _budgets(base_resources),
+    )
+    corpus_rows = _rows(home / "assets" / key / "abstracts") if kind.partition_set == "snapshot" else 0
+    if corpus_rows:  # a corpus config holds documents of the corpus: never more than it
+        for name, rows in plan.configs.items():
+            if name.startswith("corpus"):
+                plan.configs[name] = {k: min(v, float(corpus_rows)) for k, v in rows.items()}
+        plan.configs["corpus"] = {
+            "rows": float(corpus_rows),
+            "rows_low": float(corpus_rows),
+            "rows_high": float(corpus_rows),
+        }
+    return plan
+
+
+def _partition_set(defs: dg.Definitions, job: str) -> str:
+    pd = defs.resolve_job_def(job).partitions_def
+    return getattr(pd, "name", "") or "snapshot"
+
+
+def _execute(
+    job_def: dg.JobDefinition,
+    key: str,
+    instance: dg.DagsterInstance,
+    run_config: Mapping[str, Any],
+    selection: list[dg.AssetKey],
+) -> dg.ExecuteInProcessResult:
+    pd = job_def.partitions_def
+    if (
+        isinstance(pd, dg.DynamicPartitionsDefinition)
+        and pd.name
+        and not instance.has_dynamic_partition(pd.name, key)
+    ):
+        instance.add_dynamic_partitions(pd.name, [key])
+    ops = set(job_def.asset_layer.asset_graph.get_all_asset_keys()) & set(selection)
+    wanted = {op for op in (k.to_python_identifier() for k in ops)}
+    config = dict(run_config)
+    if "ops" in config:
+        config["ops"] = {k: v for k, v in config["ops"].items() if k in wanted}
+    return job_def.execute_in_process(
+        partition_key=key,
+        instance=instance,
+        run_config=config,
+        asset_selection=sorted(ops),
+        raise_on_error=False,
+    )
+
+
+def _failed(result: dg.ExecuteInProcessResult) -> str:
+    steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return ", ".join(sorted(set(filter(None, steps)))) or "see the run's log"
+
+
+def _store_partition(kind: JobKind, key: str) -> str:
+    return kind.store_partitions[0].format(key=key) if kind.store_partitions else key
+
+
+def _input_items(store: Any, kind: JobKind, key: str, run_config: Mapping[str, Any]) -> int:
+    cap = (((run_config.get("ops") or {}).get(kind.sample_op) or {}).get("config") or {}).get(
+        kind.sample_field
+    )
+    if not kind.input_asset:
+        return int(cap or 0)
+    folder = store.root / _store_partition(kind, key) / kind.input_asset
+    n = _rows(folder)
+    return min(n, int(cap)) if cap else n
+
+
+def _budgets(resources: Mapping[str, Any]) -> dict[str, int | None]:
+    """The smallest ``budget_calls`` / ``budget_tokens`` any LLM role sets."""
+    out: dict[str, int | None] = {"budget_calls": None, "budget_tokens": None}
+    for res in resources.values():
+        for name in out:
+            value = getattr(res, name, None)
+            if isinstance(value, int) and (out[name] is None or value < out[name]):
+                out[name] = value
+    return out
+
+
+def ledger_folder(key: str, home: Path | None = None) -> Path:
+    """A partition's ledger folder in the real home."""
+    return (home or ragsft_home()) / "assets" / key / LEDGER_DIR

@@ -1,0 +1,297 @@
+"""The cost forecast of a run: per-stage measures of a small sample, extrapolated through the funnel.
+
+Dagster-free. A run's LLM stages form a tree: each stage decides the items that its upstream
+stage kept (the first stages decide the partition's input items: bridge pairs, questions,
+examples). From a sample run on ``n`` input items, each stage gives its *fan-out* (items decided
+per upstream item kept), its keep rate, its requests per item and tokens per request. The
+forecast applies them stage after stage from the partition's whole input, so a stage's input is
+its upstream's forecast output and a stage that keeps nothing forecasts nothing downstream.
+
+Ranges come from the keep rates' binomial uncertainty (Wilson interval, 95%), propagated down the
+tree: ``*_low`` uses every upstream's low keep rate, ``*_high`` the high ones. Fan-outs and
+per-item costs are taken as measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class StageSample:
+    """What one LLM stage did on the sample (from its ledger rows and the cache)."""
+
+    name: str
+    upstream: str | None  # the stage whose kept items this one decides; None = the input items
+    items: int  # candidates decided
+    kept: int
+    requests: int  # LLM requests behind those decisions (cache keys)
+    prompt_tokens: int
+    completion_tokens: int
+    cached_before: int = 0  # of ``requests``, those already in the cache before the sample ran
+    wall_s: float = 0.0  # the stage's LLM wall time in the sample
+    role: str = ""
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What the run will be served by: request slots in flight at once, GPUs behind them."""
+
+    slots: int = 256
+    gpus: int = 0  # replicas x GPUs per replica; 0 = unknown (no GPU-hours)
+
+
+@dataclass
+class StageForecast:
+    name: str
+    upstream: str | None
+    items: float
+    kept: float
+    keep_rate: float
+    keep_low: float
+    keep_high: float
+    calls: float
+    calls_low: float
+    calls_high: float
+    prompt_tokens: float
+    completion_tokens: float
+    cache_hits: float
+    wall_s: float
+    items_low: float = 0.0
+    items_high: float = 0.0
+    kept_low: float = 0.0
+    kept_high: float = 0.0
+
+
+@dataclass
+class Plan:
+    """A forecast: per stage, the totals, the release configs' rows and the budget warnings."""
+
+    partition: str
+    job: str
+    sample_items: int
+    input_items: int
+    stages: dict[str, StageForecast]
+    configs: dict[str, dict[str, float]] = field(default_factory=dict)
+    fleet: Fleet = field(default_factory=Fleet)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> dict[str, float]:
+        keys = (
+            "calls",
+            "calls_low",
+            "calls_high",
+            "prompt_tokens",
+            "completion_tokens",
+            "cache_hits",
+            "wall_s",
+        )
+        out = {k: float(sum(getattr(s, k) for s in self.stages.values())) for k in keys}
+        if self.fleet.gpus:
+            out["gpu_hours"] = out["wall_s"] / 3600.0 * self.fleet.gpus
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as one JSON object (``ragsft plan --json``), figures rounded to integers."""
+
+        def rounded(d: Mapping[str, Any]) -> dict[str, Any]:
+            return {
+                k: (round(v) if isinstance(v, float) and not k.startswith("keep") else v)
+                for k, v in d.items()
+            }
+
+        return {
+            "partition": self.partition,
+            "job": self.job,
+            "sample_items": self.sample_items,
+            "input_items": self.input_items,
+            "fleet": asdict(self.fleet),
+            "stages": {n: rounded(asdict(s)) for n, s in self.stages.items()},
+            "total": rounded(self.total),
+            "configs": {n: rounded(v) for n, v in self.configs.items()},
+            "warnings": list(self.warnings),
+        }
+
+
+def wilson(kept: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a keep rate ``kept / n``; ``(0, 1)`` when ``n`` is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = kept / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _order(samples: Sequence[StageSample]) -> list[StageSample]:
+    """Stages with every upstream before its downstream (ties keep the given order).
+
+    Raises:
+        ValueError: an upstream that is not a sampled stage, or a cycle.
+    """
+    by_name = {s.name: s for s in samples}
+    for s in samples:
+        if s.upstream is not None and s.upstream not in by_name:
+            raise ValueError(f"stage {s.name!r}: upstream {s.upstream!r} is not a sampled stage")
+    done: list[StageSample] = []
+    seen: set[str] = set()
+    pending = list(samples)
+    while pending:
+        ready = [s for s in pending if s.upstream is None or s.upstream in seen]
+        if not ready:
+            raise ValueError(f"stages form a cycle: {sorted(s.name for s in pending)}")
+        for s in ready:
+            done.append(s)
+            seen.add(s.name)
+        pending = [s for s in pending if s.name not in seen]
+    return done
+
+
+def stage_wall_s(calls: float, sample: StageSample, slots: int) -> float:
+    """A stage's wall time for ``calls`` requests at the sample's per-request latency.
+
+    The sample ran its ``requests - cached_before`` calls ``min(calls, slots)`` at a time in
+    ``wall_s``: one request's latency is ``wall_s * in_flight / calls``. The run keeps
+    ``min(calls, slots)`` in flight for the forecast calls.
+    """
+    made = max(sample.requests - sample.cached_before, 0)
+    if calls <= 0 or made <= 0 or sample.wall_s <= 0:
+        return 0.0
+    latency = sample.wall_s * min(made, slots) / made
+    return calls * latency / min(max(calls, 1.0), slots)
+
+
+def forecast(
+    samples: Sequence[StageSample],
+    sample_items: int,
+    input_items: int,
+    *,
+    partition: str = "",
+    job: str = "",
+    fleet: Fleet | None = None,
+    config_rows: Mapping[str, int] | None = None,
+    budgets: Mapping[str, int | None] | None = None,
+) -> Plan:
+    """Extrapolate ``samples`` (a sample run on ``sample_items`` inputs) to ``input_items`` inputs.
+
+    ``config_rows`` are the sample release's rows per config; they scale with the input, their
+    range with the low/high input of the stages (the widest relative range of the leaf stages).
+    ``budgets`` (``budget_calls``, ``budget_tokens``) add a warning when the forecast exceeds one.
+
+    Raises:
+        ValueError: ``sample_items`` not positive, or stages that do not form a tree.
+    """
+    if sample_items <= 0:
+        raise ValueError("the sample has no input items: nothing to extrapolate from")
+    fleet = fleet or Fleet()
+    out: dict[str, StageForecast] = {}
+    for s in _order(samples):
+        if s.upstream is None:
+            up_kept = up_low = up_high = float(input_items)
+            up_sample = float(sample_items)
+        else:
+            u = out[s.upstream]
+            up_kept, up_low, up_high = u.kept, u.kept_low, u.kept_high
+            up_sample = float(next(x.kept for x in samples if x.name == s.upstream))
+        fan_out = s.items / up_sample if up_sample > 0 else 0.0
+        keep = s.kept / s.items if s.items else 0.0
+        k_low, k_high = wilson(s.kept, s.items) if s.items else (0.0, 0.0)
+        per_item = s.requests / s.items if s.items else 0.0
+        items, items_low, items_high = up_kept * fan_out, up_low * fan_out, up_high * fan_out
+        calls = items * per_item
+        prompt_per = s.prompt_tokens / s.requests if s.requests else 0.0
+        completion_per = s.completion_tokens / s.requests if s.requests else 0.0
+        cached_share = s.cached_before / s.requests if s.requests else 0.0
+        to_make = calls * (1 - cached_share)
+        out[s.name] = StageForecast(
+            name=s.name,
+            upstream=s.upstream,
+            items=items,
+            kept=items * keep,
+            keep_rate=keep,
+            keep_low=k_low,
+            keep_high=k_high,
+            calls=calls,
+            calls_low=items_low * per_item,
+            calls_high=items_high * per_item,
+            prompt_tokens=calls * prompt_per,
+            completion_tokens=calls * completion_per,
+            cache_hits=calls * cached_share,
+            wall_s=stage_wall_s(to_make, s, fleet.slots),
+            items_low=items_low,
+            items_high=items_high,
+            kept_low=items_low * k_low,
+            kept_high=items_high * k_high,
+        )
+    plan = Plan(
+        partition=partition,
+        job=job,
+        sample_items=sample_items,
+        input_items=input_items,
+        stages=out,
+        fleet=fleet,
+    )
+    scale = input_items / sample_items
+    leaves = [f for f in out.values() if not any(g.upstream == f.name for g in out.values())]
+    lo_ratio = min((f.kept_low / f.kept for f in leaves if f.kept > 0), default=1.0)
+    hi_ratio = max((f.kept_high / f.kept for f in leaves if f.kept > 0), default=1.0)
+    for name, rows in sorted((config_rows or {}).items()):
+        plan.configs[name] = {
+            "rows": rows * scale,
+            "rows_low": rows * scale * lo_ratio,
+            "rows_high": rows * scale * hi_ratio,
+        }
+    plan.warnings.extend(budget_warnings(plan, budgets or {}))
+    return plan
+
+
+def budget_warnings(plan: Plan, budgets: Mapping[str, int | None]) -> list[str]:
+    """A sentence per budget (``budget_calls``, ``budget_tokens``) the forecast run would exceed."""
+    total = plan.total
+    calls = total["calls"] - total["cache_hits"]
+    tokens = total["prompt_tokens"] + total["completion_tokens"]
+    out = []
+    limit = budgets.get("budget_calls")
+    if limit is not None and calls > limit:
+        out.append(f"budget_calls={limit} would be exceeded: about {calls:,.0f} calls to make")
+    limit = budgets.get("budget_tokens")
+    if limit is not None and tokens > limit:
+        out.append(f"budget_tokens={limit} would be exceeded: about {tokens:,.0f} tokens")
+    return out
+
+
+def compare(plan: Mapping[str, Any], actual: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:
+    """Forecast against actual per stage: ``{stage: {metric: {forecast, actual, error, in_range}}}``.
+
+    ``plan`` is a :meth:`Plan.to_json` object; ``actual`` per stage holds ``calls``,
+    ``prompt_tokens``, ``completion_tokens``, ``kept`` and optionally ``wall_s``. ``error`` is
+    ``(forecast - actual) / actual`` (None when the actual is 0); ``in_range`` says whether the
+    actual calls fall inside ``[calls_low, calls_high]``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for name, f in plan.get("stages", {}).items():
+        a = actual.get(name, {})
+        row: dict[str, Any] = {}
+        for metric in ("calls", "prompt_tokens", "completion_tokens", "kept", "wall_s"):
+            if metric not in a and metric != "calls":
+                continue
+            fv, av = float(f.get(metric, 0.0)), float(a.get(metric, 0.0))
+            row[metric] = {"forecast": fv, "actual": av, "error": (fv - av) / av if av else None}
+        av = float(a.get("calls", 0.0))
+        row["calls"]["in_range"] = float(f.get("calls_low", 0)) <= av <= float(f.get("calls_high", 0))
+        out[name] = row
+    return out
+
+
+def relative_error(forecast_value: float, actual_value: float) -> float:
+    """``|forecast - actual| / actual`` (0 when both are 0, infinity when only the actual is)."""
+    if actual_value == 0:
+        return 0.0 if forecast_value == 0 else math.inf
+    return abs(forecast_value - actual_value) / actual_value

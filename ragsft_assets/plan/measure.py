@@ -1,0 +1,148 @@
+"""What each stage did in a run, read back from its decision ledger and the LLM cache.
+
+Dagster-free. A stage's items are the candidates its ledger rows decide, its kept items those
+with verdict ``kept``, its requests the distinct cache keys behind its decisions, and their
+tokens the cache entries' token counts. The same reading serves the sample run of a plan and,
+afterwards, the real run it is compared with.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import duckdb
+
+from ragsft_assets.ledger import KEPT
+from ragsft_assets.llm.cache import DB_NAME
+from ragsft_assets.plan.forecast import StageSample
+from ragsft_assets.release.decisions import STAGE_ORDER
+from ragsft_assets.storage import LEDGER_DIR
+
+
+def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
+    """Per ledger stage: ``items`` (distinct candidates), ``kept`` and its distinct cache ``keys``."""
+    folder = Path(partition_folder) / LEDGER_DIR
+    files = sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    if not files:
+        return {}
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            """
+            SELECT stage,
+                   count(DISTINCT candidate_id) AS items,
+                   count(DISTINCT candidate_id) FILTER (WHERE verdict = ?) AS kept,
+                   list_distinct(flatten(list(cache_keys))) AS keys
+            FROM read_parquet(?, union_by_name = true)
+            GROUP BY stage ORDER BY stage
+            """,
+            [KEPT, files],
+        ).fetchall()
+    finally:
+        con.close()
+    return {
+        r[0]: {"items": int(r[1]), "kept": int(r[2]), "keys": sorted(k for k in (r[3] or []) if k)}
+        for r in rows
+    }
+
+
+def cache_tokens(cache_dir: Path, keys: Iterable[str], before: float | None = None) -> dict[str, int]:
+    """``prompt_tokens``, ``completion_tokens``, ``found`` and ``cached_before`` of the cache entries
+    ``keys`` (``cached_before``: those created before the time ``before``, when given)."""
+    keys = list(keys)
+    out = {"prompt_tokens": 0, "completion_tokens": 0, "found": 0, "cached_before": 0}
+    db = Path(cache_dir) / DB_NAME
+    if not keys or not db.exists():
+        return out
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        con.execute("CREATE TEMP TABLE wanted (key TEXT PRIMARY KEY)")
+        con.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((k,) for k in keys))
+        row = con.execute(
+            """SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), count(*),
+                      coalesce(sum(CASE WHEN created < ? THEN 1 ELSE 0 END), 0)
+               FROM calls JOIN wanted USING (key)""",
+            [before if before is not None else float("-inf")],
+        ).fetchone()
+    finally:
+        con.close()
+    out.update(
+        prompt_tokens=int(row[0]), completion_tokens=int(row[1]), found=int(row[2]), cached_before=int(row[3])
+    )
+    return out
+
+
+def stage_rank(stage: str) -> int:
+    """A stage's place in pipeline order (stages not listed come last)."""
+    return STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)
+
+
+def stage_samples(
+    partition_folder: Path,
+    cache_dir: Path,
+    upstream: Mapping[str, str | None],
+    *,
+    before: float | None = None,
+    wall_s: Mapping[str, float] | None = None,
+    skip: Iterable[str] = (),
+) -> list[StageSample]:
+    """The :class:`StageSample` of every ledger stage of ``partition_folder`` named in ``upstream``.
+
+    ``upstream`` maps a stage to the stage whose kept items it decides (None: the run's input
+    items); stages of the ledger it does not name, and those in ``skip``, are left out (the corpus
+    stages of a snapshot, which the plan does not sample). ``before`` is when the sample run
+    started: cache entries older than that count as already cached.
+    """
+    counts = ledger_counts(partition_folder)
+    skip = set(skip)
+    out = []
+    for stage in sorted(counts, key=lambda s: (stage_rank(s), s)):
+        if stage in skip or stage not in upstream:
+            continue
+        c = counts[stage]
+        keys = c["keys"]
+        tokens = cache_tokens(cache_dir, keys, before)  # type: ignore[arg-type]
+        out.append(
+            StageSample(
+                name=stage,
+                upstream=upstream[stage],
+                items=int(c["items"]),  # type: ignore[arg-type]
+                kept=int(c["kept"]),  # type: ignore[arg-type]
+                requests=len(keys),  # type: ignore[arg-type]
+                prompt_tokens=tokens["prompt_tokens"],
+                completion_tokens=tokens["completion_tokens"],
+                cached_before=tokens["cached_before"],
+                wall_s=float((wall_s or {}).get(stage, 0.0)),
+            )
+        )
+    return out
+
+
+def actual_by_stage(
+    partition_folder: Path, cache_dir: Path, stages: Iterable[str]
+) -> dict[str, dict[str, float]]:
+    """Per stage of a finished run: ``items``, ``kept``, ``calls`` (requests) and tokens."""
+    counts = ledger_counts(partition_folder)
+    out = {}
+    for stage in stages:
+        c = counts.get(stage)
+        if c is None:
+            out[stage] = {
+                "items": 0.0,
+                "kept": 0.0,
+                "calls": 0.0,
+                "prompt_tokens": 0.0,
+                "completion_tokens": 0.0,
+            }
+            continue
+        tokens = cache_tokens(cache_dir, c["keys"])  # type: ignore[arg-type]
+        out[stage] = {
+            "items": float(c["items"]),  # type: ignore[arg-type]
+            "kept": float(c["kept"]),  # type: ignore[arg-type]
+            "calls": float(len(c["keys"])),  # type: ignore[arg-type]
+            "prompt_tokens": float(tokens["prompt_tokens"]),
+            "completion_tokens": float(tokens["completion_tokens"]),
+        }
+    return out

@@ -1,0 +1,63 @@
+"""A plan as text: the table ``ragsft plan`` prints, and forecast against actual after a run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"
+
+
+def plan_table(plan: Mapping[str, Any]) -> str:
+    """The plan (:meth:`Plan.to_json`) as an aligned text table with totals, configs and warnings."""
+    lines = [
+        f"plan for {plan['partition']} ({plan['job']}): {plan['input_items']:,} input items,"
+        f" forecast from a sample of {plan['sample_items']:,}",
+        "",
+        f"{'stage':24s} {'items':>10s} {'keep':>6s} {'calls':>11s} {'calls range':>23s}"
+        f" {'prompt tok':>13s} {'compl. tok':>12s} {'cached':>9s} {'wall':>9s}",
+    ]
+    for name, s in plan["stages"].items():
+        lines.append(
+            f"{name:24s} {_n(s['items']):>10s} {s['keep_rate']:>6.2f} {_n(s['calls']):>11s}"
+            f" {_n(s['calls_low']) + ' - ' + _n(s['calls_high']):>23s} {_n(s['prompt_tokens']):>13s}"
+            f" {_n(s['completion_tokens']):>12s} {_n(s['cache_hits']):>9s} {_duration(s['wall_s']):>9s}"
+        )
+    t = plan["total"]
+    lines.append(
+        f"{'total':24s} {'':>10s} {'':>6s} {_n(t['calls']):>11s}"
+        f" {_n(t['calls_low']) + ' - ' + _n(t['calls_high']):>23s} {_n(t['prompt_tokens']):>13s}"
+        f" {_n(t['completion_tokens']):>12s} {_n(t['cache_hits']):>9s} {_duration(t['wall_s']):>9s}"
+    )
+    if "gpu_hours" in t:
+        lines.append(f"GPU-hours: {t['gpu_hours']:,.1f} ({plan['fleet']['gpus']} GPUs)")
+    if plan.get("configs"):
+        lines += ["", "release configs (rows, low - high):"]
+        for name, c in plan["configs"].items():
+            lines.append(f"  {name:28s} {_n(c['rows']):>10s}  ({_n(c['rows_low'])} - {_n(c['rows_high'])})")
+    for w in plan.get("warnings", []):
+        lines.append(f"WARNING: {w}")
+    return "\n".join(lines)
+
+
+def compare_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """Forecast against actual per stage (``forecast.compare``) as a text table."""
+    lines = [f"{'stage':24s} {'metric':18s} {'forecast':>12s} {'actual':>12s} {'error':>8s} {'in range':>9s}"]
+    for stage, metrics in rows.items():
+        for metric, v in metrics.items():
+            err = "-" if v["error"] is None else f"{100 * v['error']:+.1f}%"
+            rng = {True: "yes", False: "no"}.get(v.get("in_range"), "")
+            lines.append(
+                f"{stage:24s} {metric:18s} {_n(v['forecast']):>12s} {_n(v['actual']):>12s} {err:>8s} {rng:>9s}"
+            )
+    return "\n".join(lines)

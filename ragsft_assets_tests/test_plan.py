@@ -1,0 +1,228 @@
+"""``ragsft plan``: the forecast's arithmetic through the funnel, and a real sample run on the sample
+snapshot with the oracle double behind the real client and cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
+from ragsft_assets.defs.plan import record
+from ragsft_assets.defs.plan.sample import ledger_upstreams, run_sample, scratch_home
+from ragsft_assets.defs.resources import default_resources
+from ragsft_assets.llm import engines
+from ragsft_assets.plan import forecast as fc
+from ragsft_assets.plan import measure
+from ragsft_assets.plan.report import compare_table, plan_table
+from ragsft_assets.resources.catalog import CatalogResource
+from ragsft_assets.resources.llm import LLMResource
+from ragsft_assets.resources.snapshots import SnapshotSource
+from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets_tests.llm_double import ScriptedBackend
+from ragsft_assets_tests.oracle_double import Oracle
+
+KEY = "sample.fr"
+
+
+def _stage(
+    name: str, upstream: str | None, items: int, kept: int, requests: int = 0, **kw: float
+) -> fc.StageSample:
+    return fc.StageSample(
+        name, upstream, items, kept, requests, kw.get("p", 10 * requests), kw.get("c", 2 * requests)
+    )
+
+
+def test_extrapolation_follows_the_funnel() -> None:
+    samples = [
+        _stage("drafts", None, 30, 20, 30),  # 3 drafts per pair, 2 of 3 kept
+        _stage("checks", "drafts", 20, 10),  # no LLM
+        _stage("judge", "checks", 10, 5, 40),  # 4 calls per item (a cascade)
+    ]
+    plan = fc.forecast(samples, sample_items=10, input_items=1000)
+    assert plan.stages["drafts"].items == pytest.approx(3000)
+    assert plan.stages["checks"].items == pytest.approx(2000)
+    assert plan.stages["judge"].items == pytest.approx(1000)
+    assert plan.stages["judge"].calls == pytest.approx(4000)
+    assert plan.stages["judge"].prompt_tokens == pytest.approx(40000)
+    assert plan.total["calls"] == pytest.approx(3000 + 4000)
+    j = plan.stages["judge"]
+    assert j.calls_low < j.calls < j.calls_high  # upstream keep-rate uncertainty widens the range
+    assert plan.stages["drafts"].calls_low == plan.stages["drafts"].calls  # no stage above the first
+
+
+def test_a_stage_that_keeps_nothing_forecasts_nothing_downstream() -> None:
+    samples = [_stage("drafts", None, 30, 0, 30), _stage("judge", "drafts", 0, 0, 0)]
+    plan = fc.forecast(samples, sample_items=10, input_items=1000)
+    assert plan.stages["judge"].items == 0 and plan.stages["judge"].calls == 0
+    assert plan.stages["judge"].calls_high == 0
+
+
+def test_budget_warnings_and_json_shape() -> None:
+    samples = [_stage("drafts", None, 30, 20, 30)]
+    plan = fc.forecast(samples, 10, 1000, budgets={"budget_calls": 100, "budget_tokens": None})
+    assert len(plan.warnings) == 1 and "budget_calls=100" in plan.warnings[0]
+    assert fc.forecast(samples, 10, 1000, budgets={"budget_calls": 10_000}).warnings == []
+    out = plan.to_json()
+    assert set(out["stages"]["drafts"]) >= {
+        "calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "keep_rate",
+        "calls_low",
+        "calls_high",
+    }
+    assert set(out["total"]) >= {"calls", "prompt_tokens", "completion_tokens", "wall_s"}
+    assert "WARNING: budget_calls=100" in plan_table(out)
+
+
+def test_wilson_interval() -> None:
+    lo, hi = fc.wilson(25, 50)
+    assert lo == pytest.approx(0.366, abs=1e-3) and hi == pytest.approx(0.634, abs=1e-3)
+    assert fc.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_wall_time_scales_with_the_fleet() -> None:
+    s = fc.StageSample("judge", None, 100, 50, 100, 1000, 100, wall_s=10.0)  # 100 calls at once in 10 s
+    assert fc.stage_wall_s(1000, s, slots=100) == pytest.approx(100.0)  # ten waves of 100
+    assert fc.stage_wall_s(1000, s, slots=1000) == pytest.approx(10.0)
+
+
+def test_ledger_upstreams_nearest_stage_in_the_graph() -> None:
+    parents = {
+        "question_drafts": {"bridge_pairs", "abstracts"},
+        "question_checks": {"question_drafts"},
+        "distractors": {"question_checks", "question_drafts"},
+        "multihop_questions": {"distractors", "question_checks"},
+        "first_hop": {"multihop_questions"},
+        "rag_prompts": {"multihop_filtered"},
+        "multihop_filtered": {"first_hop", "multihop_questions"},
+    }
+    stages = [
+        "question_drafts",
+        "question_checks",
+        "distractors",
+        "multihop_questions",
+        "first_hop",
+        "rag_prompts",
+        "bridge_pairs",
+    ]
+    up = ledger_upstreams(parents, stages, inputs=["bridge_pairs"])
+    assert up["question_drafts"] is None
+    assert up["distractors"] == "question_checks"  # the later of two equally near stages
+    assert up["rag_prompts"] == "first_hop"  # first_hop and multihop_questions both 2 up: the filter is later
+
+
+class PlanOracle(ScriptedBackend):
+    NAME = "plan-oracle"
+    oracle = Oracle()
+
+    def respond(self, messages):  # noqa: ANN001, ANN201
+        return type(self).oracle(messages)
+
+
+def _resources(home: Path) -> dict:
+    engines.register_backend(PlanOracle.NAME, PlanOracle)
+    cache = str(home / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(home)),
+        "snapshots": SnapshotSource(home=str(home)),
+        "catalog": CatalogResource(home=str(home)),
+        **{
+            role: LLMResource(backend=PlanOracle.NAME, model=role, cache_dir=cache, role=role)
+            for role in ("generator", "judge", "annotator", "base_model")
+        },
+    }
+    return resources
+
+
+@pytest.fixture(scope="module")
+def planned(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch
+) -> tuple[Path, fc.Plan]:
+    home = tmp_path_factory.mktemp("plan_home")
+    monkeypatch_module.setenv("RAGSFT_HOME", str(home))
+    install_snapshot(KEY, sample_folder(), home)
+    PlanOracle.calls = 0
+    plan = run_sample(KEY, resources=_resources(home), sample=20, home=home, fleet=fc.Fleet(slots=64))
+    return home, plan
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():  # noqa: ANN201
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_sample_run_writes_no_partition_artifact(planned: tuple[Path, fc.Plan]) -> None:
+    home, _ = planned
+    assets = sorted(p.name for p in (home / "assets" / KEY).iterdir())
+    assert assets == ["_ledger", "abstracts", "bridge_pairs", "link_graph"]  # the corpus stage only
+    assert (scratch_home(KEY, home) / "assets" / KEY / "question_drafts").is_dir()
+    assert not (home / "releases" / KEY).exists()
+    assert (home / "llm_cache").is_dir()  # the sample's calls are in the shared cache
+
+
+def test_forecast_counts_every_pair_of_the_partition(planned: tuple[Path, fc.Plan]) -> None:
+    home, plan = planned
+    pairs = ArtifactStore(home=str(home)).read(KEY, "bridge_pairs").num_rows
+    assert plan.input_items == pairs and plan.sample_items == 20 and pairs > 20
+    drafts = plan.stages["question_drafts"]
+    sample_drafts = measure.ledger_counts(scratch_home(KEY, home) / "assets" / KEY)["question_drafts"][
+        "items"
+    ]
+    assert drafts.items == pytest.approx(sample_drafts * pairs / 20)
+    assert drafts.calls > 0 and drafts.prompt_tokens > 0
+    assert {"ablation_verdicts", "rag_responses", "rag_verdicts"} <= set(plan.stages)
+    assert plan.stages["question_drafts"].upstream is None
+    assert plan.stages["ablation_verdicts"].upstream == "distractors"
+    assert plan.configs and all(c["rows_low"] <= c["rows"] <= c["rows_high"] for c in plan.configs.values())
+
+
+def test_a_second_plan_finds_the_calls_in_the_cache(planned: tuple[Path, fc.Plan]) -> None:
+    home, first = planned
+    calls_before = PlanOracle.calls
+    again = run_sample(KEY, resources=_resources(home), sample=20, home=home, fleet=fc.Fleet(slots=64))
+    assert PlanOracle.calls == calls_before  # every sample call was cached
+    assert again.total["cache_hits"] == pytest.approx(again.total["calls"])
+    assert again.total["calls"] == pytest.approx(first.total["calls"])
+
+
+def test_compare_against_a_run(planned: tuple[Path, fc.Plan]) -> None:
+    home, plan = planned
+    data = plan.to_json()
+    record.save(data, KEY, home)
+    actual = measure.actual_by_stage(
+        scratch_home(KEY, home) / "assets" / KEY, home / "llm_cache", data["stages"]
+    )
+    rows = fc.compare(data, actual)
+    assert rows["question_drafts"]["calls"]["actual"] > 0
+    assert "question_drafts" in compare_table(rows)
+    assert record.load(KEY, home=home)["stages"].keys() == data["stages"].keys()
+
+
+def test_cli_plan_json_and_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ragsft plan KEY --json`` with the roles set from the environment, then ``--compare``."""
+    import orjson
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    engines.register_backend(PlanOracle.NAME, PlanOracle)
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+    for role in ("GENERATOR", "JUDGE", "ANNOTATOR", "BASE_MODEL"):
+        monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", PlanOracle.NAME)
+        monkeypatch.setenv(f"RAGSFT_{role}_MODEL", role.lower())
+    install_snapshot(KEY, sample_folder(), tmp_path)
+    out = CliRunner().invoke(
+        main, ["plan", KEY, "--sample", "8", "--json", "--budget-calls", "10"], catch_exceptions=False
+    )
+    assert out.exit_code == 0, out.output
+    plan = orjson.loads(out.stdout)
+    assert plan["total"]["calls"] > 10 and any("budget_calls=10" in w for w in plan["warnings"])
+    assert (tmp_path / "plans" / KEY / "plan.json").exists()
+    assert record.plan_tags(KEY, tmp_path) == {record.PLAN_TAG: plan["digest"]}
+    bad = CliRunner().invoke(main, ["plan", KEY, "--sample", "0"])
+    assert bad.exit_code == 2 and "at least 1" in bad.output
