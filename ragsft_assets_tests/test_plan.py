@@ -226,3 +226,39 @@ def test_cli_plan_json_and_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert record.plan_tags(KEY, tmp_path) == {record.PLAN_TAG: plan["digest"]}
     bad = CliRunner().invoke(main, ["plan", KEY, "--sample", "0"])
     assert bad.exit_code == 2 and "at least 1" in bad.output
+
+
+def test_started_runs_are_tagged_with_their_partitions_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dagster as dg
+
+    from ragsft_assets.defs.plan import plan_tagger
+
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+
+    @dg.op
+    def _noop() -> None:
+        pass
+
+    @dg.job
+    def _job() -> None:
+        _noop()
+
+    with dg.DagsterInstance.ephemeral() as instance:
+
+        def started_context() -> dg.RunStatusSensorContext:
+            result = _job.execute_in_process(instance=instance, tags={"dagster/partition": KEY})
+            run = instance.get_run_by_id(result.run_id)
+            event = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_START)
+            return dg.build_run_status_sensor_context(
+                sensor_name="plan_tagger", dagster_event=event, dagster_instance=instance, dagster_run=run
+            )
+
+        ctx = started_context()
+        plan_tagger(ctx)  # no plan yet: no tag
+        assert record.PLAN_TAG not in instance.get_run_by_id(ctx.dagster_run.run_id).tags
+        digest = record.save({"partition": KEY, "stages": {}}, KEY, tmp_path)
+        ctx = started_context()
+        plan_tagger(ctx)
+        assert instance.get_run_by_id(ctx.dagster_run.run_id).tags[record.PLAN_TAG] == digest

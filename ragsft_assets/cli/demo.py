@@ -40,6 +40,7 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     clean_before_run()
 
     from ragsft_assets.definitions import defs
+    from ragsft_assets.defs.plan.record import plan_tags
 
     job_def = defs.resolve_job_def(job)
     run_config: dict = {}
@@ -51,7 +52,11 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     try:
         # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
         result = execute_in_process_stoppable(
-            job_def, instance, partition_key=partition, run_config=run_config, tags=process_tags()
+            job_def,
+            instance,
+            partition_key=partition,
+            run_config=run_config,
+            tags={**process_tags(), **plan_tags(partition)},  # the plan this run was forecast by
         )
     except RunInterrupted as exc:
         click.echo(f"ragsft demo: {exc}; its slots are freed, finished LLM calls stay in the cache", err=True)

@@ -52,6 +52,26 @@ def plan_forecast(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.M
     )
 
 
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.STARTED,
+    monitor_all_code_locations=False,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Tags each started run of a partition that has a plan with that plan's digest "
+    "(ragsft/plan), so `ragsft plan KEY --compare RUN_ID` compares the run with its forecast.",
+)
+def plan_tagger(context: dg.RunStatusSensorContext) -> None:
+    from ragsft_assets.defs.plan import record
+
+    run = context.dagster_run
+    key = run.tags.get("dagster/partition")
+    if not key or record.PLAN_TAG in run.tags or run.job_name == "plan_job":
+        return
+    tags = record.plan_tags(key)
+    if tags:
+        context.instance.add_run_tags(run.run_id, tags)
+        context.log.info(f"run {run.run_id} of {key}: plan {tags[record.PLAN_TAG]}")
+
+
 plan_job = dg.define_asset_job(
     "plan_job",
     selection=dg.AssetSelection.groups("plan"),
@@ -59,4 +79,4 @@ plan_job = dg.define_asset_job(
     description="Forecast a run before launching it (ragsft plan): writes the plan as metadata.",
 )
 
-defs = dg.Definitions(assets=[plan_forecast], jobs=[plan_job])
+defs = dg.Definitions(assets=[plan_forecast], jobs=[plan_job], sensors=[plan_tagger])
