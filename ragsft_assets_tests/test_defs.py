@@ -36,6 +36,7 @@ EXPECTED_ASSETS = [
     "multihop_filtered_qwen_v2",
     "multihop_questions",
     "oasst_pairs",
+    "plan_forecast",
     "probe_answers",
     "probe_labels",
     "probes",
