@@ -32,7 +32,9 @@ def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
     3, so a pair may give fewer); an answer of at most ``max_chars`` characters and ``max_words``
     whitespace-separated words (a pattern: JSON Schema counts no words); no negative support index.
     The local checks apply the same bounds again (and the ones a schema cannot: indices within the
-    document, at least one per document).
+    document, at least one per document). vLLM sends a string bounded by both a pattern and a
+    length to its guidance backend; xgrammar would keep the pattern only (it warns), so the word
+    bound holds either way and the reply is validated against the whole schema after the call.
     """
     word = r"[^\s]+"
     indices = {"type": "array", "items": {"type": "integer", "minimum": 0}}
