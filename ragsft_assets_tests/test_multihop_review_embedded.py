@@ -1,4 +1,4 @@
-"""review_labels with the real embedded model (issue 13): an annotator role labels a 2-question blind
+"""review_labels with the real embedded model: an annotator role labels a 2-question blind
 sample with the six-criteria protocol; whatever a 135M model says, each question ends as a boolean
 label or an unreadable (not_annotated) verdict, never a crash."""
 

@@ -1,4 +1,4 @@
-"""bridge_judge and language_judge logic (issue 13): verdicts both ways, unreadable, one call at T=0."""
+"""bridge_judge and language_judge logic: verdicts both ways, unreadable, one call at T=0."""
 
 from __future__ import annotations
 

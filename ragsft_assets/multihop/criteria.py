@@ -1,4 +1,4 @@
-"""The ``criteria_annotation`` filter (issue 13): six binary criteria per question of ``default``.
+"""The ``criteria_annotation`` filter: six binary criteria per question of ``default``.
 
 The annotator reads both documents, the question and the answer, and says for each criterion
 whether it holds. A question is kept (config ``filtered_qwen``) only if all six hold. A question the

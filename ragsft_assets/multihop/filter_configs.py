@@ -1,4 +1,4 @@
-"""Filtered configurations of the released questions (issue 13): subsets of a parent, row for row.
+"""Filtered configurations of the released questions: subsets of a parent, row for row.
 
 A filtered configuration never rewrites a question: it is the parent's rows whose id the filters
 kept, unchanged. ``subset_rows`` builds it, ``subset_violations`` is the invariant a blocking

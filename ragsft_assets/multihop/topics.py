@@ -1,4 +1,4 @@
-"""Topic categories of the questions, where a snapshot knows them (issue 13: keep rate by topic).
+"""Topic categories of the questions, where a snapshot knows them (for the keep rate by topic).
 
 A question's topic is its bridge document B's: the bridges are drawn from the bridge set (a title
 list such as the level-4 vital articles, which are grouped by topic). Categories come from a
