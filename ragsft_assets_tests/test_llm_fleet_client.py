@@ -8,6 +8,7 @@ resolved role > task > model), reasoning kept out of answers, and OpenAI reasoni
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from email.utils import format_datetime
@@ -301,12 +302,16 @@ def test_models_listing_is_retried_and_unknown_weights_need_saying(
             _backend([down.url]).identity()
         assert down.model_gets == 3  # max_retries=2: three tries before giving up
         res = _resource([down.url], tmp_path, weights_id="unknown")
-        with caplog.at_level("WARNING"):
-            out = res.chat(_convs(1), SamplingParams())
+        run_log = logging.getLogger("run-log")
+        with caplog.at_level("INFO"):
+            res.setup_for_execution(dg.build_init_resource_context())
+            out = res.chat(_convs(1), SamplingParams(), log=run_log)
         assert out.results[0].ok
         ident = res.model_identity()
         assert ident["weights_sha256"] == "unknown" and "set explicitly" in ident["weights_note"]
         assert "weights 'unknown' (set explicitly)" in caplog.text
+        said = [r.getMessage() for r in caplog.records if r.name == "run-log"]
+        assert any("weights 'unknown', set explicitly" in m for m in said)  # the stage's run log says so
         res.close()
     # A listing without a root (a provider): the weights must be named.
     with FakeOpenAI(models=[{"id": MODEL, "object": "model"}]).running() as provider:

@@ -314,9 +314,12 @@ class ChatClient:
         self._check_budget([requests[i] for i in misses])
 
         if misses:
+            unknown = (
+                " (weights 'unknown', set explicitly)" if identity.get("weights_sha256") == "unknown" else ""
+            )
             log.info(
                 f"{self.name}: {len(requests)} requests, {stats.cache_hits} cached,"
-                f" {len(misses)} calls to {identity.get('backend')}:{identity.get('model')}"
+                f" {len(misses)} calls to {identity.get('backend')}:{identity.get('model')}{unknown}"
             )
             progress = _Progress(self.name, len(misses), log, self.progress_every_s)
 

@@ -231,7 +231,9 @@ class LLMResource(ModelEndpoint):
                 weights identity (see ``OpenAIBackend.identity``).
         """
         if self.backend == "openai" and self.base_urls:
-            self.client().model_identity()
+            note = self.client().model_identity().get("weights_note")
+            if note and context.log is not None:
+                context.log.warning(f"{self.role}: weights 'unknown': {note}")
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.close()
