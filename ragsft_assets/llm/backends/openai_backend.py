@@ -577,7 +577,7 @@ class OpenAIBackend:
                     raise GiveUp(f"gave up after {failures + throttled} attempts: {last}")
             call.stats.retries += 1
             avoid = u
-            if wait_s is None:  # a Retry-After pauses the URL itself; otherwise back off here
+            if not wait_s:  # a Retry-After pauses the URL itself; otherwise (or "0") back off here
                 n = failures + throttled
                 delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))  # jitter: no lockstep
