@@ -9,15 +9,16 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   free up, so a batch of 400,000 holds no more tasks than the fleet can run.
 - Overload: a 429 (or a 503 with ``Retry-After``) pauses that URL for the ``Retry-After``
   seconds and halves its in-flight limit (once per round trip: answers to requests sent before
-  the cut do not cut again); successes raise it again, by one per answer up to half the
-  configured limit, then by one per round trip (AIMD), so a provider's rate limit never turns
-  into a retry storm. A 429 does not use up a request's ``max_retries`` (it is bounded apart).
+  the cut do not cut again); answers raise it again by one per round trip (AIMD) up to
+  ``concurrency``, so a provider's rate limit never turns into a retry storm. A 429 does not
+  use up a request's ``max_retries`` (it is bounded apart).
 - Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
   jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
   result: every request ends with a result. A URL failing ``fail_threshold`` times in a row is
   set aside for a cool-down (``cooldown_s``, doubling while it keeps failing) and then probed
-  with one request; it comes back in slow start. The last URL that answers is never set aside,
-  so a failing URL never fails a run while others answer.
+  with one request; it comes back at one request in flight, doubling per round trip (slow
+  start). The last URL that answers is never set aside, so a failing URL never fails a run
+  while others answer.
 - Identity: ``/v1/models`` is read from every URL (retrying transient failures) when the
   identity is first needed, i.e. before the first call. A model no URL serves, URLs that serve
   different weights (``root``) under one name, or no weights identity at all are errors at
