@@ -132,7 +132,8 @@ def test_the_embedder_keeps_its_per_url_limit(tmp_path: Path) -> None:
 # ----- overload: Retry-After, AIMD -------------------------------------------------------------
 
 
-def test_retry_after_is_honoured_and_counted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("status", [429, 503])
+def test_retry_after_is_honoured_and_counted(status: int, tmp_path: Path) -> None:
     served = {"n": 0}
     lock = threading.Lock()
 
@@ -141,7 +142,7 @@ def test_retry_after_is_honoured_and_counted(tmp_path: Path) -> None:
             served["n"] += 1
             first = served["n"] == 1
         if first:
-            return 429, {"Retry-After": "1"}, {"error": "slow down"}
+            return status, {"Retry-After": "1"}, {"error": "slow down"}
         return echo(path, body)
 
     with FakeOpenAI(answer).running() as srv:
@@ -152,7 +153,7 @@ def test_retry_after_is_honoured_and_counted(tmp_path: Path) -> None:
     assert srv.posts == 4
     # Nothing reached the server during the second it asked for.
     assert srv.times[1] - srv.times[0] >= 0.95
-    assert (batch.stats.http_429, batch.stats.retries, batch.stats.errors) == (1, 1, 0)
+    assert (batch.stats.http_429, batch.stats.retries, batch.stats.errors) == (int(status == 429), 1, 0)
 
 
 def test_retry_after_forms() -> None:
