@@ -63,10 +63,6 @@ MAX_RETRY_AFTER_S = 600.0  # a server asking for more is believed only this far
 UNKNOWN_WEIGHTS = "unknown"
 
 
-class _Retryable(Exception):
-    """An attempt that failed in a way another attempt may not (kept for the embedder's imports)."""
-
-
 class _Malformed(Exception):
     """A 2xx answer whose body is not what the endpoint promises."""
 
