@@ -6,6 +6,7 @@ import numpy as np
 
 from ragsft_assets.bench import embeddings
 from ragsft_assets.cli.bench import format_line
+from ragsft_assets.long_context.neighbours import SearchSettings
 
 
 def test_numpy_baseline_is_a_plain_top_k() -> None:
@@ -20,11 +21,37 @@ def test_numpy_baseline_is_a_plain_top_k() -> None:
     assert top[:, 0].tolist() == q.tolist()  # the baseline keeps the query itself (no exclusions)
 
 
-def test_small_run_ends_with_the_expected_line(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_small_run_ends_with_the_expected_line(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(embeddings, "N_QUERIES", 300)
-    values = embeddings.run(size=3000)
+    values = embeddings.run(size=3000, workdir=str(tmp_path))
     line = format_line("embeddings", values)
     assert line.startswith("bench=embeddings ratio=") and " queries_per_s=" in line
+    assert values["method"] == "exact"  # under the threshold: exact, checked against the reference
     assert values["topk_identical"] is True and values["topk_identical_queries"] == 300
-    assert values["passages"] == 3000 and values["projected_1m_passages_h"] > 0
+    # the IVF index is measured anyway: its recall against exact on the same 300 queries
+    assert 0.9 <= float(values["recall_at_k"]) <= 1.0 and values["recall_queries"] == 300  # type: ignore[arg-type]
+    assert values["projected_1m_min"] > 0 and values["projection"] == "scaled"  # type: ignore[operator]
+    assert values["peak_rss_mb"] > 0 and values["passages"] == 3000  # type: ignore[operator]
     assert "faiss-cpu-" in str(values["versions"]) and int(values["cores"]) >= 1  # type: ignore[call-overload]
+    assert list(tmp_path.iterdir()) == []  # the memory-mapped vectors are removed
+
+
+def test_vectors_are_generated_into_a_memory_mapped_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x, keys, groups = embeddings.synthetic_passages(1200, out=tmp_path / "v.npy")
+    assert isinstance(x, np.memmap) and x.dtype == np.float32 and x.shape == (1200, embeddings.DIM)
+    again, _, _ = embeddings.synthetic_passages(1200)  # in memory: the same values from the seed
+    np.testing.assert_array_equal(np.asarray(x), again)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=1e-5)
+    dup = np.flatnonzero(keys != np.arange(1200))
+    assert len(dup) == 1200 // 50 and all((x[i] == x[keys[i]]).all() for i in dup.tolist())
+    assert groups[0] >= 0 and np.all(np.diff(groups) >= 0)
+
+
+def test_the_ivf_path_at_sizes_over_the_threshold(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(embeddings, "N_QUERIES", 200)
+    monkeypatch.setattr(
+        embeddings, "SearchSettings", lambda **kw: SearchSettings(**{"exact_max": 1000, **kw})
+    )
+    values = embeddings.run(size=3000, workdir=str(tmp_path))
+    assert values["method"] == "ivf" and "topk_identical" not in values  # no float64 reference there
+    assert 0.9 <= float(values["recall_at_k"]) <= 1.0 and str(values["ivf_index"]).startswith("IVF")  # type: ignore[arg-type]

@@ -136,7 +136,7 @@ def test_exact_up_to_the_threshold_and_ivf_above_it_with_its_recall_recorded() -
     # one passage over the threshold: the IVF index, its recall measured on every query here
     settings = SearchSettings(exact_max=n_unique - 1, recall_queries=len(x), nprobe_start=1)
     ivf = nearest_neighbours(x, 6, keys=keys, groups=groups, settings=settings)
-    assert ivf.method == "ivf" and ivf.index["nlist"] == round(n_unique**0.5)
+    assert ivf.method == "ivf" and ivf.index["nlist"] == round(4 * n_unique**0.5)
     hits = sum(len(set(a) & set(e)) for a, e in zip(ivf.indices.tolist(), ref.indices.tolist(), strict=True))
     assert ivf.recall_at_k == pytest.approx(hits / ref.indices.size)  # against the exact search
     assert ivf.recall_at_k >= settings.recall_target or ivf.index["nprobe"] == ivf.index["nlist"]

@@ -32,7 +32,7 @@ def format_line(name: str, values: dict[str, object]) -> str:
 
 @click.command()
 @click.argument("name", type=click.Choice(sorted(BENCHES) or ["none"]))
-@click.option("--size", type=int, default=None, help="Problem size (benchmark-specific default).")
+@click.option("--size", "--n", "size", type=int, default=None, help="Problem size (benchmark-specific default).")
 @click.option("--workdir", type=click.Path(), default=None, help="Scratch folder (default: a temp dir).")
 def bench(name: str, size: int | None, workdir: str | None) -> None:
     """Run benchmark NAME and print its key=value closing line."""

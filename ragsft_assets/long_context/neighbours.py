@@ -71,7 +71,7 @@ class SearchSettings:
 
     Attributes:
         exact_max: the most unique passages searched exactly; above it, the ``ivf`` index.
-        nlist: inverted lists (k-means centroids); None = ``sqrt(unique passages)``.
+        nlist: inverted lists (k-means centroids); None = ``4 * sqrt(unique passages)``.
         nprobe: lists visited per query; None = tuned on the recall sample (see ``recall_target``).
         nprobe_start: the first ``nprobe`` tried when tuning.
         recall_target: tuning stops at the first ``nprobe`` whose sample recall@k reaches it.
@@ -87,8 +87,8 @@ class SearchSettings:
     nprobe_start: int = 8
     recall_target: float = 0.99
     recall_queries: int = 1000
-    train_per_list: int = 40
-    kmeans_iters: int = 20
+    train_per_list: int = 20
+    kmeans_iters: int = 10
     seed: int = 0
 
 
@@ -367,7 +367,7 @@ class _Ivf:
 
         t0 = time.perf_counter()
         n_unique, dim = lay.n_unique, x.shape[1]
-        self.nlist = max(1, min(settings.nlist or round(math.sqrt(n_unique)), n_unique))
+        self.nlist = max(1, min(settings.nlist or round(4 * math.sqrt(n_unique)), n_unique))
         n_train = min(n_unique, self.nlist * settings.train_per_list)
         rng = np.random.default_rng(settings.seed)
         sample = np.sort(rng.choice(n_unique, size=n_train, replace=False))
