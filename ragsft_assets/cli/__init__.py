@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "citations": "ragsft_assets.cli.citations:citations",
     "syntactic": "ragsft_assets.cli.syntactic:syntactic",
     "demo": "ragsft_assets.cli.demo:demo",
+    "materialize": "ragsft_assets.cli.materialize:materialize",
     "plan": "ragsft_assets.cli.plan:plan",
     "ui": "ragsft_assets.cli.ui:ui",
     "runs": "ragsft_assets.cli.runs:runs",
