@@ -26,7 +26,7 @@ def test_qa_chain_with_the_embedded_model(embedded_model: object, tmp_path: Path
     store = ArtifactStore(home=str(tmp_path))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("qa_source", [KEY])
-    config = {"max_questions": 2, "max_tokens": 160}
+    config = {"max_questions": 2, "overrides": {"max_tokens": 160}}
     stages = ("rag_prompts", "rag_responses", "rag_verdicts")
     result = dg.materialize(
         [questions, qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft],
