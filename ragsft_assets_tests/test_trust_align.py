@@ -547,6 +547,8 @@ def test_hub_reads_the_cards_data_dir_and_pins_its_commit(
     }
     assert questions and questions <= {r["question"] for r in sft}
     assert f"source {KEY}:" in res.output
+    listed = runner.invoke(main, ["sources", "list"], catch_exceptions=False).output
+    assert "data_dir=Trust-Align/sft split=train revision=0b89ac0" in listed
 
 
 def test_sources_add_with_no_question_fails_naming_the_reasons(tmp_path: Path) -> None:

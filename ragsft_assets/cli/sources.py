@@ -367,7 +367,8 @@ def source_origin(folder: Path) -> str:
         state = "" if hub.get("complete") else " (export incomplete: rerun `sources add` to resume)"
         parts.append(
             f"hub {hub.get('dataset')} config={hub.get('config') or '-'} "
-            f"split={','.join(hub.get('splits') or []) or '-'} revision={hub.get('revision') or 'unpinned'}"
+            + (f"data_dir={hub['data_dir']} " if hub.get("data_dir") else "")
+            + f"split={','.join(hub.get('splits') or []) or '-'} revision={hub.get('revision') or 'unpinned'}"
             + state
         )
     if cfg is None:
