@@ -1,0 +1,259 @@
+"""``ragsft bench fleet``: the multihop and rag_sft chains against a simulated vLLM fleet over HTTP.
+
+What it measures: whether the LLM client keeps a production fleet busy, loses nothing and
+repeats nothing, at production volume. In one run:
+
+1. a generated snapshot: ``bench.corpus.generate`` writes realistic frwiki records (real
+   sentences and anchors, real record sizes; about 1.05 bridge pairs per record), the
+   ``corpus_job`` builds abstracts, link graph and ``pairs`` bridge pairs (default 20,000);
+2. a simulated fleet (``bench.fleet_sim.FleetSimulator``: ``replicas`` x ``slots`` sequence slots,
+   latency from per-sequence prefill and decode rates, 429 + Retry-After when a replica is full,
+   1% of attempts failing with a 500 or a connection reset, scripted answers passing each stage
+   at the seed funnels' rates) in its own process;
+3. ``multihop_job`` (drafts, checks, distractors, the ablation cascade, caps, the four filter
+   configs) then ``rag_sft_job``, materialized in this process with every LLM role on the real
+   ``openai`` backend pointed at the fleet, a fresh LLM cache.
+
+Closing line (``bench=fleet ...``):
+
+- ``utilization``: slot-seconds busy / (slots x the LLM stages' wall time), where a stage's wall
+  time runs from its first request reaching the fleet to its last answer (the union over stages;
+  the non-LLM stages in between do not count). Bar: at least 0.85.
+- ``max_in_flight``, ``requests`` (HTTP attempts), ``retries`` (429s, 500s and resets the client
+  had to retry), ``rejected_429``;
+- ``client_cpu_ms_per_request``: this process's CPU time (user + system) during the two LLM jobs
+  per request answered: the client, cache, parsing and the stages' own work, an upper bound
+  of the client's share (the fleet runs in another process and is not counted);
+- ``peak_rss_mb``: this process's peak RSS (bar: under 2048);
+- ``<stage>_s``: each LLM stage's wall seconds at the fleet; ``jobs_s``: the two jobs' wall time;
+- ``lost``: request bodies the fleet answered 200 whose answer is not in the cache
+  (distinct answered bodies - new cache entries, at least 0); ``duplicated``: 200 answers beyond
+  the first to one body (a request sent again after it was answered). Bar: both 0.
+- ``gave_up``: results the client ended as ``error`` (the stages' ``*/errors`` metadata).
+
+Latencies default to a 24B-35B model on one GPU per replica under full batching: 500 prompt
+tokens/s prefill and 30 tokens/s decode per sequence (an ablation call about 1.5 s, a draft
+call about 8 s). ``time_scale`` shrinks them for quick runs (the client then has to sustain a
+proportionally higher request rate). Options: ``pairs`` (``--pairs``), ``replicas``, ``slots``,
+``prefill_tok_s``, ``decode_tok_s``, ``error_rate``, ``time_scale``, ``seed``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ragsft_assets.bench import machine_values
+
+PARTITION = "bench.fr"
+DEFAULT_PAIRS = 20_000
+RECORDS_PER_PAIR = 1.1  # the generated records give about 1.05 bridge pairs each: a margin over it
+UTILIZATION_BAR = 0.85
+RSS_BAR_MB = 2048
+LLM_ROLES = ("generator", "judge", "annotator", "base_model")
+
+
+def make_snapshot(home: Path, pairs: int, workdir: Path, seed: int = 1) -> Path:
+    """Generate (or reuse from ``workdir``) a dump big enough for ``pairs`` and install it as ``bench.fr``."""
+    from ragsft_assets.bench import corpus
+    from ragsft_assets.cli.snapshots import install_snapshot
+
+    records = int(pairs * RECORDS_PER_PAIR) + 200
+    src = workdir / f"fleet-dump-{records}-v{corpus.GENERATOR_VERSION}-s{seed}"
+    dump = src / "frwiki_namespace_0_0.jsonl"
+    if not dump.is_file():
+        src.mkdir(parents=True, exist_ok=True)
+        tmp = dump.with_suffix(".tmp")
+        corpus.generate(tmp, records, seed=seed)
+        tmp.rename(dump)
+    return install_snapshot(PARTITION, src, home)
+
+
+def llm_resources(home: Path, base_urls: list[str], model: str, concurrency: int) -> dict[str, Any]:
+    """Every LLM role on the ``openai`` backend at the fleet, one cache under ``home``."""
+    from ragsft_assets.resources.llm import LLMResource
+
+    return {
+        role: LLMResource(
+            backend="openai",
+            base_urls=list(base_urls),
+            model=model,
+            concurrency=concurrency,
+            backoff_s=0.5,
+            cache_dir=str(home / "llm_cache"),
+            role=role,
+            progress_every_s=30.0,
+        )
+        for role in LLM_ROLES
+    }
+
+
+def _resources(home: Path, llm: dict[str, Any]) -> dict[str, Any]:
+    from ragsft_assets.resources.catalog import CatalogResource
+    from ragsft_assets.resources.embedder import EmbeddingResource
+    from ragsft_assets.resources.snapshots import SnapshotSource
+    from ragsft_assets.resources.store import ArtifactStore
+
+    return {
+        "store": ArtifactStore(home=str(home)),
+        "snapshots": SnapshotSource(home=str(home)),
+        "catalog": CatalogResource(home=str(home)),
+        "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),  # bound; these jobs embed nothing
+        **llm,
+    }
+
+
+def _run_job(defs: Any, instance: Any, job: str, run_config: dict[str, Any] | None = None) -> Any:
+    result = defs.resolve_job_def(job).execute_in_process(
+        partition_key=PARTITION, instance=instance, run_config=run_config or {}, raise_on_error=False
+    )
+    if not result.success:
+        failures = [e.message for e in result.all_events if e.is_step_failure]
+        raise RuntimeError(f"bench fleet: {job} failed: {failures[:3]}")
+    return result
+
+
+def _gave_up(results: list[Any]) -> int:
+    """Results the client ended as errors, from the stages' ``<role>/errors`` metadata."""
+    total = 0
+    for result in results:
+        for event in result.all_events:
+            if not event.is_step_materialization:
+                continue
+            md = event.event_specific_data.materialization.metadata
+            for key, value in md.items():
+                if key.endswith("/errors") and isinstance(getattr(value, "value", None), int):
+                    total += value.value
+    return total
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _print(msg: str) -> None:
+    print(f"bench fleet: {msg}", flush=True)
+
+
+def run(
+    size: int | None = None,
+    workdir: str | None = None,
+    *,
+    pairs: int | None = None,
+    replicas: int = 2,
+    slots: int = 128,
+    prefill_tok_s: float = 500.0,
+    decode_tok_s: float = 30.0,
+    error_rate: float = 0.01,
+    time_scale: float = 1.0,
+    seed: int = 1,
+) -> dict[str, object]:
+    """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs."""
+    import dagster as dg
+
+    from ragsft_assets.bench.fleet_sim import FleetSimulator
+    from ragsft_assets.definitions import build_definitions
+    from ragsft_assets.llm.cache import LLMCache
+
+    n_pairs = pairs or size or DEFAULT_PAIRS
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-fleet-"))
+    root.mkdir(parents=True, exist_ok=True)
+    home = root / f"home-{time.time_ns()}"  # fresh assets and LLM cache every run
+    home.mkdir()
+    old_home = os.environ.get("RAGSFT_HOME")
+    os.environ["RAGSFT_HOME"] = str(home)
+    try:
+        t0 = time.perf_counter()
+        make_snapshot(home, n_pairs, root, seed)
+        _print(f"snapshot of about {n_pairs} pairs ready in {time.perf_counter() - t0:.1f}s")
+        with FleetSimulator(
+            replicas=replicas,
+            slots=slots,
+            prefill_tok_s=prefill_tok_s,
+            decode_tok_s=decode_tok_s,
+            error_rate=error_rate,
+            seed=seed,
+            time_scale=time_scale,
+        ) as fleet:
+            llm = llm_resources(home, fleet.base_urls, fleet.model, concurrency=slots)
+            defs = build_definitions(_resources(home, llm))
+            instance = dg.DagsterInstance.ephemeral()
+            instance.add_dynamic_partitions("snapshot", [PARTITION])
+            t0 = time.perf_counter()
+            _run_job(
+                defs, instance, "corpus_job", {"ops": {"bridge_pairs": {"config": {"max_pairs": n_pairs}}}}
+            )
+            corpus_s = time.perf_counter() - t0
+            from ragsft_assets.resources.store import ArtifactStore
+
+            made = ArtifactStore(home=str(home)).read(PARTITION, "bridge_pairs").num_rows
+            _print(f"corpus_job: {made} bridge pairs in {corpus_s:.1f}s; the LLM jobs start")
+            fleet.reset_stats()
+            cpu0, t0 = _cpu_s(), time.perf_counter()
+            drafts = {"ops": {"question_drafts": {"config": {"max_pairs": n_pairs}}}}
+            results = [_run_job(defs, instance, "multihop_job", drafts)]
+            _print(f"multihop_job done in {time.perf_counter() - t0:.1f}s")
+            results.append(_run_job(defs, instance, "rag_sft_job"))
+            jobs_s = time.perf_counter() - t0
+            cpu_s = _cpu_s() - cpu0
+            stats = fleet.stats()
+            for name, st in stats["stages"].items():
+                mean = st["busy_s"] / max(1, st["ok"])
+                _print(
+                    f"stage {name}: {st['ok']} answers in {st['wall_s']:.1f}s, mean latency {mean:.2f}s,"
+                    f" {st['prompt_tokens'] // max(1, st['ok'])} prompt and"
+                    f" {st['completion_tokens'] // max(1, st['ok'])} completion tokens per call"
+                )
+            for r in llm.values():
+                r.close()
+        cache = LLMCache(home / "llm_cache")
+        entries = len(cache)
+        cache.close()
+    finally:
+        if old_home is None:
+            os.environ.pop("RAGSFT_HOME", None)
+        else:
+            os.environ["RAGSFT_HOME"] = old_home
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stages = {f"{name}_s": round(s["wall_s"], 1) for name, s in stats["stages"].items()}
+    calls = {f"{name}_calls": s["ok"] for name, s in stats["stages"].items()}
+    values: dict[str, object] = {
+        "pairs": made,
+        "utilization": round(stats["utilization"], 3),
+        "max_in_flight": stats["max_in_flight"],
+        "slots": stats["slots"],
+        "requests": stats["requests"],
+        "answered": stats["ok"],
+        "retries": stats["retries"],
+        "rejected_429": stats["rejected_429"],
+        "client_cpu_ms_per_request": round(1000 * cpu_s / max(1, stats["ok"]), 2),
+        "peak_rss_mb": round(peak_mb),
+        "lost": max(0, stats["distinct_ok"] - entries),
+        "duplicated": stats["duplicated"],
+        "gave_up": _gave_up(results),
+        "cache_entries": entries,
+        "llm_wall_s": round(stats["stage_wall_s"], 1),
+        "jobs_s": round(jobs_s, 1),
+        "corpus_s": round(corpus_s, 1),
+        **stages,
+        **calls,
+        "prefill_tok_s": prefill_tok_s,
+        "decode_tok_s": decode_tok_s,
+        "time_scale": time_scale,
+        "load_avg": round(os.getloadavg()[0], 2),
+    }
+    values["passed"] = (
+        stats["utilization"] >= UTILIZATION_BAR
+        and values["lost"] == 0
+        and values["duplicated"] == 0
+        and peak_mb < RSS_BAR_MB
+    )
+    if not workdir:
+        shutil.rmtree(root, ignore_errors=True)
+    return {**values, **machine_values("httpx", "aiohttp")}
