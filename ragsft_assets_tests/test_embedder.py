@@ -146,10 +146,13 @@ def test_embedder_from_env_and_default_resources(monkeypatch: pytest.MonkeyPatch
 
 
 class EmbedServer:
-    """``/v1/embeddings`` and ``/v1/models`` on 127.0.0.1; the first ``fail_first`` POSTs get a 503."""
+    """``/v1/embeddings`` and ``/v1/models`` on 127.0.0.1; the first ``fail_first`` POSTs get a 503.
 
-    def __init__(self, fail_first: int = 0, status: int = 503) -> None:
-        self.fail_first, self.status = fail_first, status
+    ``/v1/models`` lists ``max_model_len`` (as vLLM does) unless it is None (as providers do).
+    """
+
+    def __init__(self, fail_first: int = 0, status: int = 503, max_model_len: int | None = 256) -> None:
+        self.fail_first, self.status, self.max_model_len = fail_first, status, max_model_len
         self.posts = 0
         self.inputs: Counter[str] = Counter()
         self.bodies: list[dict] = []
@@ -171,9 +174,10 @@ class EmbedServer:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802
-                self._send(
-                    200, {"data": [{"id": "embedding", "root": "/models/minilm", "max_model_len": 256}]}
-                )
+                entry: dict[str, object] = {"id": "embedding", "root": "/models/minilm"}
+                if server.max_model_len is not None:
+                    entry["max_model_len"] = server.max_model_len
+                self._send(200, {"data": [entry]})
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -208,7 +212,7 @@ class EmbedServer:
 
 def test_openai_backend_retries_batches_and_caches(tmp_path: Path) -> None:
     texts = [f"passage {i}" for i in range(7)]
-    with EmbedServer(fail_first=2).running() as server:
+    with EmbedServer(fail_first=2, max_model_len=None).running() as server:
         res = EmbeddingResource(
             backend="openai",
             base_urls=[server.url],
@@ -252,3 +256,65 @@ def test_openai_backend_gives_up_with_a_clear_error() -> None:
             backend.embed(["a"])
         assert server.posts == 1  # a 4xx is not retried
         assert server.bodies[0]["truncate_prompt_tokens"] == 128
+
+
+def test_openai_truncation_comes_from_the_served_max_model_len_unless_set(tmp_path: Path) -> None:
+    with EmbedServer(max_model_len=16_384).running() as server:
+        res = EmbeddingResource(
+            backend="openai", base_urls=[server.url], model="embedding", cache_dir=str(tmp_path / "c")
+        )
+        res.embed(["a long passage", "another"])
+        assert res.model_identity()["max_tokens"] == "16384"  # part of every cache key
+        assert [b["truncate_prompt_tokens"] for b in server.bodies] == [16_384]
+        res.close()
+        pinned = EmbeddingResource(
+            backend="openai",
+            base_urls=[server.url],
+            model="embedding",
+            max_tokens=256,
+            cache_dir=str(tmp_path / "c"),
+        )
+        out = pinned.embed(["a long passage"])
+        assert pinned.model_identity()["max_tokens"] == "256" and out.stats.embedded == 1  # another key
+        assert server.bodies[-1]["truncate_prompt_tokens"] == 256
+        pinned.close()
+    with EmbedServer(max_model_len=None).running() as server:  # a provider: no length, no field
+        backend = OpenAIEmbeddingBackend([server.url], "embedding")
+        backend.embed(["a"])
+        assert backend.identity()["max_tokens"] == "server_default"
+        assert "truncate_prompt_tokens" not in server.bodies[0]
+
+
+@pytest.mark.parametrize("texts", [["a", "b", "c", "d"], ["a", "b", "a", "c", "b"], []])
+def test_vectors_written_to_a_memory_mapped_file(tmp_path: Path, texts: list[str]) -> None:
+    from ragsft_assets.resources.embedder import open_vectors
+
+    res = _resource(tmp_path, batch_size=2)
+    res.embed(texts[:2])  # some vectors come from the cache, some from the backend
+    in_memory = res.embed(texts)
+    out = tmp_path / "emb" / "vectors.npy"
+    on_disk = res.embed(texts, out=out)
+    assert isinstance(on_disk.vectors, np.memmap) and not on_disk.vectors.flags.writeable
+    assert on_disk.vectors.dtype == np.float32 and on_disk.vectors.shape == (len(texts), 8 if texts else 0)
+    np.testing.assert_array_equal(on_disk.vectors, in_memory.vectors.reshape(on_disk.vectors.shape))
+    if texts:
+        np.testing.assert_allclose(np.linalg.norm(on_disk.vectors, axis=1), 1.0, rtol=1e-6)
+    reopened = open_vectors(out)
+    assert isinstance(reopened, np.memmap)
+    np.testing.assert_array_equal(reopened, on_disk.vectors)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["vectors.npy"]  # no temp file left
+    res.close()
+
+
+def test_a_failed_run_leaves_no_vectors_file(tmp_path: Path) -> None:
+    res = _resource(tmp_path, batch_size=1)
+    out = tmp_path / "emb" / "vectors.npy"
+    with pytest.raises(EmbeddingError):
+        res.embed(["one", "FAIL"], out=out)
+    assert list(out.parent.iterdir()) == []
+    res.close()
+    np.save(tmp_path / "f8.npy", np.zeros((2, 3)))
+    from ragsft_assets.resources.embedder import open_vectors
+
+    with pytest.raises(ValueError, match="float32"):
+        open_vectors(tmp_path / "f8.npy")

@@ -124,6 +124,10 @@ class EmbeddingCache(SQLiteCache):
         """The vectors of the keys present (key -> float32 vector)."""
         return {key: np.frombuffer(blob, dtype="<f4") for key, blob in self._values("vector", keys)}
 
+    def present(self, keys: Iterable[str]) -> set[str]:
+        """The keys that have a vector (their vectors are not read)."""
+        return {key for key, _ in self._values("dim", keys)}
+
     def put_many(
         self, identity: dict[str, str], keys: Sequence[str], vectors: np.ndarray, tokens: Sequence[int]
     ) -> None:
@@ -150,6 +154,28 @@ class EmbeddingCache(SQLiteCache):
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+
+VECTORS_FILE = "vectors.npy"
+FILL_BLOCK = 8192  # vectors read from the cache, normalised or copied at once
+
+
+def open_vectors(path: str | Path) -> np.ndarray:
+    """The (n, dim) float32 vectors of a ``.npy`` file, memory-mapped read-only (nothing is loaded).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file does not hold a 2-D float32 array.
+    """
+    arr = np.load(Path(path), mmap_mode="r")
+    if arr.dtype != np.float32 or arr.ndim != 2:
+        raise ValueError(f"{path}: expected 2-D float32 vectors, got {arr.dtype} {arr.shape}")
+    return arr
+
+
+def _npy(path: Path, n: int, dim: int) -> np.ndarray:
+    """A new (n, dim) float32 ``.npy`` at ``path``, memory-mapped for writing."""
+    return np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
 
 
 @dataclass(slots=True)
@@ -292,8 +318,9 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
 
     Args:
         per_request: inputs per HTTP request.
-        max_tokens: sent as vLLM's ``truncate_prompt_tokens`` when set (other servers may refuse
-            the field: leave it unset there); part of the identity.
+        max_tokens: sent as vLLM's ``truncate_prompt_tokens``; unset, the served model's
+            ``max_model_len`` from ``/v1/models`` is sent instead, and a server that lists none (a
+            provider) gets no such field. The length used is part of the identity.
         **kwargs: ``OpenAIBackend`` arguments (base_urls, model, api_key_env, concurrency, ...).
     """
 
@@ -307,8 +334,20 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
 
     def identity(self) -> dict[str, str]:
         ident = super().identity()
-        ident["max_tokens"] = str(self.max_tokens) if self.max_tokens else "server_default"
+        truncation = self.truncation()
+        ident["max_tokens"] = str(truncation) if truncation else "server_default"
         return ident
+
+    def truncation(self) -> int | None:
+        """Tokens each input is cut to: ``max_tokens`` when set, else the served ``max_model_len``."""
+        if self.max_tokens:
+            return self.max_tokens
+        OpenAIBackend.identity(self)  # reads /v1/models once (what the servers say of the model)
+        served = self._served or {}
+        try:
+            return int(served["max_model_len"]) if served.get("max_model_len") else None
+        except (TypeError, ValueError):
+            return None
 
     @staticmethod
     def _parse(content: bytes, n: int) -> tuple[np.ndarray, int]:
@@ -330,6 +369,7 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
         parts = [texts[i : i + self.per_request] for i in range(0, len(texts), self.per_request)]
         results: list[Any] = [None] * len(parts)
         call = _Call()
+        truncation = self.truncation() if parts else None
 
         async def one(i: int) -> None:
             body_obj: dict[str, Any] = {
@@ -337,8 +377,8 @@ class OpenAIEmbeddingBackend(OpenAIBackend):
                 "input": list(parts[i]),
                 "encoding_format": "float",
             }
-            if self.max_tokens:
-                body_obj["truncate_prompt_tokens"] = self.max_tokens
+            if truncation:
+                body_obj["truncate_prompt_tokens"] = truncation
             n = len(parts[i])
             try:
                 results[i] = await self._send(
@@ -441,6 +481,75 @@ class EmbeddingResult:
     stats: EmbedStats = field(default_factory=EmbedStats)
 
 
+class _UniqueVectors:
+    """One float32 row per unique text, filled as vectors arrive; then the rows of every text.
+
+    In memory, or with ``out`` a temp ``.npy`` beside it (allocated when the dimension is known).
+    """
+
+    def __init__(self, n_unique: int, out: Path | None) -> None:
+        self.n_unique = n_unique
+        self.out = out
+        self.arr: np.ndarray | None = None
+        self.temps: list[Path] = []
+
+    def _temp(self) -> Path:
+        from ragsft_assets.storage import temp_beside
+
+        assert self.out is not None
+        fd, name = temp_beside(self.out)
+        import os
+
+        os.close(fd)
+        self.temps.append(Path(name))
+        return Path(name)
+
+    def put(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        if self.arr is None:
+            dim = int(vectors.shape[1])
+            shape = (self.n_unique, dim)
+            self.arr = _npy(self._temp(), *shape) if self.out is not None else np.empty(shape, np.float32)
+        if vectors.shape[1] != self.arr.shape[1]:
+            raise EmbeddingError(f"vectors of {vectors.shape[1]} dimensions among {self.arr.shape[1]}")
+        self.arr[ids] = vectors
+
+    def finish(self, uid: np.ndarray, normalize: bool) -> np.ndarray:
+        """The (n, dim) vectors of the texts (rows ``uid`` of the unique ones), normalised if asked."""
+        arr = self.arr if self.arr is not None else np.zeros((self.n_unique, 0), np.float32)
+        if normalize:
+            for s in range(0, len(arr), FILL_BLOCK):
+                block = arr[s : s + FILL_BLOCK]
+                norms = np.linalg.norm(block, axis=1, keepdims=True)
+                block /= np.where(norms > 0, norms, 1.0)
+        if self.out is None:
+            if len(uid) == 0:
+                return np.zeros((0, 0), np.float32)
+            return arr if np.array_equal(uid, np.arange(len(arr))) else arr[uid]
+        import os
+
+        if self.arr is not None and np.array_equal(uid, np.arange(len(arr))):
+            result_path = self.temps[-1]  # every text unique and in order: the unique rows are the result
+            self.arr.flush()
+        else:
+            result_path = self._temp()
+            res = _npy(result_path, len(uid), arr.shape[1])
+            for s in range(0, len(uid), FILL_BLOCK):
+                res[s : s + FILL_BLOCK] = arr[uid[s : s + FILL_BLOCK]]
+            res.flush()
+            del res
+        self.arr = None
+        os.replace(result_path, self.out)
+        self.temps.remove(result_path)
+        return open_vectors(self.out)
+
+    def discard(self) -> None:
+        """Remove the temp files left (the unique rows when they were not the result; a failed run's)."""
+        self.arr = None
+        for t in self.temps:
+            t.unlink(missing_ok=True)
+        self.temps.clear()
+
+
 class EmbeddingResource(ModelEndpoint):
     """An embedding model for the ``embedder`` role, with the content-addressed cache in front of it."""
 
@@ -526,8 +635,16 @@ class EmbeddingResource(ModelEndpoint):
         identity = self.model_identity()
         return [embedding_key(identity, t) for t in texts]
 
-    def embed(self, texts: Sequence[str], *, log: Any = None) -> EmbeddingResult:
+    def embed(
+        self, texts: Sequence[str], *, log: Any = None, out: str | Path | None = None
+    ) -> EmbeddingResult:
         """Vectors of ``texts`` (in order); cached texts cost nothing, duplicates are embedded once.
+
+        Vectors never sit in memory as one Python object per text: each unique text's vector goes
+        into one float32 array as its batch arrives (cached ones ``FILL_BLOCK`` at a time), and rows
+        are filled from it. With ``out``, that array is a ``.npy`` file beside ``out`` and the result
+        is written to ``out`` (atomically: a temp file renamed), and ``vectors`` is a read-only
+        ``np.memmap`` of it (``open_vectors``): memory stays at a block of vectors whatever the count.
 
         Raises:
             EmbeddingError: the backend failed on a batch (batches before it stay cached).
@@ -538,53 +655,76 @@ class EmbeddingResource(ModelEndpoint):
         first: dict[str, int] = {}
         for i, k in enumerate(keys):
             first.setdefault(k, i)
+        unique_of = {k: j for j, k in enumerate(first)}  # unique id in order of first appearance
+        uid = np.fromiter((unique_of[k] for k in keys), dtype=np.int64, count=len(keys))
+        del unique_of
         cache = self._the_cache()
-        found = cache.get_many(first) if cache is not None else {}
-        stats = EmbedStats(texts=len(texts), unique=len(first), cache_hits=len(found))
-        missing = [k for k in first if k not in found]
-        if missing:
-            backend = self.backend_object()
-            identity = self.model_identity()
-            last_log = time.monotonic()
-            step = max(1, self.batch_size)
-            if self.backend == "openai":  # one backend call fills every URL's in-flight slots
-                step = max(step, self.per_request * self.concurrency * max(1, len(self.base_urls)))
-            for start in range(0, len(missing), step):
-                part = missing[start : start + step]
-                batch = backend.embed([texts[first[k]] for k in part])
-                transport = getattr(backend, "last_transport", None)
-                if transport is not None:  # the HTTP backend's retries and concurrency
-                    stats.retries += transport.retries
-                    stats.http_429 += transport.http_429
-                    stats.in_flight_max = max(stats.in_flight_max, transport.in_flight_max)
-                if batch.vectors.shape[0] != len(part):
-                    raise EmbeddingError(
-                        f"{self.role}: {batch.vectors.shape[0]} vectors for {len(part)} texts"
+        present = cache.present(first) if cache is not None else set()
+        stats = EmbedStats(texts=len(texts), unique=len(first), cache_hits=len(present))
+        store = _UniqueVectors(len(first), Path(out) if out is not None else None)
+        try:
+            missing = [(k, j) for j, k in enumerate(first) if k not in present]
+            if missing:
+                self._embed_missing(texts, first, missing, store, stats, t0, log)
+            if cache is not None and present:
+                cached = [(k, j) for j, k in enumerate(first) if k in present]
+                for s in range(0, len(cached), FILL_BLOCK):
+                    part = cached[s : s + FILL_BLOCK]
+                    got = cache.get_many(k for k, _ in part)
+                    if len(got) != len(part):
+                        raise EmbeddingError(f"{self.role}: cache entries vanished during the run")
+                    store.put(
+                        np.fromiter((j for _, j in part), np.int64), np.stack([got[k] for k, _ in part])
                     )
-                if cache is not None:
-                    cache.put_many(identity, part, batch.vectors, batch.tokens)
-                found.update(zip(part, batch.vectors, strict=True))
-                stats.calls += 1
-                stats.embedded += len(part)
-                stats.tokens += sum(batch.tokens)
-                now = time.monotonic()
-                if now - last_log >= self.progress_every_s or stats.embedded == len(missing):
-                    last_log = now
-                    rate = stats.embedded / max(now - t0, 1e-9)
-                    eta = (len(missing) - stats.embedded) / rate if rate > 0 else float("nan")
-                    log.info(
-                        f"{self.role}: embedded {stats.embedded}/{len(missing)} texts"
-                        f" ({stats.cache_hits} cached), {rate:.1f} texts/s, ETA {eta:.0f}s"
-                    )
-        if texts:
-            vectors = np.stack([found[k] for k in keys]).astype(np.float32, copy=True)
-        else:
-            vectors = np.zeros((0, 0), np.float32)
-        if self.normalize and vectors.size:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors /= np.where(norms > 0, norms, 1.0)
+            vectors = store.finish(uid, self.normalize)
+        finally:
+            store.discard()
         stats.wall_s = round(time.monotonic() - t0, 3)
         return EmbeddingResult(vectors, keys, stats)
+
+    def _embed_missing(
+        self,
+        texts: Sequence[str],
+        first: dict[str, int],
+        missing: list[tuple[str, int]],
+        store: _UniqueVectors,
+        stats: EmbedStats,
+        t0: float,
+        log: Any,
+    ) -> None:
+        """Embed the texts of ``missing`` (key, unique id) in backend batches; cache and store each."""
+        backend = self.backend_object()
+        identity = self.model_identity()
+        cache = self._the_cache()
+        last_log = time.monotonic()
+        step = max(1, self.batch_size)
+        if self.backend == "openai":  # one backend call fills every URL's in-flight slots
+            step = max(step, self.per_request * self.concurrency * max(1, len(self.base_urls)))
+        for start in range(0, len(missing), step):
+            part = missing[start : start + step]
+            batch = backend.embed([texts[first[k]] for k, _ in part])
+            transport = getattr(backend, "last_transport", None)
+            if transport is not None:  # the HTTP backend's retries and concurrency
+                stats.retries += transport.retries
+                stats.http_429 += transport.http_429
+                stats.in_flight_max = max(stats.in_flight_max, transport.in_flight_max)
+            if batch.vectors.shape[0] != len(part):
+                raise EmbeddingError(f"{self.role}: {batch.vectors.shape[0]} vectors for {len(part)} texts")
+            if cache is not None:
+                cache.put_many(identity, [k for k, _ in part], batch.vectors, batch.tokens)
+            store.put(np.fromiter((j for _, j in part), np.int64), batch.vectors)
+            stats.calls += 1
+            stats.embedded += len(part)
+            stats.tokens += sum(batch.tokens)
+            now = time.monotonic()
+            if now - last_log >= self.progress_every_s or stats.embedded == len(missing):
+                last_log = now
+                rate = stats.embedded / max(now - t0, 1e-9)
+                eta = (len(missing) - stats.embedded) / rate if rate > 0 else float("nan")
+                log.info(
+                    f"{self.role}: embedded {stats.embedded}/{len(missing)} texts"
+                    f" ({stats.cache_hits} cached), {rate:.1f} texts/s, ETA {eta:.0f}s"
+                )
 
     def close(self) -> None:
         """Release this resource's hold on the engine (it closes when no other holder is left)."""
