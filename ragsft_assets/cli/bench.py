@@ -11,8 +11,10 @@ BENCHES: dict[str, tuple[str, dict[str, object]]] = {
     "corpus": ("corpus", {}),
     "distractors": ("distractors", {}),
     "embeddings": ("embeddings", {}),
+    "fleet": ("fleet", {}),
     "llm": ("llm", {}),
     "release": ("release", {}),
+    "serve": ("serve", {}),
     # The release with every upstream file unsorted: each data file goes through stream.write_sorted.
     "release_unsorted": ("release", {"upstream_sorted": False}),
 }
@@ -34,9 +36,12 @@ def format_line(name: str, values: dict[str, object]) -> str:
 @click.argument("name", type=click.Choice(sorted(BENCHES) or ["none"]))
 @click.option("--size", "--n", "size", type=int, default=None, help="Problem size (benchmark-specific default).")
 @click.option("--workdir", type=click.Path(), default=None, help="Scratch folder (default: a temp dir).")
-def bench(name: str, size: int | None, workdir: str | None) -> None:
+@click.option("--pairs", type=int, default=None, help="bench fleet: bridge pairs of the generated snapshot.")
+def bench(name: str, size: int | None, workdir: str | None, pairs: int | None) -> None:
     """Run benchmark NAME and print its key=value closing line."""
     module_name, options = BENCHES[name]
     module = importlib.import_module(f"ragsft_assets.bench.{module_name}")
+    if pairs is not None:
+        options = {**options, "pairs": pairs}
     values = module.run(size=size, workdir=workdir, **options)
     click.echo(format_line(name, values))
