@@ -450,6 +450,12 @@ def _tokens_rows(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _template_name(part: str) -> str:
+    """``rag_rule_cite_inline.en (its other sentences)`` as the template's name in code, then the note."""
+    name, _, note = part.partition(" ")
+    return f"`{name}`" + (f" {note}" if note else "")
+
+
 def recipe_lines(stats: Mapping[str, Any], config: str) -> list[str]:
     """The recipe sentence and which parts of the system prompt the card quotes (none without a recipe)."""
     record = stats.get("recipe")
@@ -465,7 +471,7 @@ def recipe_lines(stats: Mapping[str, Any], config: str) -> list[str]:
         lines += [f"> {s}" for s in sentences] + [""]
     if parts.get("ours"):
         versions = parts.get("versions") or {}
-        ours = ", ".join(f"`{t}`" for t in parts["ours"])
+        ours = ", ".join(_template_name(t) for t in parts["ours"])
         lines += [
             f"Ours (not quoted by the card): {ours}. Template versions: "
             + ", ".join(f"{t} {v}" for t, v in sorted(versions.items()))
