@@ -203,3 +203,21 @@ def test_factual_rubric_and_what_each_judge_sees(prompts) -> None:
     for call, p in zip(multi.calls, sorted(en, key=lambda x: x.id), strict=True):
         assert all(par in call[0]["content"] for par in p.paragraphs)
     assert {(k.enable_thinking, k.thinking_max_tokens) for k in multi.params} == {(True, 2048)}
+
+
+@pytest.mark.parametrize("lang", ["en", "fr"])
+def test_factual_rubric_has_the_cards_three_parts(lang: str) -> None:
+    from ragsft_assets.prompts import load_prompt
+
+    text = load_prompt("rag_judge_factual", lang).render(
+        question="Q?", answer="A", gold_titles="T1; T2", response="R", passages="P"
+    )
+    parts = {
+        "en": ("the answer is correct", "uses all the supporting facts", "its reasoning is sound"),
+        "fr": (
+            "la réponse est correcte",
+            "utilise tous les faits justificatifs",
+            "son raisonnement est juste",
+        ),
+    }[lang]
+    assert all(p in text for p in parts) and "T1; T2" in text and "A" in text
