@@ -11,6 +11,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,12 +20,15 @@ from ragsft_assets.cli.instance import instance as _instance
 from ragsft_assets.cli.instance import sources_dir
 from ragsft_assets.home import dagster_home, snapshots_dir
 
+if TYPE_CHECKING:  # the readers (pyarrow) load only when a command runs
+    from ragsft_assets.sources.read import SourceRead
+
 # The presets `sources add --preset` knows (sources/read.py's PRESETS; a test keeps them equal):
 # named here so that --help lists them without importing the readers.
 PRESET_NAMES = ("hotpotqa", "narrativeqa", "rag_tge", "synthetic_convqa", "trust_align")
 
 
-def require_questions(key: str, read: object) -> None:
+def require_questions(key: str, read: SourceRead) -> None:
     """Refuse a source that yields no question, naming why its records were left out.
 
     Raises:
@@ -32,9 +36,9 @@ def require_questions(key: str, read: object) -> None:
             (``rejected:<reason>`` and the other counters of its funnel, e.g. trust_align's), or
             the rows read per file.
     """
-    if read.table.num_rows:  # type: ignore[attr-defined]
+    if read.table.num_rows:
         return
-    counts = dict(read.rows_per_file)  # type: ignore[attr-defined]
+    counts = dict(read.rows_per_file)
     reasons = {k.removeprefix("rejected:"): n for k, n in counts.items() if k.startswith("rejected:") and n}
     others = {k: n for k, n in counts.items() if not k.startswith("rejected:") and n}
     detail = ", ".join(f"{k}: {n}" for k, n in sorted({**reasons, **others}.items())) or "no record read"
