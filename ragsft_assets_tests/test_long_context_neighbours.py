@@ -191,3 +191,25 @@ def test_memmapped_vectors_are_searched_in_place(tmp_path, monkeypatch, exact_ma
     assert res.indices.tobytes() == ref.indices.tobytes()  # the memmap gives the in-memory answer
     with pytest.raises(TypeError, match="numpy array"):
         nearest_neighbours(x.tolist(), 8)  # type: ignore[arg-type]
+
+
+def test_arrow_round_trip_and_codes_without_python_lists() -> None:
+    import pyarrow as pa
+
+    from ragsft_assets.long_context.neighbours import arrow_codes, neighbours_from_table, neighbours_table
+
+    x, keys, groups = corpus(120, 8, 4)
+    col = pa.chunked_array([keys[:50], keys[50:]])
+    codes = arrow_codes(col)
+    assert codes.dtype == np.int64
+    assert all((codes[i] == codes[j]) == (keys[i] == keys[j]) for i in range(0, 120, 7) for j in range(120))
+    by_codes = nearest_neighbours(x, 4, keys=codes, groups=arrow_codes(pa.array(groups)))
+    by_values = nearest_neighbours(x, 4, keys=keys, groups=groups)
+    np.testing.assert_array_equal(by_codes.indices, by_values.indices)
+    by_values.indices[3, 2:] = -1  # padding comes back as -1 / NaN through nulls
+    by_values.scores[3, 2:] = np.nan
+    table = neighbours_table(pa.array(np.arange(120)), by_values)
+    assert table.column("scores").to_pylist()[3][2:] == [None, None]
+    back = neighbours_from_table(table)
+    np.testing.assert_array_equal(back.indices, by_values.indices)
+    np.testing.assert_array_equal(back.scores, by_values.scores)

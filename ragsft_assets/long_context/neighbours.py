@@ -520,3 +520,46 @@ def nearest_neighbours(
 def settings_dict(settings: SearchSettings) -> dict[str, Any]:
     """The settings as plain values (for run records and metadata)."""
     return asdict(settings)
+
+
+def arrow_codes(column: Any) -> np.ndarray:
+    """Integer ids of an Arrow column's values (equal values, equal ids), without Python objects.
+
+    For ``keys=`` / ``groups=`` of ``nearest_neighbours`` straight from a Parquet column.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return pc.dictionary_encode(column).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def neighbours_table(rows: Any, nb: Neighbours) -> Any:
+    """``row``, ``indices`` (list<int64>) and ``scores`` (list<float64>, null where NaN) as Arrow.
+
+    Built from the arrays (offsets + flat values), never from Python lists.
+    """
+    import pyarrow as pa
+
+    n, k = nb.indices.shape
+    offsets = pa.array(np.arange(0, (n + 1) * k, k, dtype=np.int32))
+    flat_scores = nb.scores.reshape(-1)
+    scores = pa.array(flat_scores, pa.float64(), mask=np.isnan(flat_scores))
+    return pa.table(
+        {
+            "row": rows,
+            "indices": pa.ListArray.from_arrays(offsets, pa.array(nb.indices.reshape(-1), pa.int64())),
+            "scores": pa.ListArray.from_arrays(offsets, scores),
+        }
+    )
+
+
+def neighbours_from_table(table: Any) -> Neighbours:
+    """The ``Neighbours`` of a ``neighbours_table`` (every row holds k entries)."""
+    n = table.num_rows
+    if n == 0:
+        return Neighbours(np.zeros((0, 0), np.int64), np.zeros((0, 0)))
+    idx = table["indices"].combine_chunks().flatten().to_numpy()
+    sc = table["scores"].combine_chunks().flatten().fill_null(np.nan).to_numpy()
+    return Neighbours(idx.reshape(n, -1).astype(np.int64), sc.reshape(n, -1).astype(np.float64))

@@ -61,6 +61,9 @@ class LongContextConfig(dg.Config):
     splits: list[str] = ["train"]  # source splits to build from (the dev/test sets stay for evaluation)
     seed: int = DEFAULT_SEED
     neighbours: int = 64  # candidates per passage (enough to fill the budget)
+    # neighbours: exact search up to this many unique passages, a seeded IVF index above it
+    # (its recall@k against exact, measured on a sample, is in the asset's metadata)
+    neighbours_exact_max: int = 200_000
     # The card's values of this asset's variant. None = the partition's product recipe: the card's
     # config of its source (narrativeqa: only narrativeqa_clustered is built), or for any other
     # source the family recipe (long_context_raft, ...). Name one to build a variant the product
@@ -172,13 +175,12 @@ EMBEDDINGS_SCHEMA = pa.schema(
         ("passage_id", pa.string()),
         ("example_id", pa.string()),
         ("embedding_key", pa.string()),
-        ("vector", pa.list_(pa.float32())),
     ]
-)
+)  # the vectors: VECTORS_FILE beside it, float32 rows in this order, read memory-mapped
 
 
 # Embedding steps sit in the `gpu` pool with the LLM steps: the embedder may run vLLM on the GPU.
-@_asset("passage_embeddings", "1", deps=[examples], pool="gpu", retry_policy=LLM_RETRY_POLICY)
+@_asset("passage_embeddings", "2", deps=[examples], pool="gpu", retry_policy=LLM_RETRY_POLICY)
 def passage_embeddings(
     context: dg.AssetExecutionContext, store: ArtifactStore, embedder: EmbeddingResource
 ) -> dg.MaterializeResult:
@@ -186,14 +188,13 @@ def passage_embeddings(
     partition = context.partition_key
     exs = build.examples_from_table(store.read(partition, EXAMPLES))
     rows = raft.passage_rows(exs)
-    result = embedder.embed(rows.texts, log=context.log)
+    result = embedder.embed(rows.texts, log=context.log, out=_vectors_path(store, partition))
     table = pa.table(
         {
             "row": pa.array(range(len(rows.texts)), pa.int64()),
             "passage_id": rows.ids,
             "example_id": rows.groups,
             "embedding_key": result.keys,
-            "vector": pa.array(list(result.vectors), pa.list_(pa.float32())),
         },
         schema=EMBEDDINGS_SCHEMA,
     )
@@ -204,6 +205,7 @@ def passage_embeddings(
             **result.stats.as_metadata(),
             "embedder/model": dg.MetadataValue.json(embedder.model_identity()),
             "dim": int(result.vectors.shape[1]) if result.vectors.size else 0,
+            "vectors": dg.MetadataValue.path(str(_vectors_path(store, partition))),
             "unique_passages": len(set(rows.ids)),
         }
     )
@@ -214,34 +216,26 @@ NEIGHBOURS_SCHEMA = pa.schema(
 )
 
 
-@_asset("neighbours", "1", deps=[passage_embeddings])
+@_asset("neighbours", "2", deps=[passage_embeddings])
 def neighbours(
     context: dg.AssetExecutionContext, config: LongContextConfig, store: ArtifactStore
 ) -> dg.MaterializeResult:
-    """Exact top-k passages by inner product per row (itself, duplicates and its example excluded)."""
-    from ragsft_assets.long_context.neighbours import nearest_neighbours
+    """Top-k passages by inner product per row (itself, duplicates and its example excluded):
+    exact up to ``neighbours_exact_max`` unique passages, a seeded IVF index above it."""
+    from ragsft_assets.long_context import neighbours as lc_nb
 
     partition = context.partition_key
     emb = store.read(partition, EMBEDDINGS)
-    vectors = _vectors(emb)
-    nb = nearest_neighbours(
-        vectors,
+    nb = lc_nb.nearest_neighbours(
+        _vectors(store, partition, emb.num_rows),  # memory-mapped
         config.neighbours,
-        keys=emb["passage_id"].to_pylist(),
-        groups=emb["example_id"].to_pylist(),
+        keys=lc_nb.arrow_codes(emb["passage_id"]),
+        groups=lc_nb.arrow_codes(emb["example_id"]),
+        settings=lc_nb.SearchSettings(exact_max=config.neighbours_exact_max, seed=config.seed),
+        log=context.log,
     )
-    table = pa.table(
-        {
-            "row": emb["row"],
-            "indices": pa.array(nb.indices.tolist(), pa.list_(pa.int64())),
-            # NaN pads the -1 indices: kept as null so the Parquet holds no NaN
-            "scores": pa.array(
-                [[None if np.isnan(s) else float(s) for s in r] for r in nb.scores.tolist()],
-                pa.list_(pa.float64()),
-            ),
-        },
-        schema=NEIGHBOURS_SCHEMA,
-    )
+    # NaN pads the -1 indices: kept as null so the Parquet holds no NaN
+    table = lc_nb.neighbours_table(emb["row"], nb).cast(NEIGHBOURS_SCHEMA)
     path = store.write(table, partition, NEIGHBOURS)
     return dg.MaterializeResult(
         metadata={
@@ -249,25 +243,39 @@ def neighbours(
             "k": config.neighbours,
             "fallbacks": nb.fallbacks,
             "wall_s": round(nb.wall_s, 3),
+            **nb.metadata(),  # search/method, search/recall_at_k, search/nprobe, ...
         }
     )
 
 
-def _vectors(emb: pa.Table) -> np.ndarray:
-    if emb.num_rows == 0:
-        return np.zeros((0, 1), np.float32)
-    return np.asarray(emb["vector"].to_pylist(), dtype=np.float32)
+def _vectors_path(store: ArtifactStore, partition: str):  # noqa: ANN202
+    from ragsft_assets.resources.embedder import VECTORS_FILE
+
+    return store.path(partition, EMBEDDINGS).with_name(VECTORS_FILE)
+
+
+def _vectors(store: ArtifactStore, partition: str, n_rows: int) -> np.ndarray:
+    """The passage vectors, memory-mapped (row-aligned with ``passage_embeddings``' table)."""
+    from ragsft_assets.resources.embedder import open_vectors
+
+    path = _vectors_path(store, partition)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{partition}: {path} is missing: rematerialize long_context/passage_embeddings"
+        )
+    vectors = open_vectors(path)
+    if len(vectors) != n_rows:
+        raise RuntimeError(
+            f"{partition}: {path} holds {len(vectors)} vectors for {n_rows} passage rows:"
+            " rematerialize long_context/passage_embeddings"
+        )
+    return vectors if n_rows else np.zeros((0, 1), np.float32)
 
 
 def _neighbours(store: ArtifactStore, partition: str):  # noqa: ANN202
-    from ragsft_assets.long_context.neighbours import Neighbours
+    from ragsft_assets.long_context.neighbours import neighbours_from_table
 
-    t = store.read(partition, NEIGHBOURS)
-    idx = np.asarray(t["indices"].to_pylist(), dtype=np.int64)
-    scores = np.asarray(
-        [[np.nan if s is None else s for s in r] for r in t["scores"].to_pylist()], dtype=np.float64
-    )
-    return Neighbours(idx, scores)
+    return neighbours_from_table(store.read(partition, NEIGHBOURS))
 
 
 def _inputs(store: ArtifactStore, partition: str, neighbours_too: bool = True):  # noqa: ANN202
@@ -427,7 +435,7 @@ def _clustered_step(s: VariantInput) -> tuple[Any, dict, list | None]:
 
     embedder: EmbeddingResource = s.context.resources.embedder
     exs, rows, _, keys = _inputs(s.store, s.partition, neighbours_too=False)
-    vectors = _vectors(s.store.read(s.partition, EMBEDDINGS))
+    vectors = _vectors(s.store, s.partition, len(rows.ids))
     # an example's passage vector: the mean of its oracle passages' vectors (normalised later)
     pv = np.stack([vectors[rows.example_rows[e.id]].mean(axis=0) for e in exs]) if exs else vectors
     questions = embedder.embed([e.question for e in exs], log=s.context.log)
