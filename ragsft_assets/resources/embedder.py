@@ -553,7 +553,8 @@ class _UniqueVectors:
 class EmbeddingResource(ModelEndpoint):
     """An embedding model for the ``embedder`` role, with the content-addressed cache in front of it."""
 
-    max_tokens: int | None = None  # truncation; None = the model's (256 for all-MiniLM-L6-v2)
+    # truncation; None = the model's: 256 for all-MiniLM-L6-v2, a server's /v1/models max_model_len
+    max_tokens: int | None = None
     batch_size: int = 256  # texts per backend call (each call's vectors are committed at once)
     per_request: int = 64  # openai: inputs per HTTP request
     normalize: bool = True  # L2-normalise on the way out, so inner product = cosine
