@@ -36,6 +36,8 @@ def test_a_split_that_cannot_work_fails_naming_the_variables() -> None:
 
 
 def test_engine_share_counts_the_engines_the_environment_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ragsft_assets.defs.resources  # noqa: F401  (registers the environment's roles)
+
     for role in ("GENERATOR", "JUDGE", "ANNOTATOR"):
         monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", "vllm")
         monkeypatch.setenv(f"RAGSFT_{role}_MODEL", "Qwen/Qwen3-8B")

@@ -14,6 +14,7 @@ import importlib.util
 import os
 from typing import Any
 
+from ragsft_assets.llm import gpu_share
 from ragsft_assets.resources.catalog import CatalogResource
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
@@ -131,3 +132,12 @@ def default_resources() -> dict[str, Any]:
     resources.update({role: llm_for_role(role) for role in LLM_ROLES})
     resources["embedder"] = embedder_from_env()
     return resources
+
+
+def roles_from_env() -> list[Any]:
+    """Every model role as the environment configures it (the LLM roles, then the embedder)."""
+    return [llm_for_role(role) for role in LLM_ROLES] + [embedder_from_env()]
+
+
+# An engine starting on a GPU takes its share of the roles this environment runs there.
+gpu_share.set_roles_provider(roles_from_env)

@@ -9,7 +9,7 @@ of what the roles that set one leave; a split that cannot work fails at start, n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,19 +82,32 @@ def _without_share(kind: str, options: dict[str, Any]) -> tuple[tuple[Any, ...],
     return ident, share
 
 
-def roles_on_gpu() -> list[RoleEngine]:
-    """The roles the environment (``RAGSFT_<ROLE>_*``) runs in process, with their engines: the
-    same resources ``defs/resources.default_resources`` builds, keyed as ``llm.engines`` keys them."""
-    from ragsft_assets.defs.resources import LLM_ROLES, embedder_from_env, llm_for_role
+def role_engine(resource: Any) -> RoleEngine | None:
+    """A role resource's engine as ``llm.engines`` keys it, and the share it sets; None for a
+    role that starts no engine in this process (an HTTP role)."""
+    if resource.backend not in IN_PROCESS:
+        return None
+    kind, options = resource._backend_options()
+    engine, share = _without_share(kind, options)
+    return RoleEngine(resource.role, engine, share)
 
-    roles: list[RoleEngine] = []
-    for res in [llm_for_role(role) for role in LLM_ROLES] + [embedder_from_env()]:
-        if res.backend not in IN_PROCESS:
-            continue
-        kind, options = res._backend_options()
-        engine, share = _without_share(kind, options)
-        roles.append(RoleEngine(res.role, engine, share))
-    return roles
+
+# Who says which roles run on this machine: the Dagster layer (``defs/resources``) registers the
+# roles the environment configures; the LLM layer never reaches up for them.
+_roles_provider: Callable[[], Sequence[Any]] | None = None
+
+
+def set_roles_provider(provider: Callable[[], Sequence[Any]]) -> None:
+    """Register the function that gives the role resources of this machine (``defs/resources``)."""
+    global _roles_provider
+    _roles_provider = provider
+
+
+def roles_on_gpu() -> list[RoleEngine]:
+    """The roles the registered provider runs in process, with their engines (none registered:
+    no role is known, and a starting engine counts as the only one)."""
+    resources = _roles_provider() if _roles_provider is not None else []
+    return [r for r in (role_engine(res) for res in resources) if r is not None]
 
 
 def engine_share(model: str) -> float:
