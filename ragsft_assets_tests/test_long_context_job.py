@@ -25,7 +25,7 @@ from ragsft_assets.cli import main
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.defs.resources import default_resources
 from ragsft_assets.llm import engines
-from ragsft_assets.resources.embedder import EmbeddingResource
+from ragsft_assets.resources.embedder import EmbeddingResource, open_vectors
 from ragsft_assets.resources.llm import LLMResource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.sources.read import PRESETS, SourceError, read_source
@@ -297,6 +297,17 @@ def test_rerun_embeds_nothing_calls_no_chat_model_and_is_byte_identical(lc_runs)
         if e.asset_key.to_user_string() == "long_context/passage_embeddings"
     )
     assert md["embedder/embedded"].value == 0 and md["embedder/cache_hits"].value == 47
+    nb_md = next(
+        e.materialization.metadata
+        for e in lc_runs["second"].get_asset_materialization_events()
+        if e.asset_key.to_user_string() == "long_context/neighbours"
+    )
+    # 50 passages: the exact search, recorded as such (the IVF above neighbours_exact_max)
+    assert nb_md["search/method"].value == "exact" and nb_md["search/recall_at_k"].value == 1.0
+    emb_dir = lc_runs["home"] / "assets" / KEY / "lc_passage_embeddings"
+    assert "vector" not in pq.read_schema(emb_dir / "all.parquet").names  # vectors.npy holds them
+    vectors = open_vectors(emb_dir / "vectors.npy")  # memory-mapped, row-aligned with the table
+    assert vectors.shape[0] == pq.read_metadata(emb_dir / "all.parquet").num_rows
     assert NoChatBackend.calls == 0
     assert lc_runs["first_tree"] and _tree_sha256(lc_runs["folder"]) == lc_runs["first_tree"]
 
