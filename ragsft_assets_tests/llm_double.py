@@ -90,7 +90,9 @@ class ScriptedChatModel:
                     [r.messages],
                     r.params,
                     json_schema=r.json_schema,
-                    template_version=template_version,
+                    template_version=r.template_version
+                    if r.template_version is not None
+                    else template_version,
                     chat_template_kwargs=r.chat_template_kwargs,
                 )
             results += one.results

@@ -221,3 +221,41 @@ def test_factual_rubric_has_the_cards_three_parts(lang: str) -> None:
         ),
     }[lang]
     assert all(p in text for p in parts) and "T1; T2" in text and "A" in text
+
+
+def test_the_three_judges_are_one_batch_with_their_own_keys(prompts) -> None:
+    """Factual, refusal and language judges reach the model as one ``run`` batch; each request
+    keeps its own template version, so its cache key is the one a batch of its own would give."""
+    from ragsft_assets.prompts import load_prompt
+
+    class VersionRecorder(ScriptedChatModel):
+        def __init__(self, responder) -> None:  # noqa: ANN001
+            super().__init__(responder)
+            self.versions: list[str] = []
+
+        def chat(self, conversations, params, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            self.versions += [kwargs.get("template_version", "")] * len(conversations)
+            return super().chat(conversations, params, **kwargs)
+
+    responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
+    model = VersionRecorder(lambda m: json.dumps({"score": 5, "refuses": True}))
+    vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)
+    assert model.runs == 1  # one batch for the three judges
+    lang = prompts[0].language
+    expected = {
+        load_prompt(t, lang).version
+        for t in (TWO_WORDS.factual_rubric, "rag_judge_refusal", "rag_judge_language")
+    }
+    assert set(model.versions) == expected  # each task keyed by its own template
+
+
+def test_generation_and_judges_run_without_thinking_by_default(prompts) -> None:
+    """The cards generate and judge "without thinking mode" (trust_align's factual judge aside)."""
+    from ragsft_assets.rag_sft import recipes as rr
+
+    for recipe in (rr.HOTPOTQA_CITE_RECIPE, rr.FR_V2_RECIPE, rr.TRUST_ALIGN_RECIPE):
+        assert recipe.generation_thinking is False and recipe.judges_thinking is False
+    responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
+    model = ParamsRecorder(lambda m: json.dumps({"score": 5, "refuses": True}))
+    vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)
+    assert model.params and {k.enable_thinking for k in model.params} == {False}

@@ -405,8 +405,9 @@ class ChatClient:
 
 
 def _record(identity: Mapping[str, str], r: Request, template_version: str) -> dict[str, Any]:
+    version = r.template_version if r.template_version is not None else template_version
     return request_record(
-        identity, r.params, r.messages, r.json_schema, template_version, r.chat_template_kwargs, r.prompt
+        identity, r.params, r.messages, r.json_schema, version, r.chat_template_kwargs, r.prompt
     )
 
 

@@ -183,6 +183,11 @@ class ChatModel(Protocol):
         """
         ...
 
+    def run(self, requests: Sequence[Any], *, template_version: str = "", log: Any = None) -> BatchResult:
+        """Answer requests (``llm.backends.base.Request``) that differ in sampling, schema or template
+        version, as one batch; one ChatResult per request, in order."""
+        ...
+
 
 @runtime_checkable
 class CompletionModel(Protocol):

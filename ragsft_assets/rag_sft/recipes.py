@@ -50,7 +50,9 @@ class RagSftRecipe:
     # -- generation
     temperature: float
     max_tokens: int
+    generation_thinking: bool  # the generator's thinking mode (the task's default; a role's setting wins)
     # -- verdicts
+    judges_thinking: bool  # the refusal and language judges' thinking mode
     factual_rubric: str  # the factual judge's prompt task
     factual_judge_thinking: bool  # the factual judge reasons before its verdict
     factual_judge_max_tokens: int  # the verdict's budget without thinking
@@ -106,6 +108,8 @@ HOTPOTQA_CITE_RECIPE = RagSftRecipe(
     multi_answer=False,
     temperature=0.1,  # the card's generator sampling
     max_tokens=512,
+    generation_thinking=False,  # the card: responses generated "without thinking mode"
+    judges_thinking=False,  # the card's judges run without thinking, but for trust_align's factual judge
     # the card: "correct answer, all supporting facts used, sound reasoning; the judge sees the gold
     # answer and the supporting fact titles"
     factual_rubric="rag_judge_factual",

@@ -18,6 +18,7 @@ import orjson
 import pyarrow as pa
 
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.types import BatchStats, ChatModel, ChatResult, SamplingParams
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets.rag_sft.citations import PARTIAL_WORD, TOO_SHORT, CitationReport, check_response
@@ -241,8 +242,8 @@ def judge_examples(
         else:
             need.append((p, r["response"]))
 
-    stats = BatchStats()
-    # One batch per judge, so a backend can batch and prefix-cache them.
+    # The three judges' requests go to the model as one batch, each with its own template version
+    # (so its own cache key), sampling and schema: a fleet stays full while they run.
     factual = [(p, resp) for p, resp in need if p.kind == ANSWERABLE]
     refusal = [(p, resp) for p, resp in need if p.kind != ANSWERABLE]
 
@@ -250,23 +251,6 @@ def judge_examples(
         return p.language != "en" and (language_scope == "all" or p.kind == ANSWERABLE)
 
     language = [(p, resp) for p, resp in need if language_judged(p)]
-
-    def run(
-        task: str,
-        items: list[tuple[RagPrompt, str]],
-        schema: dict[str, Any],
-        task_params: SamplingParams = params,
-    ) -> list[ChatResult]:
-        nonlocal stats
-        if not items:
-            return []
-        convs, version = [], ""
-        for p, resp in items:
-            msgs, version = _judge_message(task, p.language, **extra_values(p, resp))
-            convs.append(msgs)
-        batch = judge.chat(convs, task_params, json_schema=schema, template_version=version, log=log)
-        stats = stats.add(batch.stats)
-        return batch.results
 
     def extra_values(p: RagPrompt, resp: str) -> dict[str, object]:
         return {
@@ -280,25 +264,35 @@ def judge_examples(
 
     # The recipe's thinking switch is the task's default (a role's setting still wins, llm.thinking);
     # a call that thinks gets the larger budget, its reasoning counting against it.
+    params = replace(params, enable_thinking=recipe.judges_thinking)
     factual_params = replace(
         params,
         max_tokens=recipe.factual_judge_max_tokens,
         enable_thinking=recipe.factual_judge_thinking,
         thinking_max_tokens=recipe.factual_judge_thinking_max_tokens,
     )
-    factual_results = run(recipe.factual_rubric, factual, SCORE_SCHEMA, factual_params)
-    for (p, _), res in zip(factual, factual_results, strict=True):
-        v = verdicts[p.id]
-        v.cache_keys.append(res.cache_key)
-        v.factual_score = _score(res, "score")
-    for (p, _), res in zip(refusal, run("rag_judge_refusal", refusal, REFUSAL_SCHEMA), strict=True):
-        v = verdicts[p.id]
-        v.cache_keys.append(res.cache_key)
-        v.refuses = _score(res, "refuses")
-    for (p, _), res in zip(language, run("rag_judge_language", language, SCORE_SCHEMA), strict=True):
-        v = verdicts[p.id]
-        v.cache_keys.append(res.cache_key)
-        v.language_score = _score(res, "score")
+    tasks = [
+        (recipe.factual_rubric, factual, SCORE_SCHEMA, factual_params, "factual_score", "score"),
+        ("rag_judge_refusal", refusal, REFUSAL_SCHEMA, params, "refuses", "refuses"),
+        ("rag_judge_language", language, SCORE_SCHEMA, params, "language_score", "score"),
+    ]
+    requests: list[Request] = []
+    for task, items, schema, task_params, _, _ in tasks:
+        for p, resp in items:
+            msgs, version = _judge_message(task, p.language, **extra_values(p, resp))
+            requests.append(Request(msgs, task_params, schema, template_version=version))
+    stats = BatchStats()
+    results: list[ChatResult] = []
+    if requests:
+        batch = judge.run(requests, log=log)
+        stats, results = batch.stats, list(batch.results)
+    at = 0
+    for _, items, _, _, attr, key in tasks:
+        for (p, _), res in zip(items, results[at : at + len(items)], strict=True):
+            v = verdicts[p.id]
+            v.cache_keys.append(res.cache_key)
+            setattr(v, attr, _score(res, key))
+        at += len(items)
 
     for p, _ in need:
         v = verdicts[p.id]

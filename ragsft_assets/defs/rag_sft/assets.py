@@ -276,7 +276,12 @@ def generate_stage(
     log: Any,
 ) -> StageOutput:
     """``rag_responses``: every prompt answered with the recipe's sampling; one decision per example."""
-    params = SamplingParams(temperature=recipe.temperature, max_tokens=recipe.max_tokens, seed=seed)
+    params = SamplingParams(
+        temperature=recipe.temperature,
+        max_tokens=recipe.max_tokens,
+        seed=seed,
+        enable_thinking=recipe.generation_thinking,
+    )
     table, stats = verdicts.generate_responses(prompts, generator, params, log=log)
     rows = table.to_pylist()
     decisions = [

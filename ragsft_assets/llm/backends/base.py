@@ -22,6 +22,9 @@ class Request:
     json_schema: Mapping[str, Any] | None = None
     chat_template_kwargs: Mapping[str, Any] | None = None
     prompt: str | None = None
+    # The prompt template's version of this request (in its cache key); None: the batch's. Lets
+    # one batch carry several tasks (e.g. the three judges of rag_verdicts) with their own keys.
+    template_version: str | None = None
 
     @property
     def is_completion(self) -> bool:
