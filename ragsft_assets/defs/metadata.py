@@ -10,14 +10,44 @@ import pyarrow as pa
 
 from ragsft_assets import table_stats
 from ragsft_assets.ids import sha256_hex
+from ragsft_assets.release import columns
 
 
 def file_sha256(path: Path) -> str:
     return sha256_hex(path.read_bytes())
 
 
-def column_schema(schema: pa.Schema) -> dg.TableSchema:
-    return dg.TableSchema(columns=[dg.TableColumn(name=f.name, type=str(f.type)) for f in schema])
+def column_schema(schema: pa.Schema, asset: str | None = None) -> dg.TableSchema:
+    """The UI's Columns table: each column's name, Arrow type and, where known, what it holds
+    (``release.columns``: the seed cards' schema tables for the product assets)."""
+    described = columns.describe(asset, schema.names)
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(name=f.name, type=str(f.type), description=described.get(f.name)) for f in schema
+        ]
+    )
+
+
+def current_asset(files: Sequence[Path] = ()) -> str | None:
+    """The asset the running step materializes, as the UI writes its key (``qa/rag_sft``).
+
+    A multi-asset step picks the key whose store folder holds ``files``; None outside a step or
+    when that cannot be told.
+    """
+    from dagster._core.execution.context.compute import current_execution_context
+
+    ctx = current_execution_context.get()
+    if ctx is None:
+        return None
+    try:
+        keys = [k.to_user_string() for k in ctx.op_execution_context.selected_asset_keys]
+    except Exception:  # an op, an asset check: no asset keys
+        return None
+    if len(keys) == 1:
+        return keys[0]
+    folder = files[0].parent.name if files else ""
+    hits = [k for k in keys if k.rsplit("/", 1)[-1] == folder]
+    return hits[0] if len(hits) == 1 else None
 
 
 def table_metadata(
@@ -26,11 +56,13 @@ def table_metadata(
     *,
     preview_columns: Sequence[str] | None = None,
     split_column: str | None = None,
+    asset: str | None = None,
 ) -> dict[str, object]:
-    """Standard metadata for an asset written as Parquet files: rows, schema, paths, sha256, preview."""
+    """Standard metadata for an asset written as Parquet files: rows, schema (with column
+    descriptions of ``asset``, by default the running step's), paths, sha256, preview."""
     md: dict[str, object] = {
         "dagster/row_count": table_stats.row_count(files),
-        "dagster/column_schema": column_schema(schema),
+        "dagster/column_schema": column_schema(schema, asset or current_asset(files)),
         "path": dg.MetadataValue.path(str(files[0].parent) if files else ""),
         "files_sha256": dg.MetadataValue.json({f.name: file_sha256(f) for f in files}),
     }
