@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+import orjson
 import pytest
 from click.testing import CliRunner
 
@@ -149,8 +150,15 @@ def _leftovers(home: Path) -> list[str]:
     ]
 
 
-def _assert_same(root: Path, ref: Path) -> None:
+# The run's statistics (calls, cache hits, hosts, times): outside the content and the root digest.
+RUN_STATS = "provenance/run_stats.json"
+
+
+def _assert_same(root: Path, ref: Path, ignore: tuple[str, ...] = (RUN_STATS,)) -> None:
     files, expected = _files(root), _files(ref)
+    for name in ignore:
+        files.pop(name, None)
+        expected.pop(name, None)
     assert sorted(files) == sorted(expected)  # nothing extra, nothing missing
     for name, data in expected.items():
         assert files[name] == data, f"{name} differs from the uninterrupted run"
@@ -209,6 +217,44 @@ def test_llm_stage_killed_mid_batch_reruns_only_missing_calls(reference: Referen
     assert _leftovers(home) == []
     _assert_same(home / "assets", reference.home / "assets")
     assert sorted(_statuses(dh)) == ["FAILURE", "SUCCESS"]  # the killed run ended as failed
+
+
+def test_llm_stage_killed_then_release_rebuilt_is_byte_identical(
+    reference: Reference, tmp_path: Path
+) -> None:
+    """A resume changes nothing: kill the LLM stage mid-batch, rerun it, rebuild the release.
+
+    Every data file, every content manifest and the release index (so the root digest) are the
+    uninterrupted run's bytes; only ``run_stats.json`` (calls, cache hits, hosts, times) differs.
+    """
+    from ragsft_assets.release.manifest import root_digest
+
+    home, dh = tmp_path / "home", tmp_path / "dagster"
+    shutil.copytree(
+        reference.home,
+        home,
+        ignore=shutil.ignore_patterns("llm_cache", STAGE, f"{STAGE}.parquet", "releases", "catalog.duckdb"),
+    )
+    # the reference's instance: the upstream runs whose configs the manifests record
+    shutil.copytree(reference.dagster, dh)
+    (dh / "dagster.yaml").write_text(POOLS_YAML, encoding="utf-8")
+
+    _kill_when(home, dh, 0.5, "stage", lambda: _cache_count(home) >= PAIRS // 2, "half of the calls")
+    before = _cache_count(home)
+    assert 0 < before < PAIRS, before
+    rerun = _run(home, dh, "stage")
+    assert _calls(rerun.stdout) == PAIRS - before
+    _run(home, dh, "release")
+
+    _assert_same(home / RELEASE, reference.home / RELEASE)  # data, manifests, index, card, lineage
+    assert root_digest(home / RELEASE) == root_digest(reference.home / RELEASE)
+    ours = orjson.loads((home / RELEASE / RUN_STATS).read_bytes())
+    theirs = orjson.loads((reference.home / RELEASE / RUN_STATS).read_bytes())
+    assert ours["llm_stats"] != theirs["llm_stats"] or ours["upstream_runs"] != theirs["upstream_runs"]
+    verified = CliRunner().invoke(
+        ragsft, ["verify", str(home / RELEASE), "--digest", root_digest(home / RELEASE)]
+    )
+    assert verified.exit_code == 0, verified.output
 
 
 def test_release_killed_while_writing_its_folder(reference: Reference, tmp_path: Path) -> None:

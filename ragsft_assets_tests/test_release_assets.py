@@ -46,13 +46,20 @@ def test_materialize_release_group(tmp_path) -> None:
     md = result.asset_materializations_for_node("release")[0].metadata
     assert md["dagster/row_count"].value == 14 + 11 + 22
     assert (tmp_path / "catalog.duckdb").is_file()
-    # a second run of the group over the same inputs gives the same bytes
-    first = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    # a second run of the group over the same inputs gives the same bytes; only the run's
+    # statistics (its run id, host, time) are its own
+    stats = folder / "provenance" / "run_stats.json"
+    first = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p != stats}
     assert dg.materialize(
         [release, dataset_card, release_manifest], resources={"store": store}, partition_key=PARTITION,
         instance=instance,
     ).success  # fmt: skip
-    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == first
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file() and p != stats} == first
+    digests = [
+        r.asset_materialization.metadata["root_digest"].value
+        for r in instance.fetch_materializations(dg.AssetKey("release_manifest"), limit=2).records
+    ]
+    assert len(set(digests)) == 1 and len(digests) == 2
 
 
 def test_release_with_corpus_only_notes_the_rest(tmp_path) -> None:

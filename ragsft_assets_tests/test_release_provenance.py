@@ -252,7 +252,8 @@ def test_demo_release_manifest_has_every_effective_config_and_no_secret(demo_rel
     assert judge["budget_tokens"] == 10**9 and judge["model"] == "oracle" and judge["max_model_len"] == 4096
     assert judge["engine_kwargs"] == {"headers": {"Authorization": REDACTED}, "max_num_batched_tokens": 4096}
     assert judge["base_urls"] == [f"http://{REDACTED}@gpu-1:8000/v1?api_key={REDACTED}"]
-    assert "home" in m["resources"]["store"]
+    # where the run kept its files is not content: the paths are in the run statistics
+    assert "home" not in m["resources"]["store"] and "cache_dir" not in judge
     assert m["recipes"] == {} or isinstance(m["recipes"], dict)
     # the content manifest holds no run statistics: they are in run_stats.json
     for roles in m["llm_roles"].values():
@@ -261,6 +262,7 @@ def test_demo_release_manifest_has_every_effective_config_and_no_secret(demo_rel
     stats = orjson.loads((folder / "provenance" / "run_stats.json").read_bytes())
     assert stats["llm_stats"]["question_drafts"]["generator"]["calls"] > 0, stats["llm_stats"]
     assert stats["upstream_runs"]["question_drafts"]["host"]
+    assert stats["resource_locations"]["store"]["home"] == str(folder.parent.parent)
 
 
 def test_demo_release_root_digest_is_printed_recorded_and_checked(demo_release, monkeypatch) -> None:

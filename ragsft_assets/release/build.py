@@ -180,7 +180,8 @@ def write_manifests(
     ``upstream_metadata`` (``{asset: metadata}``), ``llm_roles`` is derived from it and those
     calls (``provenance.llm_roles``), and its calls and cache hits (``provenance.llm_stats``) go
     with ``statistics`` (hosts, runs, times) to ``provenance/run_stats.json``, outside the root
-    digest. ``resources`` are recorded with credentials masked; the recipe records the
+    digest. ``resources`` are recorded with credentials masked, their paths (``home``,
+    ``cache_dir``: where, not what) in the statistics; the recipe records the
     partition's assets wrote (``recipes.read_records``) go into every manifest.
     """
     from ragsft_assets import recipes
@@ -196,6 +197,9 @@ def write_manifests(
         llm_roles = provenance.llm_roles(upstream_metadata, calls)
         stats["llm_stats"] = provenance.llm_stats(upstream_metadata)
     records = recipes.read_records(assets_root / partition)
+    resources, locations = provenance.split_locations(resources or {})
+    if locations:
+        stats["resource_locations"] = locations
     manifests = {}
     shipped = layout.read_configs(folder)
     for config, splits in files.items():

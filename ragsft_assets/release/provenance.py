@@ -9,7 +9,8 @@
   name is a credential (``api_key``, ``token``, ``password``...; not ``max_tokens`` or
   ``budget_tokens``, which are settings), the user info and credential query parameters of a URL,
   and the values of credential headers. An ``api_key_env`` names a variable: it is kept, its
-  variable is never read.
+  variable is never read. ``split_locations`` takes out the fields that say where the run kept its
+  files (``home``, ``cache_dir``...), which belong to the run statistics.
 - ``llm_roles``: ``{stage: {role: {backend, model, weights_id, sampling}}}`` (what made the data);
   ``llm_stats``: ``{stage: {role: {calls, cache_hits}}}`` (how this run got there: a resumed run
   has other numbers for the same data, so they live in the run statistics, not the manifest).
@@ -164,6 +165,29 @@ def redact_settings(value: Any, secret_fields: frozenset[str] = frozenset()) -> 
         if "://" in value:
             return redact_url(value)
     return value
+
+
+# Settings that say where this run kept its files, not what it made: two homes that build the same
+# data get the same content manifest (and root digest); the paths go to the run statistics.
+LOCATION_FIELDS = frozenset({"home", "cache_dir", "root", "workdir", "data_root", "local_dir"})
+
+
+def split_locations(resources: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(settings, locations)``: each resource's settings without its ``LOCATION_FIELDS``, and those.
+
+    The first goes into the content manifest, the second into the run statistics.
+    """
+    settings: dict[str, Any] = {}
+    locations: dict[str, Any] = {}
+    for name, value in resources.items():
+        if isinstance(value, Mapping):
+            settings[name] = {k: v for k, v in value.items() if k not in LOCATION_FIELDS}
+            where = {k: v for k, v in value.items() if k in LOCATION_FIELDS}
+            if where:
+                locations[name] = where
+        else:
+            settings[name] = value
+    return settings, locations
 
 
 def _sampling(signatures: list[Mapping[str, Any]]) -> dict[str, Any]:
