@@ -329,8 +329,32 @@ def test_documented_commands_run_on_the_bundled_data(tmp_path: Path, monkeypatch
             assert result.output.splitlines()[-1].startswith("OK"), result.output
     release = work / ".ragsft" / "releases" / "sample.fr"
     assert (release / "README.md").is_file() and (work / ".ragsft" / "catalog.duckdb").is_file()
+    import datasets
+
+    # releases.md's example, on the release just built (the demo's release holds `corpus` only)
+    loaded = datasets.load_dataset(str(release), "corpus")
+    assert sum(loaded.num_rows.values()) > 0
     listed = runner.invoke(main, ["sources", "list"]).output
     assert "narrativeqa.en" in listed and "hotpotqa.en" not in listed
+
+
+LOAD_DATASET = re.compile(r"load_dataset\(\s*\"([^\"]+)\",\s*\"([^\"]+)\"\s*\)")
+
+
+def test_every_loaded_config_is_one_the_project_publishes() -> None:
+    """`load_dataset(FOLDER, CONFIG)` in the docs names a config a recipe builds by default."""
+    import ragsft_assets.definitions  # noqa: F401 - registers every family's recipes
+    from ragsft_assets import recipes
+
+    published = set(recipes.names())
+    found = [
+        (path.name, m.group(2))
+        for path in DOCS
+        for m in LOAD_DATASET.finditer(path.read_text(encoding="utf-8"))
+    ]
+    assert found, "no load_dataset call found: is the pattern still right?"
+    for doc, config in found:
+        assert config in published or re.fullmatch(r"[\w.-]+-(sft|full)", config), (doc, config)
 
 
 def test_sources_add_help_lists_every_preset() -> None:
