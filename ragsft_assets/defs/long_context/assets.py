@@ -635,12 +635,15 @@ def release(  # noqa: ANN201
 
 
 def _release_result(context, target, written, stats, upstream_md):  # noqa: ANN001, ANN202
+    from ragsft_assets.defs.release.assets import record_digest
     from ragsft_assets.release.verify import verify_release
 
-    report = verify_release(target)
+    digest, _ = record_digest(context, target, target.parents[2], context.partition_key)  # the home
+    report = verify_release(target, expected_digest=digest)
     yield dg.MaterializeResult(
         metadata={
             "dagster/row_count": sum(written.values()),
+            "root_digest": digest,
             "path": dg.MetadataValue.path(str(target)),
             "configs": dg.MetadataValue.json(written),
             "statistics": dg.MetadataValue.json(

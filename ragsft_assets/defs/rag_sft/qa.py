@@ -144,7 +144,10 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
         upstream_metadata=upstream_md,
         resources=resource_settings(context),
     )
-    report = verify_release(target)
+    from ragsft_assets.defs.release.assets import record_digest
+
+    digest, _ = record_digest(context, target, store.home_path, partition)  # logged, and kept outside
+    report = verify_release(target, expected_digest=digest)
     rows = {f"{c}/{s}": n for c, splits in built.rows.items() for s, n in splits.items()}
     yield dg.MaterializeResult(
         metadata={
@@ -153,6 +156,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
             "configs": dg.MetadataValue.json(sorted(manifests)),
             **funnel_metadata(rows, key="rows_per_split"),
             "decisions": built.decisions,
+            "root_digest": digest,
             "statistics": dg.MetadataValue.json(stats),
             "llm_stages": dg.MetadataValue.json(sorted(next(iter(manifests.values()))["llm_roles"]))
             if manifests

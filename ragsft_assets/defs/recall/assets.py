@@ -465,7 +465,10 @@ def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> d
     """``releases/recall/``: a ``<model>-sft`` and a ``<model>-full`` config per base model, verified."""
     target = release_folder(store)
     rows, keys, empty = build_recall_release(store, target)
-    report = verify_release(target)
+    from ragsft_assets.defs.release.assets import record_digest
+
+    digest, _ = record_digest(context, target, store.home_path, context.partition_key)
+    report = verify_release(target, expected_digest=digest)
     if not report.ok:
         raise RuntimeError("recall release does not verify:\n" + "\n".join(report.lines()))
     return dg.MaterializeResult(
@@ -476,6 +479,7 @@ def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> d
             "base_models": dg.MetadataValue.json(keys),
             "empty_base_models": dg.MetadataValue.json(empty),
             "verified_files": report.checked,
+            "root_digest": digest,
         }
     )
 
