@@ -196,11 +196,17 @@ def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference", mod
 
 
 if __name__ == "__main__":
-    ok = run(
-        Path(sys.argv[1]),
-        float(sys.argv[2]),
-        int(sys.argv[3]),
-        sys.argv[4] if len(sys.argv) > 4 else "reference",
-        sys.argv[5] if len(sys.argv) > 5 else "oracle",
-    )
+    from ragsft_assets.defs.runs import RunInterrupted
+
+    try:
+        ok = run(
+            Path(sys.argv[1]),
+            float(sys.argv[2]),
+            int(sys.argv[3]),
+            sys.argv[4] if len(sys.argv) > 4 else "reference",
+            sys.argv[5] if len(sys.argv) > 5 else "oracle",
+        )
+    except RunInterrupted as exc:  # as the CLI: 130 after Ctrl-C, 143 after SIGTERM
+        print(f"ragsft: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
     sys.exit(0 if ok else 1)
