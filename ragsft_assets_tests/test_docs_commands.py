@@ -46,6 +46,8 @@ RUN: list[str] = [
     "ragsft verify .ragsft/releases/sample.fr",
     "ragsft catalog --rebuild",
     "ragsft verify .ragsft/releases/sample.fr --catalog",
+    "ragsft verify .ragsft/releases/sample.fr --digest '<SHA-256>'",
+    "ragsft explain ID --partition sample.fr",
     "ragsft sources add narrativeqa.en --from ragsft_assets_tests/data/narrativeqa/narrativeqa_test_tiny_50.jsonl",
     "ragsft sources add hotpotqa.en --from hotpot_train_v1.1.json",
     "ragsft sources list",
@@ -310,6 +312,22 @@ def test_parse_fails_on_what_the_cli_does_not_take() -> None:
         )
 
 
+def placeholder_value(home: Path, token: str) -> str | None:
+    """What stands for a placeholder once the commands before it ran: a corpus row id, the root digest."""
+    if token == "ID":
+        import pyarrow.parquet as pq
+
+        return str(
+            pq.read_table(home / "assets" / "sample.fr" / "abstracts" / "train.parquet").column("id")[0]
+        )
+    if token == "<SHA-256>":
+        import orjson
+
+        lines = (home / "release_digests.jsonl").read_bytes().splitlines()
+        return str(orjson.loads(lines[-1])["digest"])
+    return None
+
+
 def test_documented_commands_run_on_the_bundled_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """RUN's commands, in order, in a fresh folder whose home is the default ./.ragsft."""
     work = tmp_path / "work"
@@ -322,11 +340,13 @@ def test_documented_commands_run_on_the_bundled_data(tmp_path: Path, monkeypatch
     monkeypatch.setenv("DAGSTER_HOME", str(work / ".ragsft" / "dagster"))  # restored after the test
     runner = CliRunner()
     for text in RUN:
-        argv = [SUBSTITUTE.get(a, a) for a in shlex.split(text)[1:]]
+        argv = [placeholder_value(work / ".ragsft", a) or SUBSTITUTE.get(a, a) for a in shlex.split(text)[1:]]
         result = runner.invoke(main, argv, catch_exceptions=False)
         assert result.exit_code == 0, f"`{text}` exited {result.exit_code}:\n{result.output}"
         if argv[0] == "verify":
             assert result.output.splitlines()[-1].startswith("OK"), result.output
+        if argv[0] == "explain":
+            assert f"corpus row {argv[1]}" in result.output, result.output
     release = work / ".ragsft" / "releases" / "sample.fr"
     assert (release / "README.md").is_file() and (work / ".ragsft" / "catalog.duckdb").is_file()
     import datasets
