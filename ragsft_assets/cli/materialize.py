@@ -70,7 +70,8 @@ def resolve_selection(selection: str) -> tuple[Any, list[Any]]:
     if not keys:
         raise click.UsageError(f"selection {selection!r} names no asset")
     job = repo.get_implicit_job_def_for_assets(keys)
-    if job is None:
+    partition_sets = {repo.asset_graph.get(k).partitions_def for k in keys} - {None}
+    if job is None or len(partition_sets) > 1:
         raise click.UsageError(
             f"selection {selection!r} mixes assets of different partition sets; select one family's"
             " assets (e.g. '*qa/release' for a qa_source key, '*release' for a snapshot)"
