@@ -24,7 +24,7 @@ def runs() -> None:
 @runs.command()
 @click.option("--dry-run", is_flag=True, help="List what would be cleaned; change nothing.")
 def clean(dry_run: bool) -> None:
-    """Mark STARTED runs whose process is gone on this host failed, and free pool slots of ended runs.
+    """Mark unfinished runs whose process is known to be gone failed (canceled if CANCELING), free their slots and those of ended runs.
 
     Also removes the temporary files and folders that dead processes of this host left under the
     project home (a release set aside by a killed swap is put back where its folder is missing).
