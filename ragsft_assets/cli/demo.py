@@ -69,8 +69,15 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
         md = event.materialization.metadata
         rows = md.get("dagster/row_count")
         click.echo(f"  {event.asset_key.to_user_string():20s} rows={rows.value if rows else '-'}")
+    digests = [
+        e.materialization.metadata["root_digest"].value
+        for e in result.get_asset_materialization_events()
+        if "root_digest" in e.materialization.metadata
+    ]
     home = ragsft_home()
     click.echo(f"  artifacts: {home / 'assets' / partition}")
+    for digest in digests:  # what `ragsft verify --digest` checks the release against later
+        click.echo(f"  release root digest: {digest}")
     click.echo(f"  release:   {home / 'releases' / partition}")
     click.echo(f"  instance:  {dagster_home()}")
     click.echo("  open the UI on the same instance: .venv/bin/ragsft ui   (http://127.0.0.1:3000)")
