@@ -14,6 +14,7 @@ from ragsft_assets.multihop.hotpot_format import MULTIHOP_SCHEMA
 from ragsft_assets.rag_sft.formatting import SFT_SCHEMA as RAG_SFT_SCHEMA
 from ragsft_assets.recall.schema import FULL_SCHEMA, SFT_SCHEMA
 from ragsft_assets.release import columns
+from ragsft_assets_tests.test_recall_job import runs  # noqa: F401 - the recall job's run, as a fixture
 
 
 def test_every_mapped_asset_is_an_asset_of_the_project() -> None:
@@ -80,3 +81,16 @@ def test_a_materialized_asset_shows_column_descriptions(tmp_home: Path) -> None:
     for name in ("id", "title", "text", "sentences", "qid"):  # the card's five corpus columns
         assert described[name] == columns.CORPUS[name]
     assert all(described.values()), described
+
+
+def test_recall_release_and_rewrites_show_the_cards_fields(runs) -> None:  # noqa: F811 - the fixture
+    """recall_release's Columns are the -sft fields (and the -full ones beside them), described."""
+    first = runs[0]
+    md = first.asset_materializations_for_node("recall_release")[0].metadata
+    sft = {c.name: c.description for c in md["dagster/column_schema"].value.columns}
+    assert list(sft) == SFT_SCHEMA.names and all(sft.values()), sft
+    full = {c.name: c.description for c in md["columns_full"].value.columns}
+    assert list(full) == FULL_SCHEMA.names and "claim_id" in full["claims"]
+    rewrites = first.asset_materializations_for_node("rewrites")[0].metadata
+    described = {c.name: c.description for c in rewrites["dagster/column_schema"].value.columns}
+    assert described["filter"] == columns.RECALL["filter"]

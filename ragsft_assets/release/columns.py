@@ -107,7 +107,6 @@ RECALL_STAGES = (
     "probe_answers",
     "probe_labels",
     "known_claims",
-    "rewrites",
 )
 
 # Asset key (as the UI writes it; a `qa/` chain's assets share their snapshot twin's) -> columns.
@@ -126,6 +125,7 @@ BY_ASSET: dict[str, Mapping[str, str]] = {
     "long_context/raft_translated": LONG_CONTEXT,
     "recall_release": RECALL,
     **dict.fromkeys(RECALL_STAGES, RECALL_STAGE),
+    "rewrites": RECALL,  # stored in the -full schema itself
 }
 
 # Columns that mean the same wherever they appear (stage tables, ledgers).

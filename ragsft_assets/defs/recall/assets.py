@@ -23,7 +23,7 @@ import yaml
 
 from ragsft_assets import recipes
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
-from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
+from ragsft_assets.defs.metadata import column_schema, funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import base_model_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import ledger_table
@@ -474,6 +474,9 @@ def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> d
     return dg.MaterializeResult(
         metadata={
             "dagster/row_count": sum(rows.values()),
+            # the -sft configs' columns (what a trainer reads); the -full configs' beside them
+            "dagster/column_schema": column_schema(SFT_SCHEMA, "recall_release"),
+            "columns_full": dg.MetadataValue.table_schema(column_schema(FULL_SCHEMA, "recall_release")),
             "path": dg.MetadataValue.path(str(target)),
             "configs": dg.MetadataValue.json(rows),
             "base_models": dg.MetadataValue.json(keys),
