@@ -262,3 +262,18 @@ def test_started_runs_are_tagged_with_their_partitions_plan(
         ctx = started_context()
         plan_tagger(ctx)
         assert instance.get_run_by_id(ctx.dagster_run.run_id).tags[record.PLAN_TAG] == digest
+
+
+def test_caps_bind_more_on_the_whole_partition_than_on_the_sample() -> None:
+    from ragsft_assets.plan.scale import cap_keep_factor
+
+    # 10 sampled pairs on 10 bridges, 3 questions each: the bridge cap (2) keeps 2 of 3
+    sample = [(f"a{i}", f"b{i}") for i in range(10)]
+    # the whole partition: the same 10 bridges, each linked from 20 sources: 2 of 60 per bridge
+    everything = [(f"a{i}-{j}", f"b{i}") for i in range(10) for j in range(20)]
+    factor = cap_keep_factor(sample, [3] * 10, everything, seed=1)
+    assert factor == pytest.approx((20 / 600) / (20 / 30))
+    assert cap_keep_factor(sample, [3] * 10, sample, seed=1) == pytest.approx(1.0)
+    assert cap_keep_factor(sample, [0] * 10, everything, seed=1) == 1.0  # no question reached the caps
+    plan = fc.forecast([_stage("caps", None, 30, 20)], 10, 200, keep_factors={"caps": 0.5})
+    assert plan.stages["caps"].keep_rate == pytest.approx(20 / 30 * 0.5)

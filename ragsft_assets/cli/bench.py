@@ -13,6 +13,7 @@ BENCHES: dict[str, tuple[str, dict[str, object]]] = {
     "embeddings": ("embeddings", {}),
     "fleet": ("fleet", {}),
     "llm": ("llm", {}),
+    "plan": ("plan", {}),
     "release": ("release", {}),
     "serve": ("serve", {}),
     # The release with every upstream file unsorted: each data file goes through stream.write_sorted.

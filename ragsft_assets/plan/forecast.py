@@ -178,12 +178,15 @@ def forecast(
     fleet: Fleet | None = None,
     config_rows: Mapping[str, int] | None = None,
     budgets: Mapping[str, int | None] | None = None,
+    keep_factors: Mapping[str, float] | None = None,
 ) -> Plan:
     """Extrapolate ``samples`` (a sample run on ``sample_items`` inputs) to ``input_items`` inputs.
 
     ``config_rows`` are the sample release's rows per config; they scale with the input, their
     range with the low/high input of the stages (the widest relative range of the leaf stages).
     ``budgets`` (``budget_calls``, ``budget_tokens``) add a warning when the forecast exceeds one.
+    ``keep_factors`` scale the keep rate of stages whose rate depends on the run's size (the caps:
+    ``plan/scale.py``), with their range.
 
     Raises:
         ValueError: ``sample_items`` not positive, or stages that do not form a tree.
@@ -201,8 +204,10 @@ def forecast(
             up_kept, up_low, up_high = u.kept, u.kept_low, u.kept_high
             up_sample = float(next(x.kept for x in samples if x.name == s.upstream))
         fan_out = s.items / up_sample if up_sample > 0 else 0.0
-        keep = s.kept / s.items if s.items else 0.0
+        factor = (keep_factors or {}).get(s.name, 1.0)
+        keep = min(1.0, factor * s.kept / s.items) if s.items else 0.0
         k_low, k_high = wilson(s.kept, s.items) if s.items else (0.0, 0.0)
+        k_low, k_high = min(1.0, k_low * factor), min(1.0, k_high * factor)
         per_item = s.requests / s.items if s.items else 0.0
         items, items_low, items_high = up_kept * fan_out, up_low * fan_out, up_high * fan_out
         calls = items * per_item

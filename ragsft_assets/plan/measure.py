@@ -48,6 +48,25 @@ def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
     }
 
 
+def stages_with_reasons(partition_folder: Path, reasons: Iterable[str]) -> dict[str, set[str]]:
+    """``{stage: candidate ids it decided}`` for the stages with a row of one of ``reasons``."""
+    folder = Path(partition_folder) / LEDGER_DIR
+    files = sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    if not files:
+        return {}
+    con = duckdb.connect()
+    try:
+        rows = con.execute(
+            """SELECT stage, list(DISTINCT candidate_id) FROM read_parquet(?, union_by_name = true)
+               WHERE stage IN (SELECT stage FROM read_parquet(?, union_by_name = true) WHERE reason IN ?)
+               GROUP BY stage""",
+            [files, files, list(reasons)],
+        ).fetchall()
+    finally:
+        con.close()
+    return {r[0]: set(r[1]) for r in rows}
+
+
 def cache_tokens(cache_dir: Path, keys: Iterable[str], before: float | None = None) -> dict[str, int]:
     """``prompt_tokens``, ``completion_tokens``, ``found`` and ``cached_before`` of the cache entries
     ``keys`` (``cached_before``: those created before the time ``before``, when given)."""

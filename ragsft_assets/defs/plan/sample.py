@@ -21,8 +21,9 @@ import dagster as dg
 import pyarrow.parquet as pq
 
 from ragsft_assets.home import llm_cache_dir, ragsft_home
+from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.plan import forecast as fc
-from ragsft_assets.plan import measure
+from ragsft_assets.plan import measure, scale
 from ragsft_assets.storage import LEDGER_DIR
 
 
@@ -266,6 +267,7 @@ def run_sample(
         samples += measure.stage_samples(
             folder, llm_cache_dir(), upstream, before=started, wall_s=seconds, skip=kind.skip_stages
         )
+    factors = _cap_factors(kind, key, home, scratch, sampled_inputs, input_items, run_config)
     release = _release_rows(scratch / "releases" / key)
     if "corpus" in release:  # the whole corpus ships whatever the sample: its real size, not a scaling
         release.pop("corpus")
@@ -278,6 +280,7 @@ def run_sample(
         fleet=fleet,
         config_rows=release,
         budgets=budgets if budgets is not None else _budgets(base_resources),
+        keep_factors=factors,
     )
     corpus_rows = _rows(home / "assets" / key / "abstracts") if kind.partition_set == "snapshot" else 0
     if corpus_rows:  # a corpus config holds documents of the corpus: never more than it
@@ -290,6 +293,48 @@ def run_sample(
             "rows_high": float(corpus_rows),
         }
     return plan
+
+
+def _cap_factors(
+    kind: JobKind,
+    key: str,
+    home: Path,
+    scratch: Path,
+    sampled: int,
+    input_items: int,
+    run_config: Mapping[str, Any],
+) -> dict[str, float]:
+    """The keep-rate multiplier of the capping stage of a snapshot's run (``plan/scale.py``)."""
+    if kind.input_asset != "bridge_pairs":
+        return {}
+    folder = scratch / "assets" / key
+    capping = measure.stages_with_reasons(folder, scale.CAP_REASONS)
+    drafts_folder = folder / "question_drafts"
+    if not capping or not drafts_folder.is_dir():
+        return {}
+    drafts = pq.read_table(
+        sorted(drafts_folder.glob("*.parquet")), columns=["id", "a_id", "b_id"]
+    ).to_pylist()
+    seed = int(
+        ((((run_config.get("ops") or {}).get("question_drafts") or {}).get("config") or {}).get("seed"))
+        or DEFAULT_SEED
+    )
+    pairs_files = sorted((home / "assets" / key / "bridge_pairs").glob("*.parquet"))
+    names = set(pq.read_schema(pairs_files[0]).names)
+    pairs_table = pq.read_table(pairs_files, columns=["a_id", "b_id", *(["draw"] if "draw" in names else [])])
+    if "draw" in names:  # the seeded order whose first N a run with max_pairs takes
+        pairs_table = pairs_table.sort_by("draw")
+    all_pairs = list(zip(pairs_table["a_id"].to_pylist(), pairs_table["b_id"].to_pylist(), strict=True))
+    all_pairs = all_pairs[:input_items]
+    out = {}
+    for stage, ids in capping.items():
+        per_pair: dict[tuple[str, str], int] = {}
+        for d in drafts:
+            pair = (d["a_id"], d["b_id"])
+            per_pair[pair] = per_pair.get(pair, 0) + (d["id"] in ids)
+        pairs = sorted(per_pair)
+        out[stage] = scale.cap_keep_factor(pairs, [per_pair[p] for p in pairs], all_pairs, seed)
+    return out
 
 
 def _partition_set(defs: dg.Definitions, job: str) -> str:

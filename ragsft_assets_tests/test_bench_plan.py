@@ -1,0 +1,49 @@
+"""``bench plan``'s arithmetic: the errors and the range share it prints (the bench itself runs a
+simulated fleet for minutes; its bar lives in the script, not in a timed test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragsft_assets.bench.plan import errors
+
+
+def _plan(calls: float, low: float, high: float, wall: float) -> dict:
+    stage = {
+        "calls": calls,
+        "calls_low": low,
+        "calls_high": high,
+        "prompt_tokens": 10 * calls,
+        "completion_tokens": calls,
+        "wall_s": wall,
+        "kept": calls / 2,
+        "kept_low": low / 2,
+        "kept_high": high / 2,
+    }
+    return {
+        "stages": {
+            "judge": stage,
+            "checks": {**stage, "calls": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0, "wall_s": 0.0},
+        }
+    }
+
+
+def test_errors_compare_llm_stages_and_count_values_in_range() -> None:
+    actual = {
+        "judge": {
+            "calls": 100.0,
+            "kept": 50.0,
+            "prompt_tokens": 1000.0,
+            "completion_tokens": 100.0,
+            "wall_s": 10.0,
+        },
+        "checks": {"calls": 0.0, "kept": 40.0, "prompt_tokens": 0.0, "completion_tokens": 0.0},
+    }
+    out = errors(_plan(110.0, 90.0, 130.0, 12.0), actual)
+    assert out["calls_error"] == pytest.approx(0.1)
+    assert out["tokens_error"] == pytest.approx(0.1)
+    assert out["wall_error"] == pytest.approx(0.2)
+    assert out["judge_calls_error"] == pytest.approx(0.1)
+    assert "checks_calls_error" not in out  # no LLM stage
+    # judge: calls and kept inside; checks: calls 0 inside [90, 130]? no; kept 40 inside [45, 65]? no
+    assert out["in_range_share"] == pytest.approx(0.5)
