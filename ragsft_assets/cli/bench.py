@@ -35,14 +35,21 @@ def format_line(name: str, values: dict[str, object]) -> str:
 
 @click.command()
 @click.argument("name", type=click.Choice(sorted(BENCHES) or ["none"]))
-@click.option("--size", "--n", "size", type=int, default=None, help="Problem size (benchmark-specific default).")
+@click.option(
+    "--size", "--n", "size", type=int, default=None, help="Problem size (benchmark-specific default)."
+)
 @click.option("--workdir", type=click.Path(), default=None, help="Scratch folder (default: a temp dir).")
-@click.option("--pairs", type=int, default=None, help="bench fleet: bridge pairs of the generated snapshot.")
-def bench(name: str, size: int | None, workdir: str | None, pairs: int | None) -> None:
+@click.option(
+    "--pairs", type=int, default=None, help="bench fleet / plan: bridge pairs of the generated snapshot."
+)
+@click.option("--sample", type=int, default=None, help="bench plan: input items of the plan's sample run.")
+def bench(name: str, size: int | None, workdir: str | None, pairs: int | None, sample: int | None) -> None:
     """Run benchmark NAME and print its key=value closing line."""
     module_name, options = BENCHES[name]
     module = importlib.import_module(f"ragsft_assets.bench.{module_name}")
     if pairs is not None:
         options = {**options, "pairs": pairs}
+    if sample is not None:
+        options = {**options, "sample": sample}
     values = module.run(size=size, workdir=workdir, **options)
     click.echo(format_line(name, values))
