@@ -110,6 +110,7 @@ NOT_RUNNABLE: list[tuple[str, str]] = [
     (r"^ragsft agreement rev/", "compares label files of a review (a model's and a person's)"),
     (r"^ragsft citations check answers\.jsonl", "checks a trained model's answers: the user's file"),
     (r"^ragsft snapshots add 20240916\.fr --from DIR", "DIR: the user's dump folder"),
+    (r"--partition 20240916\.fr\b", "a whole Wikipedia snapshot, from the hub (network) or the user's dumps"),
     (
         r"(\b(ID|KEY|RUN_ID)\b|<SHA-256>)",
         "names a value only the user has (a row id, a key, a run id, a digest)",
@@ -191,8 +192,21 @@ def commands_of(path: Path) -> list[DocCommand]:
     return out
 
 
+TABLE_COMMAND = re.compile(r"`(ragsft [^`]* --[^`]*)`")
+
+
+def table_commands_of(path: Path) -> list[DocCommand]:
+    """The commands in table cells (the README's "built by" column): code spans of `ragsft` with an option."""
+    out: list[DocCommand] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("|"):
+            for m in TABLE_COMMAND.finditer(line):
+                out.append(DocCommand(f"{path.relative_to(REPO)}:{n}", tuple(shlex.split(m.group(1)))))
+    return out
+
+
 def all_commands() -> list[DocCommand]:
-    return [c for path in DOCS for c in commands_of(path)]
+    return [c for path in DOCS for c in (*commands_of(path), *table_commands_of(path))]
 
 
 def reason_not_runnable(cmd: str) -> str | None:
