@@ -397,3 +397,13 @@ def test_sources_add_help_lists_every_preset() -> None:
     out = CliRunner().invoke(main, ["sources", "add", "--help"], terminal_width=400).output
     missing = [p for p in PRESETS if p not in out]
     assert not missing, f"`ragsft sources add --help` leaves out presets {missing}"
+
+
+def test_every_relative_link_points_to_a_file() -> None:
+    broken, seen = [], 0
+    for path in [*DOCS, REPO / "deploy" / "README.md"]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
+            seen += 1
+            if "://" not in target and not (path.parent / target).exists():
+                broken.append(f"{path.relative_to(REPO)} -> {target}")
+    assert seen > 20 and not broken, broken
