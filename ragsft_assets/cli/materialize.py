@@ -165,9 +165,10 @@ def materialize(
     click.echo(
         f"ragsft materialize: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
     )
+    width = max(len(k.to_user_string()) for k in keys)
     for event in result.get_asset_materialization_events():
         rows = event.materialization.metadata.get("dagster/row_count")
-        click.echo(f"  {event.asset_key.to_user_string():28s} rows={rows.value if rows else '-'}")
+        click.echo(f"  {event.asset_key.to_user_string():{width}s}  rows={rows.value if rows else '-'}")
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
