@@ -407,3 +407,14 @@ def test_every_relative_link_points_to_a_file() -> None:
             if "://" not in target and not (path.parent / target).exists():
                 broken.append(f"{path.relative_to(REPO)} -> {target}")
     assert seen > 20 and not broken, broken
+
+
+def test_product_docs_name_no_issue() -> None:
+    """The user documentation speaks of the product, not of the tracker that shaped it."""
+    hits = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in [*DOCS, REPO / "deploy" / "README.md"]
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if re.search(r"\bissues?\s+#?\d+|(?<![\w&])#\d{1,3}\b", line, flags=re.IGNORECASE)
+    ]
+    assert not hits, hits
