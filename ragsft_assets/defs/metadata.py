@@ -34,14 +34,10 @@ def current_asset(files: Sequence[Path] = ()) -> str | None:
     A multi-asset step picks the key whose store folder holds ``files``; None outside a step or
     when that cannot be told.
     """
-    from dagster._core.execution.context.compute import current_execution_context
-
-    ctx = current_execution_context.get()
-    if ctx is None:
-        return None
     try:
-        keys = [k.to_user_string() for k in ctx.op_execution_context.selected_asset_keys]
-    except Exception:  # an op, an asset check: no asset keys
+        ctx = dg.OpExecutionContext.get()
+        keys = [k.to_user_string() for k in ctx.selected_asset_keys]
+    except dg.DagsterInvariantViolationError:  # outside a step (a bench, a script), or an op's step
         return None
     if len(keys) == 1:
         return keys[0]
