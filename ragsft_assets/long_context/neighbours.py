@@ -36,11 +36,11 @@ rows at a time (plus the 8-bit index in ``ivf`` mode).
 
 Determinism: the exact search is exact, so identical everywhere. The ``ivf`` search is
 deterministic from ``SearchSettings.seed``: the k-means training sample is drawn with numpy from
-the seed, k-means runs with faiss's ``seed`` on one thread (its centroid updates are then
-sequential), and rows are added in a fixed order. A rerun on the same machine with the same faiss
-build and thread count gives byte-identical neighbours (tested). Across CPUs, BLAS builds or
-thread counts, float32 rounding in the coarse assignment may send a near-tied vector to another
-list, so a few candidate sets may differ; the ranking rule itself never changes.
+the seed, k-means runs with faiss's ``seed`` (each centroid sums its points in row order), and rows
+are added in a fixed order. A rerun on the same machine with the same faiss build and thread count
+gives byte-identical neighbours (tested). Across CPUs, BLAS builds or thread counts, float32
+rounding in the k-means and coarse assignments (BLAS products) may send a near-tied vector to
+another list, so a few candidate sets may differ; the ranking rule itself never changes.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class SearchSettings:
 
     Attributes:
         exact_max: the most unique passages searched exactly; above it, the ``ivf`` index.
-        nlist: inverted lists (k-means centroids); None = ``4 * sqrt(unique passages)``.
+        nlist: inverted lists (k-means centroids); None = ``2 * sqrt(unique passages)``.
         nprobe: lists visited per query; None = tuned on the recall sample (see ``recall_target``).
         nprobe_start: the first ``nprobe`` tried when tuning.
         recall_target: tuning stops at the first ``nprobe`` whose sample recall@k reaches it.
@@ -367,7 +367,7 @@ class _Ivf:
 
         t0 = time.perf_counter()
         n_unique, dim = lay.n_unique, x.shape[1]
-        self.nlist = max(1, min(settings.nlist or round(4 * math.sqrt(n_unique)), n_unique))
+        self.nlist = max(1, min(settings.nlist or round(2 * math.sqrt(n_unique)), n_unique))
         n_train = min(n_unique, self.nlist * settings.train_per_list)
         rng = np.random.default_rng(settings.seed)
         sample = np.sort(rng.choice(n_unique, size=n_train, replace=False))
@@ -377,12 +377,9 @@ class _Ivf:
         cp.max_points_per_centroid = settings.train_per_list  # the sample is already the right size
         cp.min_points_per_centroid = 1
         quantizer = faiss.IndexFlatIP(dim)
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)  # k-means on one thread: sequential centroid updates
-        try:
-            faiss.Clustering(dim, self.nlist, cp).train(xt, quantizer)
-        finally:
-            faiss.omp_set_num_threads(threads)
+        # faiss sums each centroid's points in row order whatever the threads; the assignment is a
+        # BLAS product, whose rounding may change with the thread count (module docstring)
+        faiss.Clustering(dim, self.nlist, cp).train(xt, quantizer)
         self.index = faiss.IndexIVFScalarQuantizer(
             quantizer, dim, self.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT
         )
