@@ -15,7 +15,14 @@ from ragsft_assets.llm.types import SamplingParams
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import targeted_judges as tj
-from ragsft_assets.multihop.generation import Doc, Pair, draft_json_schema, first_pairs, generate_drafts
+from ragsft_assets.multihop.generation import (
+    QUESTION_MAX_CHARS,
+    Doc,
+    Pair,
+    draft_json_schema,
+    first_pairs,
+    generate_drafts,
+)
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 
@@ -97,6 +104,10 @@ def test_generation_schema_carries_the_answer_bounds_and_the_count() -> None:
     assert not _valid(schema, _reply("x" * 71))  # 71 characters
     assert _valid(schema, _reply("Paris", 3)) and not _valid(schema, _reply("Paris", 4))  # 3 per pair
     assert not _valid(schema, {"questions": []})
+    assert not _valid(schema, _reply("Paris   "))  # no whitespace padding a small model could loop in
+    long_question = _reply("Paris")
+    long_question["questions"][0]["question"] = "q" * (QUESTION_MAX_CHARS + 1)
+    assert not _valid(schema, long_question)
     assert not _valid(schema, _reply("Paris") | {"note": "extra"})
     bad = _reply("Paris")
     bad["questions"][0]["support_a"] = [-1]

@@ -23,6 +23,7 @@ from ragsft_assets.prompts import PromptTemplate
 PRODUCT = "multihop"
 STATUS_OK, STATUS_UNREADABLE, STATUS_MISSING = "ok", "unreadable", "missing"
 MAX_ANSWER_WORDS, MAX_ANSWER_CHARS = 10, 70  # the card's bounds; a recipe carries the values a run uses
+QUESTION_MAX_CHARS = 300  # ours: the card bounds the answer, not the question
 
 
 def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
@@ -36,8 +37,12 @@ def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
     length to its guidance backend; xgrammar would keep the pattern only (it warns), so the word
     bound holds either way and the reply is validated against the whole schema after the call.
     """
-    word = r"[^\s]+"
-    indices = {"type": "array", "items": {"type": "integer", "minimum": 0}}
+    # words of bounded length, one space apart, nothing before or after: a small model cannot
+    # pad the answer with whitespace, and a backend that drops maxLength still bounds it
+    word = rf"[^\s]{{1,{max_chars}}}"
+    # ours, not the card's: a question of at most 300 characters and at most 10 indices per
+    # document, so no string or array runs to max_tokens
+    indices = {"type": "array", "maxItems": 10, "items": {"type": "integer", "minimum": 0}}
     return {
         "type": "object",
         "properties": {
@@ -48,11 +53,11 @@ def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
                 "items": {
                     "type": "object",
                     "properties": {
-                        "question": {"type": "string"},
+                        "question": {"type": "string", "maxLength": QUESTION_MAX_CHARS},
                         "answer": {  # an empty answer is left to the local check that names it
                             "type": "string",
                             "maxLength": max_chars,
-                            "pattern": rf"^\s*({word}(\s+{word}){{0,{max_words - 1}}})?\s*$",
+                            "pattern": rf"^({word}( {word}){{0,{max_words - 1}}})?$",
                         },
                         "support_a": indices,
                         "support_b": indices,
