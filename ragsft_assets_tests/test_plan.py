@@ -86,6 +86,9 @@ def test_wall_time_scales_with_the_fleet() -> None:
     s = fc.StageSample("judge", None, 100, 50, 100, 1000, 100, wall_s=10.0)  # 100 calls at once in 10 s
     assert fc.stage_wall_s(1000, s, slots=100) == pytest.approx(100.0)  # ten waves of 100
     assert fc.stage_wall_s(1000, s, slots=1000) == pytest.approx(10.0)
+    # Little's law: 100 calls kept 50 in flight on average for 8 s of a 10 s step: 4 s each
+    s = fc.StageSample("judge", None, 100, 50, 100, 1000, 100, wall_s=10.0, llm_wall_s=8.0, request_s=400.0)
+    assert fc.stage_wall_s(1000, s, slots=200) == pytest.approx(1000 * 4.0 / 200 + 2.0 * 10)
 
 
 def test_ledger_upstreams_nearest_stage_in_the_graph() -> None:

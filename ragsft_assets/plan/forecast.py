@@ -34,8 +34,10 @@ class StageSample:
     prompt_tokens: int
     completion_tokens: int
     cached_before: int = 0  # of ``requests``, those already in the cache before the sample ran
-    wall_s: float = 0.0  # the stage's LLM wall time in the sample
+    wall_s: float = 0.0  # the stage's step wall time in the sample
     role: str = ""
+    llm_wall_s: float = 0.0  # of ``wall_s``, the time its LLM batches ran
+    request_s: float = 0.0  # request-seconds in flight during those batches (concurrency x time)
 
 
 @dataclass(frozen=True)
@@ -155,17 +157,24 @@ def _order(samples: Sequence[StageSample]) -> list[StageSample]:
 
 
 def stage_wall_s(calls: float, sample: StageSample, slots: int) -> float:
-    """A stage's wall time for ``calls`` requests at the sample's per-request latency.
+    """A stage's wall time for ``calls`` requests on a fleet that serves ``slots`` at once.
 
-    The sample ran its ``requests - cached_before`` calls ``min(calls, slots)`` at a time in
-    ``wall_s``: one request's latency is ``wall_s * in_flight / calls``. The run keeps
-    ``min(calls, slots)`` in flight for the forecast calls.
+    A request's latency comes from the sample by Little's law: request-seconds in flight over the
+    requests made (``request_s / made``). The run keeps ``min(calls, slots)`` in flight, so its
+    LLM time is ``calls * latency / min(calls, slots)``; the step's other work (prompts, checks,
+    writes) scales with the calls. Without request-seconds (a backend that reports no
+    concurrency), one wave of the sample is taken as one request's latency.
     """
     made = max(sample.requests - sample.cached_before, 0)
     if calls <= 0 or made <= 0 or sample.wall_s <= 0:
         return 0.0
+    in_flight = min(max(calls, 1.0), slots)
+    if sample.request_s > 0:
+        llm = calls * (sample.request_s / made) / in_flight
+        other = max(sample.wall_s - sample.llm_wall_s, 0.0) * calls / made
+        return llm + other
     latency = sample.wall_s * min(made, slots) / made
-    return calls * latency / min(max(calls, 1.0), slots)
+    return calls * latency / in_flight
 
 
 def forecast(

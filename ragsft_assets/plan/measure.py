@@ -105,6 +105,7 @@ def stage_samples(
     *,
     before: float | None = None,
     wall_s: Mapping[str, float] | None = None,
+    llm_time: Mapping[str, tuple[float, float]] | None = None,
     skip: Iterable[str] = (),
 ) -> list[StageSample]:
     """The :class:`StageSample` of every ledger stage of ``partition_folder`` named in ``upstream``.
@@ -112,7 +113,8 @@ def stage_samples(
     ``upstream`` maps a stage to the stage whose kept items it decides (None: the run's input
     items); stages of the ledger it does not name, and those in ``skip``, are left out (the corpus
     stages of a snapshot, which the plan does not sample). ``before`` is when the sample run
-    started: cache entries older than that count as already cached.
+    started: cache entries older than that count as already cached. ``wall_s`` are the steps'
+    seconds, ``llm_time`` per stage ``(LLM wall seconds, request-seconds in flight)``.
     """
     counts = ledger_counts(partition_folder)
     skip = set(skip)
@@ -134,6 +136,8 @@ def stage_samples(
                 completion_tokens=tokens["completion_tokens"],
                 cached_before=tokens["cached_before"],
                 wall_s=float((wall_s or {}).get(stage, 0.0)),
+                llm_wall_s=float((llm_time or {}).get(stage, (0.0, 0.0))[0]),
+                request_s=float((llm_time or {}).get(stage, (0.0, 0.0))[1]),
             )
         )
     return out

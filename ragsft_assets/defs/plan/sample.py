@@ -166,6 +166,25 @@ def step_seconds(instance: dg.DagsterInstance, run_id: str) -> dict[str, float]:
     return out
 
 
+def llm_time(result: dg.ExecuteInProcessResult) -> dict[str, tuple[float, float]]:
+    """Per asset of a run: its LLM batches' wall seconds and request-seconds in flight, from the
+    ``<prefix>/wall_s`` and ``<prefix>/in_flight_mean`` metadata the LLM stages attach."""
+    out: dict[str, tuple[float, float]] = {}
+    for event in result.get_asset_materialization_events():
+        md = event.materialization.metadata
+        wall = busy = 0.0
+        for key, value in md.items():
+            if not key.endswith("/wall_s"):
+                continue
+            mean = md.get(key[: -len("wall_s")] + "in_flight_mean")
+            w = float(getattr(value, "value", 0.0) or 0.0)
+            wall += w
+            busy += w * float(getattr(mean, "value", 0.0) or 0.0)
+        if wall > 0:
+            out[event.asset_key.path[-1]] = (wall, busy)
+    return out
+
+
 def run_sample(
     key: str,
     *,
@@ -265,7 +284,13 @@ def run_sample(
     samples = []
     for folder in folders:
         samples += measure.stage_samples(
-            folder, llm_cache_dir(), upstream, before=started, wall_s=seconds, skip=kind.skip_stages
+            folder,
+            llm_cache_dir(),
+            upstream,
+            before=started,
+            wall_s=seconds,
+            llm_time=llm_time(result),
+            skip=kind.skip_stages,
         )
     factors = _cap_factors(kind, key, home, scratch, sampled_inputs, input_items, run_config)
     release = _release_rows(scratch / "releases" / key)
