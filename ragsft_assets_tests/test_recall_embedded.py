@@ -40,7 +40,13 @@ def test_recall_job_embedded_two_examples(embedded_model, tmp_path) -> None:
     trees.write_bytes(
         b"\n".join(line for line in lines if orjson.loads(line)["message_tree_id"] in SHORT) + b"\n"
     )
-    run_config = {"ops": {"oasst_pairs": {"config": {"trees_path": str(trees)}}}}
+    run_config = {
+        "ops": {
+            "oasst_pairs": {"config": {"trees_path": str(trees)}},
+            # a short decomposition keeps the CPU run short (a recipe override, as a user would)
+            "claims": {"config": {"overrides": {"claims_max_tokens": 512}}},
+        }
+    }
     result = job.execute_in_process(
         run_config=run_config, instance=instance, partition_key=KEY, raise_on_error=False
     )
