@@ -284,3 +284,28 @@ def test_demo_release_root_digest_is_printed_recorded_and_checked(demo_release, 
     monkeypatch.setenv("RAGSFT_HOME", str(folder.parent.parent))
     res = CliRunner().invoke(verify, [str(folder), "--catalog"])
     assert res.exit_code == 0 and f"root digest {digest} (as expected)" in res.output, res.output
+
+
+_INNER = {"a": dg.Field(int, default_value=1), "b": dg.Field(str, default_value="x")}
+
+
+@dg.asset(
+    config_schema={
+        "items": dg.Field([_INNER], default_value=[]),
+        "maybe": dg.Field(dg.Noneable(_INNER), default_value=None),
+        "n": dg.Field(int, default_value=7),
+    }
+)
+def thing() -> None:
+    return None
+
+
+def test_resolved_run_config_fills_nested_defaults_from_the_run_record() -> None:
+    """Shapes inside lists and optional fields get their defaults; keys nobody declared are kept."""
+    from ragsft_assets.defs.release.assets import resolved_run_config
+
+    instance = dg.DagsterInstance.ephemeral()
+    passed = {"ops": {"thing": {"config": {"items": [{"a": 5}], "maybe": {"b": "y"}}}}}
+    result = dg.materialize([thing], instance=instance, run_config=passed)
+    cfg = resolved_run_config(instance, instance.get_run_by_id(result.run_id))["ops"]["thing"]["config"]
+    assert cfg == {"items": [{"a": 5, "b": "x"}], "maybe": {"a": 1, "b": "y"}, "n": 7}
