@@ -50,6 +50,6 @@ def test_the_poller_keeps_the_peak_while_a_batch_runs() -> None:
                 seen = poller.samples
                 while poller.samples < seen + 2:  # each value read at least once
                     time.sleep(0.01)
-        assert poller.peak == {"running": 64.0, "waiting": 30.0}
+        assert poller.peak == {"running": 64.0, "waiting": 30.0, "both": 94.0}
     finally:
         server.shutdown()

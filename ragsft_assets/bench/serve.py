@@ -7,7 +7,8 @@ with the ``openai`` backend, its default per-URL limit, a fresh cache), and mean
 server's own Prometheus gauges ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``
 from ``/metrics`` every 50 ms. Then stops the server.
 
-Closing line: ``bench=serve serve_peak_running=... serve_peak_waiting=... requests=... ok=...
+Closing line: ``bench=serve serve_peak_running=... serve_peak_waiting=... serve_peak_in_server=...
+(running + waiting in one sample) requests=... ok=...
 batch_s=... client_in_flight_max=... max_num_seqs=64 passed=...``. Bar: ``serve_peak_running``
 at least 48 (three quarters of the server's 64 slots were busy at once).
 """
@@ -44,7 +45,7 @@ class GaugePoller:
 
     def __init__(self, metrics_url: str, every_s: float = 0.05) -> None:
         self.url, self.every_s = metrics_url, every_s
-        self.peak = {"running": 0.0, "waiting": 0.0}
+        self.peak = {"running": 0.0, "waiting": 0.0, "both": 0.0}  # both: running + waiting in one sample
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bench-serve-metrics", daemon=True)
@@ -58,6 +59,7 @@ class GaugePoller:
                     gauges = {}
                 for k, v in gauges.items():
                     self.peak[k] = max(self.peak[k], v)
+                self.peak["both"] = max(self.peak["both"], sum(gauges.values()))
                 self.samples += 1
                 self._stop.wait(self.every_s)
 
@@ -115,6 +117,7 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
     return {
         "serve_peak_running": int(poller.peak["running"]),
         "serve_peak_waiting": int(poller.peak["waiting"]),
+        "serve_peak_in_server": int(poller.peak["both"]),
         "max_num_seqs": MAX_NUM_SEQS,
         "requests": n,
         "ok": sum(r.ok for r in batch.results),
