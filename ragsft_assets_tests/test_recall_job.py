@@ -252,7 +252,8 @@ def test_headless_recall_run_for_two_base_models(tmp_path: Path, monkeypatch: py
 
     home = tmp_path / "home"
     monkeypatch.setenv("RAGSFT_HOME", str(home))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    # the command points DAGSTER_HOME at the project's instance: set here, so it is undone after
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
     cache = LLMCache(home / "llm_cache")
     chat = ResponderBackend("chat-double")
     resources = {
