@@ -201,3 +201,16 @@ def test_every_answer_goes_to_the_base_model_in_one_batch() -> None:
     full, _, _ = run_all(pairs, ScriptedChatModel(responder), base, "m")
     assert base.runs == 1  # one batch, each request with its own seed
     assert len(base.prompts) == 2 * sum(len(c["probes"]) for r in full for c in r["claims"]) > 2
+
+
+def test_the_chat_tasks_run_without_thinking_by_default() -> None:
+    """Decompose, audit, probe, label and rewrite are judges and writers: no thinking, as the cards'
+    (a role's own setting still wins, in the client)."""
+    import inspect
+
+    from ragsft_assets.recall import stages
+
+    assert stages.THINKING is False
+    source = inspect.getsource(stages)
+    chat_params = source.count("SamplingParams(temperature=0.0")
+    assert chat_params == 4 and source.count("enable_thinking=THINKING") == chat_params

@@ -60,6 +60,11 @@ AUDIT_SCHEMA = {
     "required": [*AUDIT_CHECKLIST, "justification", "is_knowledge_dependent"],
 }
 
+# The chat tasks' thinking default (decompose, audit, probe, label, rewrite): without thinking, as
+# the cards' judges; a role's RAGSFT_<ROLE>_ENABLE_THINKING still wins (llm/thinking.py). A reasoning-
+# model role (the card's gpt-5-mini) ignores it.
+THINKING = False
+
 
 def probes_schema(n: int) -> dict[str, Any]:
     """Exactly ``n`` probing questions (the recipe's ``num_probes``)."""
@@ -120,7 +125,7 @@ def claims_stage(pairs: Sequence[OasstPair], model: Any, recipe: RecallRecipe = 
     """Stage 1: each gold response as atomic claims, whole (no cap; repeats collapsed); an
     unparseable decomposition drops the example."""
     tpl = load_prompt("recall_claims", "en")
-    params = SamplingParams(temperature=0.0, max_tokens=recipe.claims_max_tokens)
+    params = SamplingParams(temperature=0.0, max_tokens=recipe.claims_max_tokens, enable_thinking=THINKING)
     convs = [_user(tpl.render(prompt=p.prompt, response=p.response)) for p in pairs]
     batch = model.chat(convs, params, json_schema=CLAIMS_SCHEMA, template_version=tpl.version)
     out = StageOut()
@@ -164,7 +169,7 @@ def _per_claim(
     flat = [(ex, c) for ex in examples for c in ex["claims"] if wanted(c)]
     batch = model.chat(
         [_user(render(tpl, ex, c)) for ex, c in flat],
-        SamplingParams(temperature=0.0, max_tokens=max_tokens),
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, enable_thinking=THINKING),
         json_schema=schema,
         template_version=tpl.version,
     )
@@ -313,7 +318,7 @@ def labels_stage(examples: Sequence[dict[str, Any]], judge: Any) -> StageOut:
     base model failed to give (no judge call), counts as UNRELATED (it decides nothing) and is
     counted as a reason."""
     tpl = load_prompt("recall_label", "en")
-    params = SamplingParams(temperature=0.0, max_tokens=64)
+    params = SamplingParams(temperature=0.0, max_tokens=64, enable_thinking=THINKING)
     flat = [
         (claim_key(ex["id"], c["claim_id"]), qi, ai, c["text"], probe["question"], a["text"])
         for ex in examples
@@ -402,7 +407,7 @@ def rewrites_stage(
     example stays, so every base model keeps the same ids.
     """
     tpl = load_prompt("recall_rewrite", "en")
-    params = SamplingParams(temperature=0.0, max_tokens=1024)
+    params = SamplingParams(temperature=0.0, max_tokens=1024, enable_thinking=THINKING)
     states = {
         ex["id"]: [
             ClaimState(c["is_knowledge_dependent"], c["is_known"], c["contains_specific_fact"])

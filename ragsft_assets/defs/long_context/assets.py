@@ -476,7 +476,9 @@ def _translated_step(s: VariantInput) -> tuple[Any, dict, list | None]:
     exs = build.examples_from_table(s.store.read(s.partition, EXAMPLES))
     rows = raft.passage_rows(exs)
     stats: list = []
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=s.config.seed)
+    # The translation runs without thinking (a role's setting still wins): reasoning would eat the
+    # piece's token budget.
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, seed=s.config.seed, enable_thinking=False)
 
     def run(pieces: list[str]) -> list[translate.Piece]:  # one batch per call
         batch = generator.chat(
