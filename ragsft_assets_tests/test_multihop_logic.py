@@ -362,3 +362,12 @@ def test_in_degree_map_from_the_link_graph():
     graph = pa.table({"target_title": ["A", "B"], "target_in_degree": [3, None]})
     assert audit.in_degree_map(graph) == {"A": 3, "B": 0}
     assert audit.in_degree_map(None) == {}
+
+
+def test_drafts_and_ablations_run_without_thinking_by_default() -> None:
+    """The card writes and judges without thinking: the tasks' defaults say so (a role's own
+    RAGSFT_<ROLE>_ENABLE_THINKING still wins in the client)."""
+    from ragsft_assets.multihop import ablations, generation
+
+    assert generation.GENERATION_PARAMS.enable_thinking is False
+    assert ablations.JUDGE_PARAMS.enable_thinking is False

@@ -34,7 +34,8 @@ ABLATIONS = ("ab", "a", "b", "none")
 DEFAULT_ORDER = ("ab", "b", "a", "none")
 CARD_JUDGE_CALLS, CARD_JUDGED = 590_596, 281_119
 CARD_CALLS_PER_JUDGED = round(CARD_JUDGE_CALLS / CARD_JUDGED, 2)
-JUDGE_PARAMS = SamplingParams(temperature=0.0, max_tokens=48)
+# Without thinking, as the card judges: 48 tokens hold the verdict, not a reasoning.
+JUDGE_PARAMS = SamplingParams(temperature=0.0, max_tokens=48, enable_thinking=False)
 
 PASS, FAIL, UNREADABLE = "pass", "fail", "unreadable"
 SUFFICES = {"a": "a_alone_suffices", "b": "b_alone_suffices", "none": "no_document_suffices"}

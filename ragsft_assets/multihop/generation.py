@@ -95,7 +95,8 @@ DRAFTS_SCHEMA = pa.schema(
     ]
 )
 
-GENERATION_PARAMS = SamplingParams(temperature=0.7, max_tokens=768)
+# Without thinking, as the card generates (a role's own setting still wins, llm/thinking.py).
+GENERATION_PARAMS = SamplingParams(temperature=0.7, max_tokens=768, enable_thinking=False)
 
 
 @dataclass(frozen=True, slots=True)
