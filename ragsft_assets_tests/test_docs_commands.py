@@ -83,6 +83,10 @@ NOT_RUNNABLE: list[tuple[str, str]] = [
     ),
     (r"--hub\b", "streams a dataset from the Hugging Face hub (network)"),
     (r"^ragsft plan ", f"{_MODEL_RUN} on a sample of the partition; test_plan runs it with a double"),
+    (
+        r"^ragsft bench ",
+        "a benchmark: minutes to an hour at its documented size; test_bench_* test each one small",
+    ),
     (r"^ragsft recall run ", f"{_MODEL_RUN}; test_recall_job runs it headless with a double"),
     (r"^ragsft cache stats$", "reads the LLM cache, which a model run creates: test_llm_cache runs it"),
     (r"^ragsft recall rule ", "needs a built Recall Rewrite release; test_recall_rule runs it"),
