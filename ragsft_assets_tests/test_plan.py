@@ -280,3 +280,68 @@ def test_caps_bind_more_on_the_whole_partition_than_on_the_sample() -> None:
     assert cap_keep_factor(sample, [0] * 10, everything, seed=1) == 1.0  # no question reached the caps
     plan = fc.forecast([_stage("caps", None, 30, 20)], 10, 200, keep_factors={"caps": 0.5})
     assert plan.stages["caps"].keep_rate == pytest.approx(20 / 30 * 0.5)
+
+
+def test_plan_of_a_qa_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A qa_source: its questions are the deterministic stage (run in the real home), the RAG SFT
+    chain the sampled one; every question of the source is counted."""
+    from ragsft_assets.cli.sources import install_source
+    from ragsft_assets_tests.test_qa_sources import KEY as QA_KEY
+    from ragsft_assets_tests.test_qa_sources import ResponderBackend
+    from ragsft_assets_tests.test_rag_sft_assets import DATA
+
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+    install_source(QA_KEY, DATA, preset="hotpotqa", mapping_file=None, home=tmp_path)
+    engines.register_backend(ResponderBackend.NAME, ResponderBackend)
+    cache = str(tmp_path / "llm_cache")
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(tmp_path)),
+        "generator": LLMResource(
+            backend=ResponderBackend.NAME, model="gen-double", cache_dir=cache, role="generator"
+        ),
+        "judge": LLMResource(
+            backend=ResponderBackend.NAME, model="judge-double", cache_dir=cache, role="judge"
+        ),
+    }
+    ops = {
+        f"qa__{n}": {"config": {"tokenizer": "whitespace"}}
+        for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+    }
+    plan = run_sample(
+        QA_KEY, resources=resources, job="qa_sft_job", sample=10, run_config={"ops": ops}, home=tmp_path
+    )
+    questions = ArtifactStore(home=str(tmp_path)).read(QA_KEY, "questions").num_rows
+    assert plan.input_items == questions > 10 and plan.sample_items == 10
+    assert plan.stages["rag_responses"].calls > 0
+    assert plan.stages["rag_prompts"].upstream is None
+    assert not (tmp_path / "assets" / QA_KEY / "rag_sft").exists()  # the sample wrote to the scratch home
+
+
+def test_plan_of_a_base_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A base model (Recall Rewrite): OASST1's kept pairs are the input, counted in the real home;
+    the sample takes the first N pairs in the scratch home."""
+    from ragsft_assets.llm.cache import LLMCache
+    from ragsft_assets.llm.client import ChatClient
+    from ragsft_assets_tests.test_recall_job import HF_ID, TREES, ResponderBackend
+    from ragsft_assets_tests.test_recall_job import KEY as MODEL_KEY
+
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+    cache = LLMCache(tmp_path / "llm_cache")
+    chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
+    resources = {
+        **default_resources(),
+        "store": ArtifactStore(home=str(tmp_path)),
+        "judge": ChatClient(chat, cache, name="judge"),
+        "generator": ChatClient(chat, cache, name="generator"),
+        "base_model": ChatClient(base, cache, name="base_model"),
+    }
+    run_config = {"ops": {"oasst_pairs": {"config": {"trees_path": str(TREES)}}}}
+    plan = run_sample(
+        MODEL_KEY, resources=resources, job="recall_job", sample=5, run_config=run_config, home=tmp_path
+    )
+    pairs = ArtifactStore(home=str(tmp_path)).read("recall", "oasst_pairs").num_rows
+    assert plan.input_items == pairs > 5 and plan.sample_items == 5
+    assert plan.stages["claims"].upstream is None and plan.stages["claims"].items == pytest.approx(pairs)
+    assert plan.stages["probe_answers"].calls > plan.stages["claims"].calls  # ten answers per claim
+    assert not (tmp_path / "assets" / f"recall-{MODEL_KEY}").exists()

@@ -38,6 +38,9 @@ class JobKind:
     sample_field: str
     skip_stages: tuple[str, ...] = ()  # ledger stages that are not part of the sampled funnel
     store_partitions: tuple[str, ...] = ()  # ledger folders beside the key's ("{key}" is the key)
+    # The sample knob sits on the deterministic asset itself (recall's oasst_pairs takes the first
+    # N pairs): the sample runs it again in the scratch home instead of reusing the real one.
+    resample_deterministic: bool = False
 
 
 JOB_KINDS: dict[str, JobKind] = {
@@ -57,9 +60,16 @@ JOB_KINDS: dict[str, JobKind] = {
         "max_pairs",
         ("abstracts", "link_graph", "bridge_pairs"),
     ),
-    "qa_sft_job": JobKind("qa_source", ("qa/questions",), "qa_questions", "qa__rag_prompts", "max_questions"),
+    "qa_sft_job": JobKind("qa_source", ("qa/questions",), "questions", "qa__rag_prompts", "max_questions"),
     "recall_job": JobKind(
-        "base_model", (), "", "oasst_pairs", "max_examples", (), ("recall", "recall-{key}")
+        "base_model",
+        ("oasst_pairs",),
+        "oasst_pairs",
+        "oasst_pairs",
+        "max_examples",
+        ("oasst_pairs",),
+        ("recall", "recall-{key}"),
+        resample_deterministic=True,
     ),
 }
 DEFAULT_JOB = {"snapshot": "full_job", "qa_source": "qa_sft_job", "base_model": "recall_job"}
@@ -244,7 +254,7 @@ def run_sample(
     scratch = scratch_home(key, home)
     if scratch.exists():
         shutil.rmtree(scratch)
-    for asset in kind.deterministic:
+    for asset in () if kind.resample_deterministic else kind.deterministic:
         name = asset.split("/")[-1]
         src = (
             home
@@ -265,7 +275,7 @@ def run_sample(
     keys = [
         k
         for k in sample_job.asset_layer.asset_graph.get_all_asset_keys()
-        if k.to_user_string() not in kind.deterministic
+        if kind.resample_deterministic or k.to_user_string() not in kind.deterministic
     ]
     say(f"plan: sample run of {job} on {sample} input items of {key} (scratch: {scratch})")
     started = time.time()
