@@ -151,3 +151,35 @@ def test_interrupted_hub_export_resumes_by_shard(
     assert snapshot_revision(folder)["revision"] == "v1" and snapshot_revision(folder)["complete"]
     with pytest.raises(ValueError, match="pinned revision 'v1', not 'v2'"):
         export_hub_source(KEY, folder, revision="v2", **kw)
+
+
+def test_unpinned_hub_source_fails_unless_allowed(
+    hub: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub whose revision cannot be read: `sources add --hub` stops (naming --allow-unpinned,
+    which the command takes), and with it exports, recorded as unpinned."""
+    import huggingface_hub
+
+    from ragsft_assets.cli.sources import install_hub_source
+    from ragsft_assets.corpus.hub_snapshot import UnpinnedSourceError
+    from ragsft_assets.sources.hub import hub_split_names, open_hub_split
+
+    class DownApi:
+        def dataset_info(self, dataset: str):  # noqa: ANN201
+            raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", DownApi)
+    seams = {
+        "open_split": lambda _d, config, split, rev, **kw: open_hub_split(str(hub), config, split, rev, **kw),
+        "list_splits": lambda _d, config, rev, **kw: hub_split_names(str(hub), config, rev, **kw),
+    }
+    home = tmp_path / "home"
+    with pytest.raises(UnpinnedSourceError, match="--allow-unpinned"):
+        install_hub_source(KEY, "down/hotpot_qa", preset="hotpotqa", mapping_file=None, home=home, **seams)
+    folder, rows = install_hub_source(
+        KEY, "down/hotpot_qa", preset="hotpotqa", mapping_file=None, home=home, allow_unpinned=True, **seams
+    )
+    assert rows == 70
+    assert orjson.loads((folder / "hub.json").read_bytes())["revision"] is None
+    helped = CliRunner().invoke(main, ["sources", "add", "--help"])
+    assert "--allow-unpinned" in helped.output

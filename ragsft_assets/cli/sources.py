@@ -173,6 +173,7 @@ def install_hub_source(
     home: Path | None = None,
     progress: Callable[[str], None] | None = None,
     data_dir: str | None = None,
+    allow_unpinned: bool = False,
     **seams: Callable,
 ) -> tuple[Path, int]:
     """Stream hub ``dataset`` into the source folder of ``key`` (resuming an interrupted export), then
@@ -211,6 +212,7 @@ def install_hub_source(
         lines_per_file=lines_per_file or DEFAULT_LINES_PER_FILE,
         progress=progress,
         data_dir=data_dir or PRESET_DATA_DIRS.get(preset or ""),
+        allow_unpinned=allow_unpinned,
         **seams,
     )
     try:
@@ -262,6 +264,11 @@ def sources() -> None:
 )
 @click.option("--lines-per-file", type=click.IntRange(min=1), help="With --hub: records per shard.")
 @click.option(
+    "--allow-unpinned",
+    is_flag=True,
+    help="With --hub: export even when no revision can be pinned (recorded as unpinned).",
+)
+@click.option(
     "--preset",
     help=f"Column mapping of a known source ({', '.join(PRESET_NAMES)}); default: the key's first part.",
 )
@@ -277,6 +284,7 @@ def add(
     revision: str | None,
     data_dir: str | None,
     lines_per_file: int | None,
+    allow_unpinned: bool,
     preset: str | None,
     mapping_file: Path | None,
 ) -> None:
@@ -289,8 +297,10 @@ def add(
 
     if [source, hub, snapshot].count(None) != 2:
         raise click.UsageError("give exactly one of --from PATH, --hub ID, --from-snapshot SNAP")
-    if hub is None and (hub_config or splits or revision or data_dir or lines_per_file):
-        raise click.UsageError("--config, --split, --revision, --data-dir and --lines-per-file go with --hub")
+    if hub is None and (hub_config or splits or revision or data_dir or lines_per_file or allow_unpinned):
+        raise click.UsageError(
+            "--config, --split, --revision, --data-dir, --lines-per-file and --allow-unpinned go with --hub"
+        )
     if questions is not None and snapshot is None:
         raise click.UsageError("--questions goes with --from-snapshot")
     if snapshot is not None and (preset is not None or mapping_file is not None):
@@ -312,6 +322,7 @@ def add(
                 lines_per_file=lines_per_file,
                 progress=click.echo,
                 data_dir=data_dir,
+                allow_unpinned=allow_unpinned,
             )
         elif snapshot is not None:
             folder, rows = install_snapshot_source(

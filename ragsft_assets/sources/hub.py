@@ -83,6 +83,7 @@ def export_hub_source(
     open_split: Callable[..., Any] = open_hub_split,
     list_splits: Callable[..., list[str]] = hub_split_names,
     data_dir: str | None = None,
+    allow_unpinned: bool = False,
 ) -> list[Path]:
     """Stream ``splits`` of hub ``dataset``/``config`` into ``folder``, resuming an interrupted export.
 
@@ -98,6 +99,7 @@ def export_hub_source(
         open_split: opens one split as a streaming dataset (a seam for tests; ``data_dir`` is
             passed as a keyword when set).
         list_splits: lists a config's splits (a seam for tests, ``data_dir`` likewise).
+        allow_unpinned: export even when no revision can be pinned (recorded as unpinned).
         data_dir: one folder of the dataset to read (None: the whole config).
 
     Returns:
@@ -135,7 +137,7 @@ def export_hub_source(
                 f"`ragsft sources remove {key}` and add it again"
             )
     else:
-        pinned = resolve_revision(dataset, revision)
+        pinned = resolve_revision(dataset, revision, allow_unpinned)
         folder_kw = {"data_dir": data_dir} if data_dir else {}
         names = list(splits) or list_splits(dataset, config, pinned, **folder_kw)
         if not names:
