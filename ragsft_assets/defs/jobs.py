@@ -1,4 +1,4 @@
-"""Jobs, one per family and one for everything, each over the ``snapshot`` partitions."""
+"""Jobs: one per family over its partition set, and ``full_job`` for the snapshot families."""
 
 from __future__ import annotations
 
@@ -6,63 +6,52 @@ import dagster as dg
 
 from ragsft_assets.defs.partitions import base_model_partitions, qa_source_partitions, snapshot_partitions
 
-corpus_job = dg.define_asset_job(
-    "corpus_job",
-    selection=dg.AssetSelection.groups("corpus"),
-    partitions_def=snapshot_partitions,
-    description="Abstracts, link graph and bridge pairs of one snapshot.",
-)
-multihop_job = dg.define_asset_job(
-    "multihop_job",
-    selection=dg.AssetSelection.groups("multihop"),
-    partitions_def=snapshot_partitions,
-    description="Multi-hop questions: generation, checks, distractors, ablations, release format, audit.",
-)
-rag_sft_job = dg.define_asset_job(
-    "rag_sft_job",
-    selection=dg.AssetSelection.groups("rag_sft"),
-    partitions_def=snapshot_partitions,
-    description="RAG SFT with verified citations.",
-)
-release_job = dg.define_asset_job(
-    "release_job",
-    selection=dg.AssetSelection.groups("release"),
-    partitions_def=snapshot_partitions,
-    description="Release folder, manifests, decision ledger, dataset card.",
-)
-qa_sft_job = dg.define_asset_job(
-    "qa_sft_job",
-    selection=dg.AssetSelection.groups("qa_sft"),
-    partitions_def=qa_source_partitions,
-    description="The QA chain on an outside question set (qa_source): questions, RAG SFT, release.",
-)
-full_job = dg.define_asset_job(
-    "full_job",
+# name -> (asset groups, partition set, description)
+JOBS: dict[str, tuple[tuple[str, ...], dg.PartitionsDefinition, str]] = {
+    "qa_sft_job": (
+        ("qa_sft",),
+        qa_source_partitions,
+        "The QA chain on an outside question set (qa_source): questions, RAG SFT, release.",
+    ),
+    "long_context_job": (
+        ("long_context",),
+        qa_source_partitions,
+        "Long-context SFT on an outside QA set: embeddings, neighbours, RAFT, syntactic, release.",
+    ),
+    "corpus_job": (
+        ("corpus",),
+        snapshot_partitions,
+        "Abstracts, link graph and bridge pairs of one snapshot.",
+    ),
+    "multihop_job": (
+        ("multihop",),
+        snapshot_partitions,
+        "Multi-hop questions: generation, checks, distractors, ablations, release format, audit.",
+    ),
+    "rag_sft_job": (("rag_sft",), snapshot_partitions, "RAG SFT with verified citations."),
+    "release_job": (
+        ("release",),
+        snapshot_partitions,
+        "Release folder, manifests, decision ledger, dataset card.",
+    ),
     # Only the snapshot-partitioned families: recall (base_model partitions) has its own job.
-    selection=dg.AssetSelection.groups("corpus", "multihop", "rag_sft", "release"),
-    partitions_def=snapshot_partitions,
-    description="Everything, from the snapshot to the release.",
-)
-recall_job = dg.define_asset_job(
-    "recall_job",
-    selection=dg.AssetSelection.groups("recall"),
-    partitions_def=base_model_partitions,
-    description="Recall Rewrite: OASST1 claims, probes, base-model answers, rewrites, releases/recall/.",
-)
-long_context_job = dg.define_asset_job(
-    "long_context_job",
-    selection=dg.AssetSelection.groups("long_context"),
-    partitions_def=qa_source_partitions,
-    description="Long-context SFT on an outside QA set: embeddings, neighbours, RAFT, syntactic, release.",
-)
+    "full_job": (
+        ("corpus", "multihop", "rag_sft", "release"),
+        snapshot_partitions,
+        "Everything, from the snapshot to the release.",
+    ),
+    "recall_job": (
+        ("recall",),
+        base_model_partitions,
+        "Recall Rewrite: OASST1 claims, probes, base-model answers, rewrites, releases/recall/.",
+    ),
+}
 
 ALL_JOBS = [
-    qa_sft_job,
-    long_context_job,
-    corpus_job,
-    multihop_job,
-    rag_sft_job,
-    release_job,
-    full_job,
-    recall_job,
+    dg.define_asset_job(
+        name, selection=dg.AssetSelection.groups(*groups), partitions_def=parts, description=text
+    )
+    for name, (groups, parts, text) in JOBS.items()
 ]
+JOBS_BY_NAME = {job.name: job for job in ALL_JOBS}
+full_job = JOBS_BY_NAME["full_job"]  # what the snapshot sensor and schedule request

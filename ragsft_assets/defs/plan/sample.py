@@ -43,23 +43,18 @@ class JobKind:
     resample_deterministic: bool = False
 
 
+# A snapshot's run: the corpus stage is deterministic, its bridge pairs the input, drafts the sample.
+_SNAPSHOT = JobKind(
+    "snapshot",
+    ("abstracts", "link_graph", "bridge_pairs"),
+    "bridge_pairs",
+    "question_drafts",
+    "max_pairs",
+    ("abstracts", "link_graph", "bridge_pairs"),
+)
 JOB_KINDS: dict[str, JobKind] = {
-    "full_job": JobKind(
-        "snapshot",
-        ("abstracts", "link_graph", "bridge_pairs"),
-        "bridge_pairs",
-        "question_drafts",
-        "max_pairs",
-        ("abstracts", "link_graph", "bridge_pairs"),
-    ),
-    "multihop_job": JobKind(
-        "snapshot",
-        ("abstracts", "link_graph", "bridge_pairs"),
-        "bridge_pairs",
-        "question_drafts",
-        "max_pairs",
-        ("abstracts", "link_graph", "bridge_pairs"),
-    ),
+    "full_job": _SNAPSHOT,
+    "multihop_job": _SNAPSHOT,
     "qa_sft_job": JobKind("qa_source", ("qa/questions",), "questions", "qa__rag_prompts", "max_questions"),
     "recall_job": JobKind(
         "base_model",
