@@ -521,3 +521,18 @@ def test_review_sample_is_drawn_with_the_seed_listed_and_hashed(tmp_path: Path) 
     # the manifest lists it: a changed sample fails verify
     (folder / rel).write_bytes((folder / rel).read_bytes()[:-10])
     assert verify_release(folder).mismatched == [rel]
+
+
+def test_corpus_links_stay_in_provenance(built) -> None:
+    """The corpus config ships the card's five columns; every row's links are in
+    provenance/corpus/links.parquet, as the abstracts asset has them, and the manifest hashes it."""
+    store, folder, _ = built
+    links = pq.read_table(folder / build.links_path("corpus"))
+    assert links.column_names == ["id", "split", "links"]
+    abstracts = store.read(PARTITION, "abstracts")
+    want = {r["id"]: (r["split"], r["links"]) for r in abstracts.select(["id", "split", "links"]).to_pylist()}
+    got = {r["id"]: (r["split"], r["links"]) for r in links.to_pylist()}
+    assert got == want
+    manifest = orjson.loads((folder / "provenance" / "corpus" / "manifest.json").read_bytes())
+    assert build.links_path("corpus") in orjson.dumps(manifest).decode()
+    assert "links" not in pq.read_schema(folder / layout.data_file("corpus", "train")).names

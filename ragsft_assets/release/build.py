@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragsft_assets.release import layout, provenance, stream
@@ -33,6 +34,7 @@ from ragsft_assets.release.manifest import (
     write_release_index,
     write_run_stats,
 )
+from ragsft_assets.sql import sql_literal
 from ragsft_assets.storage import write_parquet
 
 NOTES_FILE = "notes.json"  # provenance/notes.json: what the build skipped, read back by the card
@@ -60,6 +62,32 @@ def verdicts_path(config: str) -> str:
 
 def lineage_path(config: str) -> str:
     return f"{layout.PROVENANCE}/{config}/{LINEAGE}"
+
+
+def links_path(config: str) -> str:
+    """``provenance/<config>/links.parquet``: a corpus config's hyperlinks, beside its five columns."""
+    return f"{layout.PROVENANCE}/{config}/links.parquet"
+
+
+def write_links(con: Any, splits: Mapping[str, stream.SplitSource], path: Path) -> int:
+    """Write a corpus config's ``(id, split, links)`` rows, split by split in file order (the
+    upstream's id order): the card's five columns ship as data, the links stay in provenance.
+    Returns the rows written (0, and no file, when the upstream has no ``links`` column)."""
+    sources = [src for src in splits.values() if src.files]
+    if not sources or "links" not in pq.read_schema(sources[0].files[0]).names:
+        return 0
+    links_type = pq.read_schema(sources[0].files[0]).field("links").type
+    schema = pa.schema([("id", pa.string()), ("split", pa.string()), ("links", links_type)])
+
+    def batches() -> Any:
+        for name, src in splits.items():
+            if not src.files:
+                continue
+            rows = src.select_sql(["id"], ["links", "_fidx", "_rn"])
+            sql = f"SELECT id, {sql_literal(name)} AS split, links FROM ({rows}) ORDER BY _fidx, _rn"
+            yield from con.sql(sql).to_arrow_reader(stream.PROVENANCE_GROUP_ROWS)
+
+    return stream.write_batches(batches(), path, schema, stream.PROVENANCE_GROUP_ROWS)
 
 
 def build_release(
@@ -106,6 +134,9 @@ def build_release(
                 lineage_rows[config] = write_lineage(
                     con, config, family, list(splits.values()), staging / lineage_path(config)
                 )
+            if family == "corpus":
+                with stream.connect(spill_in=staging) as con:
+                    write_links(con, splits, staging / links_path(config))
         for config in plan.configs:
             # A filtered config's asset keeps its filters' verdicts beside its split files.
             verdicts = assets_root / partition / by_name[config].asset / VERDICTS_SOURCE
@@ -207,6 +238,8 @@ def write_manifests(
         extra = {"lineage": lineage_path(config)} if (folder / lineage_path(config)).is_file() else {}
         if (folder / verdicts_path(config)).is_file():
             extra["verdicts"] = verdicts_path(config)
+        if (folder / links_path(config)).is_file():
+            extra["links"] = links_path(config)
         asset = cfg.asset if cfg else config
         seed = ((run_config or {}).get(asset.rsplit("/", 1)[-1]) or {}).get("seed")
         m = build_manifest(
