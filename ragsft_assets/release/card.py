@@ -381,7 +381,10 @@ def render_card(
                 written.append(rel)
                 parts += [f"![{rel}]({rel})", ""]
     parts += list(sections)
-    parts += ["Lengths are whitespace-separated words, not model tokens, unless a row names its tokenizer.", ""]
+    parts += [
+        "Lengths are whitespace-separated words, not model tokens, unless a row names its tokenizer.",
+        "",
+    ]
 
     parts += ["## Known limitations", ""]
     # The keys multihop_audit really writes; -1.0 there means "not computed" (too few questions).
