@@ -229,6 +229,27 @@ def test_cli_plan_json_and_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert record.plan_tags(KEY, tmp_path) == {record.PLAN_TAG: plan["digest"]}
     bad = CliRunner().invoke(main, ["plan", KEY, "--sample", "0"])
     assert bad.exit_code == 2 and "at least 1" in bad.output
+    # a run of the partition in the project's instance, tagged with the plan, then --compare
+    import dagster as dg
+
+    from ragsft_assets.definitions import build_definitions
+
+    with dg.DagsterInstance.get() as instance:
+        if not instance.has_dynamic_partition("snapshot", KEY):
+            instance.add_dynamic_partitions("snapshot", [KEY])
+        job = build_definitions(_resources(tmp_path)).resolve_job_def("corpus_job")
+        run = job.execute_in_process(
+            partition_key=KEY, instance=instance, tags=record.plan_tags(KEY, tmp_path)
+        )
+        assert instance.get_run_by_id(run.run_id).tags[record.PLAN_TAG] == plan["digest"]
+    cmp = CliRunner().invoke(main, ["plan", KEY, "--compare", run.run_id, "--json"], catch_exceptions=False)
+    assert cmp.exit_code == 0, cmp.output
+    rows = orjson.loads(cmp.stdout)
+    assert set(rows) == set(plan["stages"])
+    assert rows["question_drafts"]["calls"]["actual"] == 0  # the run built the corpus only
+    assert rows["question_drafts"]["calls"]["forecast"] > 0
+    unknown = CliRunner().invoke(main, ["plan", KEY, "--compare", "no-such-run"])
+    assert unknown.exit_code != 0
 
 
 def test_started_runs_are_tagged_with_their_partitions_plan(
