@@ -17,14 +17,13 @@ import duckdb
 from ragsft_assets.ledger import KEPT
 from ragsft_assets.llm.cache import DB_NAME
 from ragsft_assets.plan.forecast import StageSample
-from ragsft_assets.release.decisions import STAGE_ORDER
-from ragsft_assets.storage import LEDGER_DIR
+from ragsft_assets.release.decisions import STAGE_ORDER, ledger_files
 
 
 def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
     """Per ledger stage: ``items`` (distinct candidates), ``kept`` and its distinct cache ``keys``."""
-    folder = Path(partition_folder) / LEDGER_DIR
-    files = sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    folder = Path(partition_folder)
+    files = [str(p) for p in ledger_files(folder.parent, folder.name)]
     if not files:
         return {}
     con = duckdb.connect()
@@ -50,8 +49,8 @@ def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
 
 def stages_with_reasons(partition_folder: Path, reasons: Iterable[str]) -> dict[str, set[str]]:
     """``{stage: candidate ids it decided}`` for the stages with a row of one of ``reasons``."""
-    folder = Path(partition_folder) / LEDGER_DIR
-    files = sorted(str(p) for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    folder = Path(partition_folder)
+    files = [str(p) for p in ledger_files(folder.parent, folder.name)]
     if not files:
         return {}
     con = duckdb.connect()
