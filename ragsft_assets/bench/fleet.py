@@ -45,6 +45,8 @@ import resource
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,23 @@ def make_snapshot(home: Path, pairs: int, workdir: Path, seed: int = 1) -> Path:
         corpus.generate(tmp, records, seed=seed)
         tmp.rename(dump)
     return install_snapshot(PARTITION, src, home)
+
+
+@contextmanager
+def fresh_home(root: Path) -> Iterator[Path]:
+    """A new ``RAGSFT_HOME`` under ``root`` (fresh assets and LLM cache) for the block; the previous
+    value comes back after it."""
+    home = root / f"home-{time.time_ns()}"
+    home.mkdir()
+    old_home = os.environ.get("RAGSFT_HOME")
+    os.environ["RAGSFT_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        if old_home is None:
+            os.environ.pop("RAGSFT_HOME", None)
+        else:
+            os.environ["RAGSFT_HOME"] = old_home
 
 
 def llm_resources(home: Path, base_urls: list[str], model: str, concurrency: int) -> dict[str, Any]:
@@ -164,11 +183,7 @@ def run(
     n_pairs = pairs or size or DEFAULT_PAIRS
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
-    home = root / f"home-{time.time_ns()}"  # fresh assets and LLM cache every run
-    home.mkdir()
-    old_home = os.environ.get("RAGSFT_HOME")
-    os.environ["RAGSFT_HOME"] = str(home)
-    try:
+    with fresh_home(root) as home:
         t0 = time.perf_counter()
         make_snapshot(home, n_pairs, root, seed)
         _print(f"snapshot of about {n_pairs} pairs ready in {time.perf_counter() - t0:.1f}s")
@@ -215,11 +230,6 @@ def run(
         cache = LLMCache(home / "llm_cache")
         entries = len(cache)
         cache.close()
-    finally:
-        if old_home is None:
-            os.environ.pop("RAGSFT_HOME", None)
-        else:
-            os.environ["RAGSFT_HOME"] = old_home
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stages = {f"{name}_s": round(s["wall_s"], 1) for name, s in stats["stages"].items()}
     calls = {f"{name}_calls": s["ok"] for name, s in stats["stages"].items()}

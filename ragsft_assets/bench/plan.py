@@ -33,7 +33,6 @@ DEFAULT_SAMPLE = 50
 CALLS_BAR = 0.15
 TOKENS_BAR = 0.15
 WALL_BAR = 0.25
-CORPUS = ("abstracts", "link_graph", "bridge_pairs")
 
 
 def _print(msg: str) -> None:
@@ -94,27 +93,23 @@ def run(
     """Plan, then run, a generated snapshot against the simulated fleet; the closing key=value pairs."""
     import dagster as dg
 
-    from ragsft_assets.bench.fleet import PARTITION, _resources, llm_resources, make_snapshot
+    from ragsft_assets.bench.fleet import PARTITION, _resources, fresh_home, llm_resources, make_snapshot
     from ragsft_assets.bench.fleet_sim import FleetSimulator
     from ragsft_assets.definitions import build_definitions
-    from ragsft_assets.defs.plan.sample import _execute, run_sample, step_seconds
+    from ragsft_assets.defs.plan.record import run_actuals
+    from ragsft_assets.defs.plan.sample import JOB_KINDS, _execute, run_sample
     from ragsft_assets.plan import forecast as fc
-    from ragsft_assets.plan import measure
 
     n_pairs = pairs or size or DEFAULT_PAIRS
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-plan-"))
     root.mkdir(parents=True, exist_ok=True)
-    home = root / f"home-{time.time_ns()}"  # fresh assets and LLM cache every run
-    home.mkdir()
-    old_home = os.environ.get("RAGSFT_HOME")
-    os.environ["RAGSFT_HOME"] = str(home)
     run_config = {
         "ops": {
             "bridge_pairs": {"config": {"max_pairs": n_pairs}},
             "question_drafts": {"config": {"max_pairs": n_pairs}},
         }
     }
-    try:
+    with fresh_home(root) as home:
         make_snapshot(home, n_pairs, root, seed)
         with FleetSimulator(
             replicas=replicas,
@@ -142,7 +137,8 @@ def run(
             plan_s = time.perf_counter() - t0
             _print(f"plan of {plan['input_items']} pairs from {sample} in {plan_s:.1f}s; the run starts")
             job = build_definitions(resources).resolve_job_def("full_job")
-            keys = [k for k in job.asset_layer.asset_graph.get_all_asset_keys() if k.path[-1] not in CORPUS]
+            corpus = JOB_KINDS["full_job"].deterministic  # built by the plan, reused by the run
+            keys = [k for k in job.asset_layer.asset_graph.get_all_asset_keys() if k.path[-1] not in corpus]
             t0 = time.perf_counter()
             result = _execute(job, PARTITION, instance, run_config, keys)
             run_s = time.perf_counter() - t0
@@ -150,15 +146,9 @@ def run(
                 raise RuntimeError("bench plan: the full run failed")
             for r in llm.values():
                 r.close()
-        actual = measure.actual_by_stage(home / "assets" / PARTITION, home / "llm_cache", plan["stages"])
-        for stage, seconds in step_seconds(instance, result.run_id).items():
-            if stage in actual:
-                actual[stage]["wall_s"] = seconds
-    finally:
-        if old_home is None:
-            os.environ.pop("RAGSFT_HOME", None)
-        else:
-            os.environ["RAGSFT_HOME"] = old_home
+        actual = run_actuals(
+            home / "assets" / PARTITION, home / "llm_cache", plan["stages"], instance, result.run_id
+        )
     values: dict[str, object] = {
         "pairs": plan["input_items"],
         "sample": sample,

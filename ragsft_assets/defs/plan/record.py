@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +112,6 @@ def compare_run(key: str, run_id: str, instance: dg.DagsterInstance | None = Non
     Raises:
         ValueError: no such run, or no plan for the partition.
     """
-    from ragsft_assets.defs.plan.sample import step_seconds
-
     instance = instance or dg.DagsterInstance.get()
     run = instance.get_run_by_id(run_id)
     if run is None:
@@ -121,9 +119,19 @@ def compare_run(key: str, run_id: str, instance: dg.DagsterInstance | None = Non
     plan = load(key, run.tags.get(PLAN_TAG)) or load(key)
     if plan is None:
         raise ValueError(f"no plan for {key}: run `ragsft plan {key}` first")
-    stages = list(plan["stages"])
-    actual = measure.actual_by_stage(ragsft_home() / "assets" / key, llm_cache_dir(), stages)
+    actual = run_actuals(ragsft_home() / "assets" / key, llm_cache_dir(), plan["stages"], instance, run_id)
+    return fc.compare(plan, actual)
+
+
+def run_actuals(
+    partition_folder: Path, cache_dir: Path, stages: Iterable[str], instance: dg.DagsterInstance, run_id: str
+) -> dict[str, dict[str, float]]:
+    """What run ``run_id`` did per stage: its ledger and cache figures (``measure.actual_by_stage``)
+    with each stage's step seconds as ``wall_s``."""
+    from ragsft_assets.defs.plan.sample import step_seconds
+
+    actual = measure.actual_by_stage(partition_folder, cache_dir, stages)
     for stage, seconds in step_seconds(instance, run_id).items():
         if stage in actual:
             actual[stage]["wall_s"] = seconds
-    return fc.compare(plan, actual)
+    return actual
