@@ -6,7 +6,6 @@ family headless, one base model after the other, in the project's Dagster instan
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import click
 import orjson
 
+from ragsft_assets.cli.jsonl import json_objects
 from ragsft_assets.recall.rule import RuleCounts, Thresholds, rederive
 
 FULL_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz")  # data files (a release's manifests are .json)
@@ -69,18 +69,11 @@ def _full_files(path: Path, config: str | None = None) -> list[Path]:
 
 
 def _json_lines(f: Path) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if _suffix(f) == ".jsonl.gz" else open
-    with opener(f, "rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise click.ClickException(f"{f}:{n}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("claims"), list):
-                raise click.ClickException(f"{f}:{n}: expected a -full record with a claims list")
-            yield row
+    expected = "a -full record with a claims list"
+    for n, row in json_objects(f, expected):
+        if not isinstance(row.get("claims"), list):
+            raise click.ClickException(f"{f}:{n}: expected {expected}")
+        yield row
 
 
 def read_full(path: Path, config: str | None = None) -> list[dict[str, Any]]:

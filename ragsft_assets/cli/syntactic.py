@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import orjson
 
+from ragsft_assets.cli.jsonl import json_objects
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.long_context.syntactic import generate
 
@@ -19,20 +20,11 @@ def read_passages(path: Path) -> list[tuple[str, str]]:
         click.ClickException: naming the file, the line and the field, on a bad line.
     """
     out: list[tuple[str, str]] = []
-    with path.open("rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise click.ClickException(f"{path}:{n}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise click.ClickException(f'{path}:{n}: expected a JSON object {{"id", "passage"}}')
-            for field in ("id", "passage"):
-                if not isinstance(row.get(field), str):
-                    raise click.ClickException(f"{path}:{n}: field {field!r} is missing or not a string")
-            out.append((row["id"], row["passage"]))
+    for n, row in json_objects(path, 'a JSON object {"id", "passage"}'):
+        for field in ("id", "passage"):
+            if not isinstance(row.get(field), str):
+                raise click.ClickException(f"{path}:{n}: field {field!r} is missing or not a string")
+        out.append((row["id"], row["passage"]))
     return out
 
 
