@@ -3,8 +3,11 @@
 A process killed with SIGKILL (an OOM kill, a closed laptop, an evicted pod) runs no ``finally``: its
 staging folders and half-written temporary files stay where they were. Every temporary name the
 project makes beside its outputs therefore carries its owner, ``<prefix><host>-<pid>-<start>-<rand>``
-(``start``: the process's start time in whole seconds, so a pid reused by a later process, as in a
-container where the CLI is always pid 7, is not taken for the owner). ``host`` is the host name
+(``start``: the process's start in clock ticks since boot, ``/proc/<pid>/stat`` field 22, so a pid
+reused by a later process, as in a container where the CLI is always pid 7, is not taken for the
+owner). Never the wall-clock start time: psutil's ``create_time()`` is start ticks plus the current
+boot time (``btime``), which moves whenever the wall clock is stepped (NTP, a VM paused and resumed,
+a laptop resumed), and a live build's staging folder was once removed as a dead one's. ``host`` is the host name
 followed by ``+`` and a short digest of the boot id and the pid namespace (``scope_id``): two
 containers with the same host name (``--network host``) but separate pid namespaces, or a host
 after a reboot, are different owners. The next writer of the same output removes the entries of
@@ -63,9 +66,22 @@ def _host() -> str:
 
 
 def _start_time(pid: int) -> int | None:
+    """The start of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); None when unreadable.
+
+    Ticks since boot do not move when the wall clock is stepped. Where there is no ``/proc`` (macOS)
+    this is None, written as start 0: the pid alone then decides (a reused pid's leftovers wait for
+    ``ragsft runs clean`` after it ends; a live owner is never taken for dead).
+    """
     try:
-        return int(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or ')': split after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])  # field 22 of the line = the 20th after the name (state is field 3)
+    except (IndexError, ValueError):
         return None
 
 
@@ -93,20 +109,28 @@ class Owner:
     start: int
 
     def alive(self) -> bool:
-        """Whether the owner still runs here: same host, the pid alive, not a zombie, same start time."""
+        """Whether the owner still runs here: same scope, the pid alive, not a zombie, same start tick.
+
+        ``host`` carries the boot id and pid namespace (:func:`scope_id`), so pid and start ticks are
+        compared only where they mean the same process; this process's own entries are always alive.
+        """
         if self.host != _host():
             return True  # another host's process: cannot be seen from here, so never taken for dead
+        if f"{self.host}-{self.pid}-{self.start}-" == owner_tag():
+            return True  # a process never removes its own entries, whatever its clock says
         try:
             proc = psutil.Process(self.pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
                 return False
-            created = proc.create_time()
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return False
         except psutil.AccessDenied:
             return True  # exists, someone else's: assume alive
-        # start 0: the start time could not be read when the name was made; the pid alone decides
-        return self.start == 0 or abs(int(created) - self.start) <= 1
+        # start 0: the start could not be read when the name was made; the pid alone decides
+        if self.start == 0:
+            return True
+        started = _start_time(self.pid)
+        return started is None or started == self.start  # unreadable now: assume alive
 
 
 def owner_of(name: str, prefix: str) -> Owner | None:
