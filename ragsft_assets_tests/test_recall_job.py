@@ -117,6 +117,18 @@ def test_both_configs_verify_and_load(runs) -> None:
     sft = datasets.load_dataset(str(release), f"{KEY}-sft", split="train")
     assert full.column_names == FULL_SCHEMA.names and sft.column_names == SFT_SCHEMA.names
     assert full.num_rows == sft.num_rows == rows
+    # "Files are plain JSONL (gzip-compressed where large), so jq or pandas.read_json(lines=True)
+    # work as well." (003)
+    import pandas as pd
+
+    data = sorted(p.relative_to(release).as_posix() for p in release.glob(f"{KEY}-*/*") if p.is_file())
+    assert data == [f"{KEY}-full/train.jsonl", f"{KEY}-sft/train.jsonl"]
+    assert not list(release.rglob("*.parquet"))
+    frame = pd.read_json(release / f"{KEY}-sft" / "train.jsonl", lines=True)
+    assert list(frame.columns) == SFT_SCHEMA.names and len(frame) == rows
+    man = orjson.loads((release / "provenance" / f"{KEY}-full" / "manifest.json").read_bytes())
+    assert man["rows_total"] == rows and man["files"][f"{KEY}-full/train.jsonl"]["rows"] == rows
+    assert man["review_sample"] == f"provenance/{KEY}-full/review_sample.jsonl"
     assert set(full["base_model"]) == {HF_ID}
     # the release's -full config re-derives offline: same thresholds, same verdicts, nothing stale
     rule = CliRunner().invoke(main, ["recall", "rule", str(release), "--thresholds", "2/1/2/1"])
@@ -144,11 +156,12 @@ def test_recipe_recorded_and_license_in_card_and_manifests(runs) -> None:
     assert recs["known_claims"]["recipe"] == "recall_oasst1" and recs["known_claims"]["changed"] == {}
     assert recs["known_claims"]["values"]["j_e"] == 2
     readme = (release / "README.md").read_text()
-    assert readme.startswith("---\nlicense: apache-2.0\n")
-    assert "Apache-2.0" in readme.split("## License", 1)[1]
+    # "The dataset is released under CC BY-SA 4.0." (003, License)
+    assert readme.startswith("---\nlicense: cc-by-sa-4.0\n")
+    assert "The dataset is released under CC BY-SA 4.0." in readme.split("## License", 1)[1]
     assert "Recipe `recall_oasst1`: as the card." in readme
     man = orjson.loads((release / "provenance" / f"{KEY}-sft" / "manifest.json").read_bytes())
-    assert man["license"] == "apache-2.0" and man["recipe"]["recipe"] == "recall_oasst1"
+    assert man["license"] == "cc-by-sa-4.0" and man["recipe"]["recipe"] == "recall_oasst1"
     md = first.asset_materializations_for_node("known_claims")[0].metadata
     assert md["recipe"].value["recipe"] == "recall_oasst1"
 

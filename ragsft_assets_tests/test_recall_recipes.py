@@ -16,7 +16,9 @@ def test_card_values() -> None:
     assert (r.num_probes, r.answers_per_probe, r.answer_temperature) == (5, 2, 0.5)
     assert r.refusal == "I cannot answer as I have insufficient information."
     assert r.dataset == "OpenAssistant/oasst1" and r.language == "en"
-    assert r.license == "apache-2.0" and "Apache-2.0" in r.license_notice
+    # "The dataset is released under CC BY-SA 4.0." (003, License)
+    assert r.license == "cc-by-sa-4.0"
+    assert r.license_notice.startswith("The dataset is released under CC BY-SA 4.0.")
 
 
 def test_overrides_are_typed_and_recorded() -> None:

@@ -132,18 +132,20 @@ def test_hundred_trees_give_both_configs() -> None:
     assert orjson.dumps(full2) == orjson.dumps([r for r in full if r["id"] in ids])
 
 
-def test_claims_are_not_capped_ids_are_ints_and_repeats_collapse() -> None:
+def test_claims_are_not_capped_ids_are_ints_and_repeats_are_kept() -> None:
+    """The card counts the decompositions as they came: "64,301 claims, of which 39,853 are
+    knowledge-dependent"; a claim repeated word for word is one more claim, not collapsed."""
     from ragsft_assets.recall.stages import CLAIMS_SCHEMA, claims_stage
 
     assert "maxItems" not in CLAIMS_SCHEMA["properties"]["claims"]  # a long response is decomposed whole
     many = [f"Fact number {i} holds." for i in range(45)]
-    looped = orjson.dumps({"claims": [*many, "Fact number 3 holds.", " Fact number 7 holds. "]})
+    looped = orjson.dumps({"claims": [*many, "Fact number 3 holds.", " Fact number 7 holds. ", "  "]})
     model = ScriptedChatModel(lambda messages: looped.decode())
     pairs = read_tree_export(TREES).pairs[:1]
     out = claims_stage(pairs, model)
     claims = out.records[0]["claims"]
-    assert [c["text"] for c in claims] == many
-    assert [c["claim_id"] for c in claims] == list(range(45))
+    assert [c["text"] for c in claims] == [*many, "Fact number 3 holds.", "Fact number 7 holds."]
+    assert [c["claim_id"] for c in claims] == list(range(47))
 
 
 class FlakyBase:
@@ -181,18 +183,41 @@ def test_a_failure_of_one_base_model_keeps_the_example_for_every_model() -> None
                 batch.results[0] = ChatResult(text="", status="error", error="timeout")
             return batch
 
-    full, sft, stages = run_all(pairs, FailingRewriter(responder), flaky, "flaky")
+    full, sft, stages = run_all(pairs, ScriptedChatModel(responder), flaky, "flaky")
     assert [r["id"] for r in full] == [r["id"] for r in good_full]  # the same example ids
     assert [r["id"] for r in sft] == [r["id"] for r in good_full]
     answers = stages["probe_answers"]
     assert answers.reasons["base_model_failed_answers"] >= 2
     assert not any(d.verdict == "dropped" for d in answers.decisions)
     assert stages["probe_labels"].reasons["failed_answer_as_unrelated"] >= 2
+
+
+def test_a_failed_rewrite_is_dropped_and_counted_not_refused() -> None:
+    """The card refuses only when little is left: "If too little information remains, the response
+    becomes the fixed refusal" (003). A rewrite call that failed says nothing of what remains: the
+    example is dropped and counted, its target never silently turned into the refusal."""
+    pairs = read_tree_export(TREES).pairs[:12]
+    good_full, _, _ = run_all(pairs, ScriptedChatModel(responder), ScriptedChatModel(responder), "m")
+
+    class FailingRewriter(ScriptedChatModel):
+        def chat(self, conversations, params, **kw):
+            batch = super().chat(conversations, params, **kw)
+            if conversations and conversations[0][-1]["content"].startswith("Rewrite"):
+                from ragsft_assets.llm.types import ChatResult
+
+                batch.results[0] = ChatResult(text="", status="error", error="timeout")
+            return batch
+
+    full, sft, stages = run_all(pairs, FailingRewriter(responder), ScriptedChatModel(responder), "m")
     rewrites = stages["rewrites"]
-    refused = [d for d in rewrites.decisions if d.reason == "rewrite_error_refused"]
-    assert len(refused) == 1 and not any(d.verdict == "dropped" for d in rewrites.decisions)
-    row = next(r for r in full if r["id"] == refused[0].candidate_id)
-    assert row["is_refusal"] and row["rewritten_response"] == REFUSAL
+    dropped = [d for d in rewrites.decisions if d.verdict == "dropped"]
+    assert [d.reason for d in dropped] == ["rewrite_error"] and rewrites.reasons["rewrite_error"] == 1
+    lost = dropped[0].candidate_id
+    assert [r["id"] for r in full] == [r["id"] for r in good_full if r["id"] != lost]
+    assert [r["id"] for r in sft] == [r["id"] for r in full]
+    assert not any(d.reason.endswith("_refused") for d in rewrites.decisions)
+    # the other examples are the same rows as without the failure
+    assert [r for r in good_full if r["id"] != lost] == full
 
 
 def test_every_answer_goes_to_the_base_model_in_one_batch() -> None:

@@ -26,7 +26,7 @@ class RecallRecipe:
     name: str
     dataset: str  # the input dataset (hub id)
     language: str  # the first turns kept
-    license: str  # the data's license (Hugging Face identifier), shown in the card and manifest
+    license: str  # the released data's license (Hugging Face identifier): card, header, manifests
     license_notice: str  # the card's license sentence
     num_probes: int  # probing questions per knowledge-dependent claim
     answers_per_probe: int  # base-model answers per probing question
@@ -47,26 +47,33 @@ class RecallRecipe:
 
 RECALL_OASST1 = RecallRecipe(
     name=PRODUCT_RECIPE,
-    # "OpenAssistant OASST1, English: the first turn of each conversation tree and its
-    # highest-ranked assistant reply"
+    # "OASST1 (Köpf et al., 2023), English, first turn of each conversation tree, highest-ranked
+    # response: 3,468 prompt–response pairs."
     dataset="OpenAssistant/oasst1",
-    language="en",
-    # the card names OASST1's license: "Apache-2.0"
-    license="apache-2.0",
+    language="en",  # "OASST1 (Köpf et al., 2023), English, ..."
+    # "The dataset is released under CC BY-SA 4.0." (Hugging Face's identifier of that license)
+    license="cc-by-sa-4.0",
+    # the card's License section, its first two sentences word for word
     license_notice=(
-        "Apache-2.0, the license of OpenAssistant/oasst1 whose prompts and responses these rows derive from."
+        "The dataset is released under CC BY-SA 4.0. The prompts and original responses come from "
+        "OASST1 (Köpf et al., 2023, Apache-2.0)."
     ),
-    num_probes=5,  # "five probing questions per knowledge-dependent claim"
-    answers_per_probe=2,  # "the base model answers each question twice"
-    answer_temperature=0.5,  # "(temperature 0.5, seeded, few-shot QA prompt)"
-    answer_max_tokens=96,  # ours: one short answer, cut at the next few-shot item anyway
-    claims_max_tokens=2048,  # ours: "a response with more claims is decomposed whole" (no cap)
-    # "the decision rule with thresholds j_e/k_e/j_c/k_c (default 2/1/2/1)"
+    # "each knowledge-dependent claim is turned into five probing questions"
+    num_probes=5,
+    # "the base model answers each question twice"
+    answers_per_probe=2,
+    # "Probe answers: 2 samples per question from the base model (temperature 0.5, few-shot QA prompt)"
+    answer_temperature=0.5,
+    # ours: the card gives no length; one short QA answer, cut at the next few-shot item anyway
+    answer_max_tokens=96,
+    # ours: the card gives no length; room for a long response's claims whole (no cap on claims)
+    claims_max_tokens=2048,
+    # "The released rewrites use the paper default 2/1/2/1." (thresholds j_e/k_e/j_c/k_c)
     j_e=2,
     k_e=1,
     j_c=2,
     k_c=1,
-    # "the target becomes the fixed refusal 'I cannot answer as I have insufficient information.'"
+    # "the response becomes the fixed refusal "I cannot answer as I have insufficient information.""
     refusal="I cannot answer as I have insufficient information.",
 )
 

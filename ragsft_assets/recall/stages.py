@@ -12,7 +12,9 @@ responses a claim is named by ``claim_key`` (response id + number).
 A base-model stage never drops an example for one model only: the model-independent stages decide
 which examples exist, so every base model's ``-sft`` holds the same ids. A base-model answer that
 failed is recorded (ledger detail, counted reason) and decides nothing (it is labelled
-``UNRELATED`` with no judge call); a rewrite that failed gives the fixed refusal, recorded likewise.
+``UNRELATED`` with no judge call). A rewrite that failed (unreadable or error) drops the example
+for that model, counted (``rewrite_<status>``): the card refuses only "If too little information
+remains", so a failed call never becomes the refusal target.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ragsft_assets.llm.types import SamplingParams
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets.recall.oasst import OasstPair
 from ragsft_assets.recall.recipes import RECALL_OASST1, RecallRecipe
-from ragsft_assets.recall.rewrite import ClaimState, Target, decide_target, needs_rewriter
+from ragsft_assets.recall.rewrite import ClaimState, decide_target, needs_rewriter
 from ragsft_assets.recall.rule import CONTRADICTS, ENTAILS, LABELS, UNRELATED, Thresholds, is_known
 from ragsft_assets.recall.schema import AUDIT_CHECKLIST, sft_row
 
@@ -44,7 +46,8 @@ PROMPT_TASKS = (
 )
 
 # No cap on the number of claims: a response with many claims is decomposed whole (the recipe's
-# claims_max_tokens leaves room for it); repeats are collapsed after parsing.
+# claims_max_tokens leaves room for it). A claim repeated word for word stays a claim of its own:
+# the card counts "64,301 claims" of the decompositions as they came.
 CLAIMS_SCHEMA = {
     "type": "object",
     "properties": {"claims": {"type": "array", "items": {"type": "string", "minLength": 1}}},
@@ -122,8 +125,8 @@ def claim_key(example_id: str, claim_id: int) -> str:
 
 
 def claims_stage(pairs: Sequence[OasstPair], model: Any, recipe: RecallRecipe = RECALL_OASST1) -> StageOut:
-    """Stage 1: each gold response as atomic claims, whole (no cap; repeats collapsed); an
-    unparseable decomposition drops the example."""
+    """Stage 1: each gold response as atomic claims, whole (no cap; a repeated claim kept, as the
+    card counts them); an unparseable decomposition drops the example."""
     tpl = load_prompt("recall_claims", "en")
     params = SamplingParams(temperature=0.0, max_tokens=recipe.claims_max_tokens, enable_thinking=THINKING)
     convs = [_user(tpl.render(prompt=p.prompt, response=p.response)) for p in pairs]
@@ -133,8 +136,9 @@ def claims_stage(pairs: Sequence[OasstPair], model: Any, recipe: RecallRecipe = 
         if not res.ok:
             out.drop(p.id, f"claims_{res.status}", [res.cache_key])
             continue
-        # a claim repeated word for word is one claim (first occurrence kept, order kept)
-        claims = list(dict.fromkeys(c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()))
+        # every claim as decomposed, repeats included ("64,301 claims" counts them so); blank ones are
+        # no claim
+        claims = [c.strip() for c in (res.parsed or {}).get("claims", []) if c.strip()]
         if not claims:
             out.drop(p.id, "claims_empty", [res.cache_key])
             continue
@@ -403,8 +407,9 @@ def rewrites_stage(
     """Stage 7: remove unknown claims with minimal edits, or the fixed refusal; records are ``-full`` rows.
 
     A response with nothing removed is kept as it is, with no rewriter call. A rewrite that failed
-    (unreadable or error) gives the fixed refusal, with the failure as the counted reason: the
-    example stays, so every base model keeps the same ids.
+    (unreadable or error) drops the example, counted as ``rewrite_<status>``: the card's refusal is
+    for "If too little information remains", not for a failed call, so the target is never
+    changed silently (this model's configs then lack that id; the card's note says which).
     """
     tpl = load_prompt("recall_rewrite", "en")
     params = SamplingParams(temperature=0.0, max_tokens=1024, enable_thinking=THINKING)
@@ -433,17 +438,16 @@ def rewrites_stage(
         res = got.get(ex["id"])
         keys = [res.cache_key] if res else []
         if res is not None and not res.ok:
-            target = Target(recipe.refusal, True, f"rewrite_{res.status}_refused")
-            out.keep(ex["id"], target.reason, keys, error=res.error or res.status)
-        else:
-            target = decide_target(
-                ex["response"],
-                states[ex["id"]],
-                res.parsed["rewritten_response"] if res else None,
-                res.parsed["has_substantive_content"] if res else None,
-                refusal=recipe.refusal,
-            )
-            out.keep(ex["id"], target.reason, keys)
+            out.drop(ex["id"], f"rewrite_{res.status}", keys, error=res.error or res.status)
+            continue
+        target = decide_target(
+            ex["response"],
+            states[ex["id"]],
+            res.parsed["rewritten_response"] if res else None,
+            res.parsed["has_substantive_content"] if res else None,
+            refusal=recipe.refusal,
+        )
+        out.keep(ex["id"], target.reason, keys)
         claims = [{k: c[k] for k in _CLAIM_FIELDS} for c in ex["claims"]]
         out.records.append(
             {

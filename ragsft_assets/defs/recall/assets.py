@@ -29,7 +29,7 @@ from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import ledger_table
 from ragsft_assets.llm.types import BatchStats
 from ragsft_assets.prompts import templates_version
-from ragsft_assets.recall import oasst, registry, stages
+from ragsft_assets.recall import oasst, registry, release_files, stages
 from ragsft_assets.recall import recipes as recall_recipes
 from ragsft_assets.recall.schema import FULL_SCHEMA, SFT_SCHEMA, sft_row
 from ragsft_assets.release import layout, manifest
@@ -407,7 +407,8 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
     licenses = sorted({r.license for r in resolved.values()})
     notices = list(dict.fromkeys(r.license_notice for r in resolved.values()))
     staging = layout.staging_dir(target)
-    files = layout.write_data_files(staging, tables)
+    # "Files are plain JSONL (gzip-compressed where large)": not Parquet (release_files.py)
+    files = release_files.write_jsonl_files(staging, tables)
     body = card_body(
         stats,
         empty,
@@ -425,12 +426,22 @@ def build_recall_release(store: ArtifactStore, target: Path) -> tuple[dict[str, 
             config=config,
             asset="rewrites",
             partition=key,
-            data_files=splits,
+            data_files={},  # JSON lines: their entries come from release_files below
             source={"dataset": resolved[key].dataset, "base_model_key": key},
             run_config={},
             llm_roles={},
             prompts=prompts,
+            review_sample=0,  # the shared one reads Parquet: the same draw, from the rows, below
         )
+        # the JSON-lines files' entries and review sample (the shared manifest reads Parquet footers)
+        doc["files"] = release_files.file_entries(
+            staging, splits, {s: t.num_rows for s, t in tables[config].items()}
+        )
+        doc["row_counts"] = {s: t.num_rows for s, t in tables[config].items()}
+        doc["rows_total"] = sum(doc["row_counts"].values())
+        sample = release_files.write_review_sample(staging, config, tables[config], DEFAULT_SEED)
+        doc["review_sample"] = sample
+        doc["provenance_files"][sample] = {"sha256": manifest.sha256_file(staging / sample)}
         doc["statistics"] = stats[key]
         doc["license"] = resolved[key].license
         doc["recipe"] = records[key]
@@ -458,8 +469,8 @@ def _set_header_license(folder: Path, licenses: Sequence[str]) -> None:
     partitions_def=base_model_partitions,
     group_name=GROUP,
     deps=[STAGE_ASSETS[-1]],
-    code_version="2",  # 2: license and recipe in the card and manifests
-    kinds={"parquet", "huggingface"},
+    code_version="3",  # 3: JSON lines (gzip where large), CC BY-SA 4.0, as the card
+    kinds={"json", "huggingface"},
 )
 def recall_release(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """``releases/recall/``: a ``<model>-sft`` and a ``<model>-full`` config per base model, verified."""
