@@ -139,10 +139,10 @@ def test_bad_rows_are_counted_not_raised() -> None:
 def test_inline_prompt_quotes_the_card_word_for_word(name: str) -> None:
     # The two sentences of the card's citation rule (OpenRAG's inference prompt), as the card quotes them.
     card = (
-        'When quoting from the context, wrap each excerpt inline with `<ref id="N">excerpt</ref>`, '
+        'When quoting from the context, wrap each excerpt inline with <ref id="N">excerpt</ref>, '
         "where N is the number of the cited document (the N of its [Source N] marker) and excerpt is "
         "copied verbatim from that document. From a table, quote the row you use as it is written, "
-        'e.g. `<ref id="N">| Revenue | 1,234 | 1,100 |</ref>`, and give any value you compute from '
+        'e.g. <ref id="N">| Revenue | 1,234 | 1,100 |</ref>, and give any value you compute from '
         "it after the tag."
     )
     recipe = RECIPES[name]

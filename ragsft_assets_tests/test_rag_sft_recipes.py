@@ -20,9 +20,9 @@ def test_recipe_values_are_the_cards() -> None:
     assert (cite.twin_share, cite.twin_both_share) == (0.22, 0.6)
     assert (fr.twin_share, fr.twin_both_share) == (0.22, 1.0)
     assert ta.twin_share == 0.0
-    # References 4% (inline only for trust_align); the strict refusal rule 5% / 4%
+    # References 4% (inline only for trust_align); the strict refusal rule 5% / 4.4%
     assert cite.references_share == fr.references_share == 0.04 and ta.references_share == 0.0
-    assert cite.strict_share == fr.strict_share == 0.05 and ta.strict_share == 0.04
+    assert cite.strict_share == fr.strict_share == 0.05 and ta.strict_share == 0.044  # 77 / 1,737
     # the 8,192 token budget of fr_v2 only; its English OpenRAG instructions
     assert (cite.document_token_budget, fr.document_token_budget, ta.document_token_budget) == (0, 8192, 0)
     assert {r.instructions_language for r in rs.RECIPES.values()} == {"en"}

@@ -121,10 +121,9 @@ def test_card_section_shows_the_recipe_the_quoted_prompt_and_the_card_statistics
         in card
     )
     assert "> When quoting from the context, wrap each excerpt inline with" in card
-    assert (
-        "Ours (not quoted by the card): `rag_system.en`, `rag_rule_cite_inline.en` (its other sentences),"
-        in card
-    )
+    assert "Ours (not quoted by the card): `rag_system.en`, `rag_rule_cite_references.en`," in card
+    assert "`rag_rule_cite_inline.en` (its other sentences)" not in card
+    assert "> From a table, quote the row you use as it is written" in card
     assert (
         "| refusals with no gold left / one gold left (share of twin refusals) | 1 / 1 (0.5 / 0.5) |" in card
     )

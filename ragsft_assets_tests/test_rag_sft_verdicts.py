@@ -250,11 +250,13 @@ def test_the_three_judges_are_one_batch_with_their_own_keys(prompts) -> None:
 
 
 def test_generation_and_judges_run_without_thinking_by_default(prompts) -> None:
-    """The cards generate and judge "without thinking mode" (trust_align's factual judge aside)."""
+    """The card generates "without thinking mode"; its Mistral judges name no thinking mode, while
+    trust_align's run "Qwen3.8-27B as judge (thinking mode)" (test_cards_000)."""
     from ragsft_assets.rag_sft import recipes as rr
 
     for recipe in (rr.HOTPOTQA_CITE_RECIPE, rr.FR_V2_RECIPE, rr.TRUST_ALIGN_RECIPE):
-        assert recipe.generation_thinking is False and recipe.judges_thinking is False
+        assert recipe.generation_thinking is False
+    assert rr.HOTPOTQA_CITE_RECIPE.judges_thinking is False and rr.FR_V2_RECIPE.judges_thinking is False
     responses = [{"id": p.id, "response": _answer(p), "status": "ok", "cache_key": "k"} for p in prompts]
     model = ParamsRecorder(lambda m: json.dumps({"score": 5, "refuses": True}))
     vd.judge_examples(prompts, responses, model, recipe=TWO_WORDS)

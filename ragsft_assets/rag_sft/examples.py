@@ -138,14 +138,15 @@ PROMPT_TASKS = (
     "rag_rule_refusal_generic",
     "rag_rule_refusal_strict",
 )
-# The citation rule's two sentences the card quotes from the prompt OpenRAG sends at inference,
-# word for word in the inline-citation template (rag_rule_cite_inline.en.txt); the rest is ours.
+# The citation rule of the system prompt, as the card quotes it ("The citation rule of the system
+# prompt reads:"), word for word and whole in the inline-citation template (rag_rule_cite_inline.en.txt):
+# no backticks around the tags, no sentence of ours appended (the card puts none after it).
 CARD_CITATION_SENTENCES = (
-    'When quoting from the context, wrap each excerpt inline with `<ref id="N">excerpt</ref>`, where N '
+    'When quoting from the context, wrap each excerpt inline with <ref id="N">excerpt</ref>, where N '
     "is the number of the cited document (the N of its [Source N] marker) and excerpt is copied "
     "verbatim from that document.",
-    'From a table, quote the row you use as it is written, e.g. `<ref id="N">| Revenue | 1,234 | '
-    "1,100 |</ref>`, and give any value you compute from it after the tag.",
+    'From a table, quote the row you use as it is written, e.g. <ref id="N">| Revenue | 1,234 | '
+    "1,100 |</ref>, and give any value you compute from it after the tag.",
 )
 
 
@@ -163,12 +164,18 @@ def prompt_parts(lang: str) -> dict[str, object]:
     """
     inline = load_prompt("rag_rule_cite_inline", lang)
     quoted = [s for s in CARD_CITATION_SENTENCES if s in inline.text]
+    # The template is the card's rule alone when nothing but the quoted sentences is left in it.
+    rest = inline.text
+    for sentence in quoted:
+        rest = rest.replace(sentence, "")
+    whole = bool(quoted) and not rest.strip()
     return {
         "quoted": {inline.name: quoted} if quoted else {},
         "ours": [
             f"{t}.{load_prompt(t, lang).lang}"
             + (" (its other sentences)" if t == "rag_rule_cite_inline" and quoted else "")
             for t in PROMPT_TASKS
+            if not (t == "rag_rule_cite_inline" and whole)
         ],
         "versions": prompt_template_versions(lang),
     }

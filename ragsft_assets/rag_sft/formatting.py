@@ -229,10 +229,37 @@ def _body_and_tail(text: str) -> tuple[str, str, str]:
     return body, head[len(body) :], text[m.start() :]
 
 
+# The verdict is about answering the question: "il est impossible de répondre à cette question".
+_ANSWERING_RE = re.compile(r"\b(?:answer\w*|respond\w*|reply|répondre|réponse\w*|question)\b", re.IGNORECASE)
+# A sentence about one document ("Le document sur Lyon ... ne mentionne pas son maire.") describes
+# it: part of the body, not the verdict.
+_ONE_DOCUMENT_RE = re.compile(
+    r"\b(?:the|this|that|le|ce|cet|l')\s*(?:document|article|passage|paragraph|paragraphe|texte|source)\b(?!s)",
+    re.IGNORECASE,
+)
+
+
+def is_verdict_sentence(sentence: str) -> bool:
+    """Whether a refusal's sentence is its verdict, the one step 7 may move or vary.
+
+    The card: "the verdict sentence is moved to the end, varied, or the response opens with a
+    phrase ..." and "The body of the refusal and its <ref> tags are the generator's." A verdict
+    says the question cannot be answered: a negation and a word of answering, no tag, no document
+    number, and no single document it describes. Every other sentence is the generator's body.
+    """
+    return bool(
+        not _TAG_MARKUP_RE.search(sentence)
+        and _VERDICT_RE.search(sentence)
+        and _ANSWERING_RE.search(sentence)
+        and not _NAMES_DOCUMENT_RE.search(sentence)
+        and not _ONE_DOCUMENT_RE.search(sentence)
+    )
+
+
 def _verdict_index(sentences: Sequence[str]) -> int | None:
-    """The first sentence that gives the refusal's verdict (a negation, no tag), or None."""
+    """The first sentence that gives the refusal's verdict (:func:`is_verdict_sentence`), or None."""
     for k, sentence in enumerate(sentences):
-        if not _TAG_MARKUP_RE.search(sentence) and _VERDICT_RE.search(sentence):
+        if is_verdict_sentence(sentence):
             return k
     return None
 
@@ -256,11 +283,12 @@ def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[
     """A deterministic rewrite of a refusal's opening that keeps the rest of the text intact; (text, mode).
 
     Modes, drawn from the seed and the pair id: ``move`` (the verdict sentence, the first one
-    that says the documents do not answer, goes to the end), ``vary`` (the verdict sentence is
-    replaced by a drawn variant of it), ``neutral`` (a drawn opener that answerable responses also
-    use starts the first sentence: ``"D'après les documents fournis, les documents ..."``). Only
-    the verdict sentence moves or changes, and only when it holds no ref markup: a sentence that
-    describes a document is never deleted. Every separator stays as written (the moved sentence
+    that says the question cannot be answered, :func:`is_verdict_sentence`, goes to the end),
+    ``vary`` (the verdict sentence is replaced by a drawn variant of it), ``neutral`` (a drawn
+    opener that answerable responses also use starts the first sentence: ``"D'après les documents
+    fournis, les documents ..."``). Only the verdict sentence moves or changes: a body sentence (one
+    that describes a document, names one by number, holds a tag, or does not speak of answering) is
+    never moved nor deleted. Every separator stays as written (the moved sentence
     takes the separator that followed it), a final ``References:`` section stays last and
     unchanged, so every tag is byte-identical. ``none`` when the drawn mode does not fit.
     """
@@ -277,8 +305,7 @@ def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[
         sep = seps[verdict]
         rest = _join(sentences[:verdict] + sentences[verdict + 1 :], seps[:verdict] + seps[verdict + 1 :])
         return lead + rest + sep + sentences[verdict] + gap + tail, mode
-    # A verdict that also names a document describes it: it may move, never be replaced.
-    if mode == "vary" and verdict is not None and not _NAMES_DOCUMENT_RE.search(sentences[verdict]):
+    if mode == "vary" and verdict is not None:
         varied = list(sentences)
         varied[verdict] = rng.choice(REFUSAL_VARIANTS.get(lang, REFUSAL_VARIANTS["en"]))
         return lead + _join(varied, seps) + gap + tail, mode

@@ -19,8 +19,9 @@ from typing import Any
 
 from ragsft_assets.rag_sft import recipes
 from ragsft_assets.rag_sft.citations import (
-    ELLIPSIS_RE,
+    ELLIPSIS_PATTERN,
     RefTag,
+    normalize,
     outside_tags,
     parse_refs,
     rewrite_inline_tags,
@@ -35,6 +36,9 @@ NO_REF = "answerable_without_ref"
 _DOCUMENT_NUMBER_RE = re.compile(
     r"\b(?:documents?|docs?\.?)\s*\[?\s*(\d+)\s*\]?|\[\s*(\d+)\s*\]", re.IGNORECASE
 )
+
+
+_SPLIT_KEEP_RE = re.compile(f"({ELLIPSIS_PATTERN})")
 
 
 def is_multi_answer(partition: str) -> bool:
@@ -55,13 +59,35 @@ def split_elided_tags(response: str, documents: Sequence[str]) -> tuple[str, int
     verifier rejects it). Returns the response and the number of tags split.
     """
 
-    def split(t: RefTag, _document: str) -> tuple[int, int, str] | None:
-        parts = [p for p in (x.strip() for x in ELLIPSIS_RE.split(t.excerpt)) if p]
+    def split(t: RefTag, document: str) -> tuple[int, int, str] | None:
+        parts = source_ellipses_kept(t.excerpt, document)
         if len(parts) < 2:
             return None
         return t.start, t.end, "".join(f'<ref id="{t.id}">{p}</ref>' for p in parts)
 
     return rewrite_inline_tags(response, documents, split)
+
+
+def source_ellipses_kept(excerpt: str, document: str) -> list[str]:
+    """The excerpt's pieces once split at the ellipses the document does not hold.
+
+    The card: "the only ellipses left (9 examples) are part of the source text". An ellipsis is
+    kept, with the fragments it joins, when that text is verbatim in the document (whitespace
+    collapsed); every other one splits the excerpt. Pieces are stripped; empty ones go.
+    """
+    pieces = _SPLIT_KEEP_RE.split(excerpt)  # fragment, ellipsis, fragment, ...
+    doc = normalize(document)
+    out: list[str] = []
+    current = pieces[0]
+    for sep, frag in zip(pieces[1::2], pieces[2::2], strict=True):
+        joined = current + sep + frag
+        if current.strip() and frag.strip() and normalize(joined) in doc:
+            current = joined  # the ellipsis is the source's own
+        else:
+            out.append(current)
+            current = frag
+    out.append(current)
+    return [p for p in (x.strip() for x in out) if p]
 
 
 def named_document_numbers(response: str) -> list[int]:

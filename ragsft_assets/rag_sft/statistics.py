@@ -418,10 +418,29 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-# The commitment numbers each card prints, by config and measure, for the "the card" column. None
-# of the cards' own numbers is held in this repository yet: the column then says so ("not
-# recorded") rather than show a number nobody checked against the card.
-CARD_COMMITMENT: dict[str, dict[str, Any]] = {}
+# The Luciole RAG card's table "How refusals start" (000, hotpotqa_fr_abstracts_v2, step 7), its own
+# figures as it prints them: "commitment = mean probability of a refusal given the first words of the
+# response, measured on the 10% refusal mix". Columns as the card names them; the card prints no
+# figure for trust_align, so that config shows the three columns for reference only.
+CARD_COMMITMENT_COLUMNS = ("hotpotqa_fr_abstracts", "hotpotqa_fr_abstracts_v2", "hotpotqa_cite")
+CARD_COMMITMENT_HEADERS = (
+    "the card: hotpotqa_fr_abstracts",
+    "the card: hotpotqa_fr_abstracts_v2",
+    "the card: hotpotqa_cite (English)",
+)
+CARD_COMMITMENT: dict[str, dict[str, str]] = {
+    # "Most frequent first sentence	89.5%	4.6%	3.5%"
+    "most_frequent_first_sentence_share": dict(
+        zip(CARD_COMMITMENT_COLUMNS, ("89.5%", "4.6%", "3.5%"), strict=True)
+    ),
+    # "Opening with the strict refusal phrase	95.8%	0.1%	0%"
+    "strict_phrase_opening_share": dict(zip(CARD_COMMITMENT_COLUMNS, ("95.8%", "0.1%", "0%"), strict=True)),
+    # "Commitment after the first word	0.89	0.39	0.12"
+    "commitment_1": dict(zip(CARD_COMMITMENT_COLUMNS, ("0.89", "0.39", "0.12"), strict=True)),
+    # "Commitment after the first two words	0.93	0.54	0.35"
+    "commitment_2": dict(zip(CARD_COMMITMENT_COLUMNS, ("0.93", "0.54", "0.35"), strict=True)),
+}
+_PERCENT_MEASURES = {"most_frequent_first_sentence_share", "strict_phrase_opening_share"}
 
 
 COMMITMENT_MEASURES = (
@@ -433,9 +452,17 @@ COMMITMENT_MEASURES = (
 )
 
 
-def _card_value(config: str, measure: str) -> str:
-    value = CARD_COMMITMENT.get(config, {}).get(measure)
-    return "not recorded" if value is None else str(value)
+def _ours(measure: str, value: Any) -> str:
+    """This build's cell, in the card's unit: shares as percentages (one decimal), the rest as is."""
+    if value is None or measure not in _PERCENT_MEASURES:
+        return _cell(value)
+    return f"{round(float(value) * 100, 1)}%"
+
+
+def _card_values(measure: str) -> tuple[str, ...]:
+    """The card's three cells of a measure ("" where the card's table has no such row)."""
+    figures = CARD_COMMITMENT.get(measure, {})
+    return tuple(figures.get(c, "") for c in CARD_COMMITMENT_COLUMNS)
 
 
 def _tokens_rows(stats: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -567,18 +594,20 @@ def card_section(stats: Mapping[str, Any], config: str) -> list[str]:
             f"### `{config}`: refusal commitment (on a mix resampled to 10% refusals)",
             "",
             markdown_table(
-                ["measure", "this build", "the card"],
+                ["measure", "this build", *CARD_COMMITMENT_HEADERS],
                 [
-                    ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}", ""),
+                    ("mix (rows, refusals)", f"{com['mix_rows']}, {com['mix_refusals']}", "", "", ""),
                     *(
-                        (label, _cell(com[key]), _card_value(config, key))
+                        (label, _ours(key, com[key]), *_card_values(key))
                         for label, key in COMMITMENT_MEASURES
                     ),
                 ],
             ),
             "",
             "Commitment after k words: the mean, over refusals, of the share of refusals among the "
-            f"rows that open with the same k words. Tokenization: {com['tokenization']}.",
+            f"rows that open with the same k words. Tokenization: {com['tokenization']}. The card's "
+            'columns are its table "How refusals start", its own figures (hotpotqa_fr_abstracts is '
+            "the earlier French config whose refusal openings step 7 rewrites).",
             "",
         ]
     mix = stats.get("question_mix") or {}

@@ -264,7 +264,11 @@ def judge_examples(
 
     # The recipe's thinking switch is the task's default (a role's setting still wins, llm.thinking);
     # a call that thinks gets the larger budget, its reasoning counting against it.
-    params = replace(params, enable_thinking=recipe.judges_thinking)
+    params = replace(
+        params,
+        enable_thinking=recipe.judges_thinking,
+        thinking_max_tokens=recipe.judges_thinking_max_tokens,
+    )
     factual_params = replace(
         params,
         max_tokens=recipe.factual_judge_max_tokens,
