@@ -8,6 +8,7 @@ place, so a killed run never leaves a half-written artifact behind.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -27,15 +28,97 @@ def asset_path(partition: str, asset: str, part: str = ALL, root: Path | None = 
     return (root or assets_dir()) / partition / asset / f"{part}.parquet"
 
 
+def current_umask() -> int:
+    """This process's umask, read without changing it where Linux shows it (``/proc/self/status``).
+
+    Elsewhere ``os.umask`` is set and put back at once (not atomic: another thread creating a file in
+    that instant would get mode 0o022's default).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(target: Path | str | int, directory: bool = False) -> None:
+    """Give a file (a path or an open descriptor) or a folder the mode a plain ``open``/``mkdir`` gives.
+
+    ``tempfile`` makes its files 0600 and folders 0700 whatever the umask; a release renamed into
+    place from them would stay private to its writer, where users of a shared machine (``datasets``
+    readers, a team's group) expect the umask's 0644/0755.
+    """
+    mode = (0o777 if directory else 0o666) & ~current_umask()
+    if isinstance(target, int):
+        os.fchmod(target, mode)
+    else:
+        os.chmod(target, mode)
+
+
 def temp_beside(path: Path) -> tuple[int, str]:
     """A temp file beside ``path``, named after this process; first removes those of dead writers.
 
     ``.<name>.<host>-<pid>-<start>-XXXX.tmp``: a writer killed mid-write leaves its temp file, and
-    the next write of the same path removes it (``leftovers``).
+    the next write of the same path removes it (``leftovers``). Its mode follows the umask.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     leftovers.remove_stale(path.parent, f".{path.name}.")
-    return tempfile.mkstemp(dir=path.parent, prefix=leftovers.owned(f".{path.name}."), suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=leftovers.owned(f".{path.name}."), suffix=".tmp")
+    try:
+        follow_umask(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    return fd, tmp
+
+
+def staging_folder(target: Path) -> Path:
+    """A fresh folder beside ``target`` (same file system, so the final rename is atomic).
+
+    Named after this process (``.<name>.build-<host>-<pid>-<start>-XXXX``), so that a writer killed
+    while filling it leaves a folder the next one recognizes as dead and removes
+    (``leftovers.recover``, called first). Its mode follows the umask.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.recover(target)
+    folder = Path(
+        tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "build")))
+    )
+    follow_umask(folder, directory=True)
+    return folder
+
+
+def swap_folder(built: Path, target: Path) -> Path:
+    """Replace ``target`` by the fully built folder ``built`` (same parent), never leaving a half folder.
+
+    The old folder is renamed aside, the new one renamed in, then the old one deleted: a reader sees
+    either the old or the new folder. A process killed in between leaves the old one aside under its
+    owner's name, and the next writer puts it back (``leftovers.recover``).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    leftovers.recover(target)
+    old = None
+    if target.exists() or target.is_symlink():
+        old = Path(
+            tempfile.mkdtemp(
+                dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "old"))
+            )
+        )
+        os.rmdir(old)
+        os.replace(target, old)
+    os.replace(built, target)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink()
+    return target
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:

@@ -29,34 +29,105 @@ def sample_folder() -> Path:
     return Path(str(resources.files("ragsft_assets") / "sample_snapshot" / SAMPLE_KEY))
 
 
-def install_snapshot(key: str, source: Path, home: Path | None = None, *, link: bool = False) -> Path:
+def _dump_files_of(source: Path) -> list[Path]:
+    """The dump files ``source`` (a folder or one file) offers; ValueError, saying what was found, when none."""
+    from ragsft_assets.corpus.snapshot_layout import DUMP_SUFFIXES
+
+    kinds = ", ".join(f"*{s}" for s in DUMP_SUFFIXES)
+    if source.is_dir():
+        files = dump_files(source)
+        if not files:
+            raise ValueError(f"no dump file ({kinds}) in {source}: nothing to add")
+    elif source.is_file() and source.name.endswith(DUMP_SUFFIXES):
+        files = [source]
+    else:
+        raise ValueError(f"{source} is not a dump file ({kinds}) nor a folder of them: nothing to add")
+    empty = [f.name for f in files if f.stat().st_size == 0]
+    if empty:
+        raise ValueError(f"empty dump file(s) in {source}: {', '.join(empty)}")
+    return files
+
+
+def _state(files: list[Path]) -> dict[str, tuple[int, int]]:
+    """Name -> (size, mtime in ns) of files: a copy (``shutil.copy2``) keeps both."""
+    return {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in files}
+
+
+def write_added_manifest(folder: Path, key: str, source: Path) -> Path:
+    """Write the folder's ``ADDED_MANIFEST`` (every file's name and size), atomically and last.
+
+    The new-snapshot sensor takes a folder holding it, with those very files, as complete
+    (``automation.discovery``): ``snapshots add`` writes it once every file is in place.
+    """
+    import json
+
+    from ragsft_assets.corpus.snapshot_layout import ADDED_MANIFEST
+    from ragsft_assets.storage import atomic_write_bytes
+
+    files = {
+        p.name: p.stat().st_size
+        for p in sorted(folder.iterdir())
+        if p.is_file() and not p.name.startswith(".")
+    }
+    body = {"key": key, "from": str(source), "files": files}
+    return atomic_write_bytes(folder / ADDED_MANIFEST, (json.dumps(body, indent=2) + "\n").encode())
+
+
+def install_snapshot(
+    key: str, source: Path, home: Path | None = None, *, link: bool = False, replace: bool = False
+) -> Path:
     """Copy (or symlink) the dump files, snapshot.json and topic files of ``source`` into the folder of ``key``.
 
-    ``source`` may be a folder or one dump file. Raises ValueError when it holds no dump file.
+    ``source`` may be a folder or one dump file. Nothing is deleted before the new copy is complete:
+    the files go to a staging folder beside the key's folder, which is then swapped in
+    (``storage.swap_folder``). ``source`` being the key's own folder (where deploy/README.md has
+    users copy dumps) registers it in place. A key whose folder already holds other data is
+    replaced only with ``replace``; the same files again (names, sizes, times) are left as they are.
+
+    Raises:
+        ValueError: an invalid key; ``source`` holds no dump file (or an empty one); the key's
+            folder holds other data and ``replace`` is false.
     """
     from ragsft_assets.defs.partitions import validate_snapshot_key
+    from ragsft_assets.multihop.topics import TOPIC_FILES
+    from ragsft_assets.storage import staging_folder, swap_folder
 
     validate_snapshot_key(key)
     source = source.expanduser().resolve()
-    files = dump_files(source) if source.is_dir() else [source]
-    if not files or not all(f.is_file() for f in files):
-        raise ValueError(f"no dump file (*.jsonl, *.jsonl.gz, *.parquet, *.xml.bz2) in {source}")
+    files = _dump_files_of(source)
     target = snapshots_dir(home) / key
-    target.mkdir(parents=True, exist_ok=True)
-    from ragsft_assets.multihop.topics import TOPIC_FILES
-
+    here = target.resolve()
+    if (source if source.is_dir() else source.parent) == here:  # the key's own folder: register in place
+        write_added_manifest(target, key, target)
+        return target
     # snapshot.json and the topic categories (the card's keep rate by topic) travel with the dumps.
     extra = [
         source / n for n in (SNAPSHOT_CONFIG, *TOPIC_FILES) if source.is_dir() and (source / n).is_file()
     ]
-    for f in [*files, *extra]:
-        dest = target / f.name
-        if dest.exists() or dest.is_symlink():
-            dest.unlink()
-        if link:
-            dest.symlink_to(f)
-        else:
-            shutil.copy2(f, dest)
+    if target.is_dir():
+        held = [p for p in target.iterdir() if not p.name.startswith(".")]
+        if held and _state([*files, *extra]) == _state([p for p in held if p.is_file()]):
+            write_added_manifest(target, key, source)  # the same files again: nothing to replace
+            return target
+        if held and not replace:
+            raise ValueError(
+                f"snapshot {key} already has data in {target} ({len(held)} file(s)): add --replace to "
+                f"replace it by the files of {source}, or pick another key. Nothing was changed."
+            )
+    if link and here in source.parents:
+        raise ValueError(f"--link from {source}, inside {target}, would link to files being replaced")
+    staging = staging_folder(target)
+    try:
+        for f in [*files, *extra]:
+            if link:
+                (staging / f.name).symlink_to(f)
+            else:
+                shutil.copy2(f, staging / f.name)
+        write_added_manifest(staging, key, source)  # last: the folder is complete
+        swap_folder(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return target
 
 
@@ -80,6 +151,7 @@ def snapshots() -> None:
 @click.option("--sample", is_flag=True, help="Install the bundled sample snapshot (key sample.fr).")
 @click.option("--hub", is_flag=True, help="Download KEY (<YYYYMMDD>.<lang>) from the Hugging Face hub.")
 @click.option("--link", is_flag=True, help="Symlink the files instead of copying them.")
+@click.option("--replace", is_flag=True, help="Replace the data KEY already has (kept otherwise).")
 @click.option(
     "--revision", default=None, help="With --hub: the dataset revision to pin (default: the branch's commit)."
 )
@@ -96,12 +168,16 @@ def add(
     link: bool,
     revision: str | None,
     allow_unpinned: bool = False,
+    replace: bool = False,
 ) -> None:
     """Install snapshot KEY and register it as a partition.
 
-    With --hub the export resumes: rerun the same command after an interruption and the finished
-    shards are kept.
+    --from the key's own folder ($RAGSFT_HOME/snapshots/KEY) registers it in place. Data KEY already
+    has is replaced only with --replace, once the new copy is complete. With --hub the export
+    resumes: rerun the same command after an interruption and the finished shards are kept.
     """
+    if replace and hub:
+        raise click.UsageError("--replace goes with --from or --sample")
     if sum([source is not None, sample, hub]) != 1:
         raise click.UsageError("give exactly one of --from FOLDER, --sample, --hub")
     if (revision or allow_unpinned) and not hub:
@@ -117,7 +193,7 @@ def add(
         raise click.ClickException(f"{key!r} is already a source key (ragsft sources): pick another key")
     try:
         if sample:
-            folder = install_snapshot(key, sample_folder())
+            folder = install_snapshot(key, sample_folder(), replace=replace)
         elif hub:
             from ragsft_assets.resources.snapshots import SnapshotSource
 
@@ -133,7 +209,7 @@ def add(
             )
         else:
             assert source is not None
-            folder = install_snapshot(key, source, link=link)
+            folder = install_snapshot(key, source, link=link, replace=replace)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     added = register_partition(key)

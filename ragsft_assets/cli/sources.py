@@ -73,28 +73,82 @@ def _write_config(
     atomic_write_bytes(target / SOURCE_CONFIG, (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode())
 
 
+def _refuse_existing(
+    target: Path, key: str, replace: bool, what: str, files: list[Path] | None = None
+) -> None:
+    """ValueError when the folder of ``key`` already holds data and ``replace`` is false.
+
+    The same data ``files`` again (names, sizes, times: ``shutil.copy2`` keeps them) replace nothing.
+    """
+    from ragsft_assets.sources.read import HUB_STATE, SOURCE_CONFIG
+
+    held = [p for p in target.iterdir() if not p.name.startswith(".")] if target.is_dir() else []
+    data = [p for p in held if p.name not in (SOURCE_CONFIG, HUB_STATE)]
+
+    def state(fs: list[Path]) -> dict[str, tuple[int, int]]:
+        return {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in fs if f.is_file()}
+
+    if files is not None and len(data) == len(files) and state(data) == state(files):
+        return
+    if held and not replace:
+        raise ValueError(
+            f"source {key} already has data in {target} ({len(held)} file(s)): add --replace to replace "
+            f"it by {what}, or pick another key. Nothing was changed."
+        )
+
+
+def _install_staged(target: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a staging folder beside ``target``, then swap it in: nothing is deleted before the copy is whole."""
+    from ragsft_assets.storage import staging_folder, swap_folder
+
+    staging = staging_folder(target)
+    try:
+        fill(staging)
+        swap_folder(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def install_source(
-    key: str, source: Path, *, preset: str | None, mapping_file: Path | None, home: Path | None = None
+    key: str,
+    source: Path,
+    *,
+    preset: str | None,
+    mapping_file: Path | None,
+    home: Path | None = None,
+    replace: bool = False,
 ) -> tuple[Path, int]:
     """Validate and copy ``source`` (file or folder) into the source folder of ``key``.
 
     Every record is read through the preset or mapping first, so a bad file fails here (naming the
-    file, the record and the field) rather than in a run. Returns ``(folder, rows)``.
+    file, the record and the field) rather than in a run. ``source`` being the key's own folder
+    registers it in place; a folder that already holds data is replaced only with ``replace``, and
+    only once the new copy is complete (staged beside it, then swapped). Returns ``(folder, rows)``.
     """
     from ragsft_assets.sources.read import load_mapping, read_source, source_files
 
     _check_key(key, home)
     mapping = load_mapping(preset, mapping_file)
     source = source.expanduser().resolve()
+    target = sources_dir(home) / key
+    in_place = (source if source.is_dir() else source.parent) == target.resolve()
+    if in_place:
+        source = target  # the key's own folder: every data file of it, registered where it is
+    else:
+        _refuse_existing(target, key, replace, f"the files of {source}", source_files(source))
     read = read_source(source, mapping)
     require_questions(key, read)
-    target = sources_dir(home) / key
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for f in source_files(source):
-        shutil.copy2(f, target / f.name)
-    _write_config(target, key, preset, mapping, read.rows_per_file)
+    if in_place:
+        _write_config(target, key, preset, mapping, read.rows_per_file)
+        return target, read.table.num_rows
+
+    def fill(staging: Path) -> None:
+        for f in source_files(source):
+            shutil.copy2(f, staging / f.name)
+        _write_config(staging, key, preset, mapping, read.rows_per_file)
+
+    _install_staged(target, fill)
     return target, read.table.num_rows
 
 
@@ -109,7 +163,12 @@ SNAPSHOT_QUESTIONS = (
 
 
 def install_snapshot_source(
-    key: str, snapshot: str, *, questions: str = SNAPSHOT_QUESTIONS[0], home: Path | None = None
+    key: str,
+    snapshot: str,
+    *,
+    questions: str = SNAPSHOT_QUESTIONS[0],
+    home: Path | None = None,
+    replace: bool = False,
 ) -> tuple[Path, int]:
     """Install a snapshot's multi-hop questions (this project's own corpus) as source ``key``.
 
@@ -143,21 +202,26 @@ def install_snapshot_source(
         )
     mapping = load_mapping("hotpotqa")
     target = sources_dir(home) / key
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for f in files:  # the split is the file's name, as for every source file
-        shutil.copy2(f, target / f.name)
-    read = read_source(target, mapping)
-    origin = {
-        "source": "snapshot",
-        "snapshot": snapshot,
-        "asset": questions,
-        "files_sha256": {f.name: sha256_hex((target / f.name).read_bytes()) for f in files},
-        "revisions": source_info(root, None, snapshot).get("revisions"),
-    }
-    _write_config(target, key, "hotpotqa", mapping, read.rows_per_file, origin)
-    return target, read.table.num_rows
+    _refuse_existing(target, key, replace, f"the {questions} of snapshot {snapshot}")
+    rows = 0
+
+    def fill(staging: Path) -> None:
+        nonlocal rows
+        for f in files:  # the split is the file's name, as for every source file
+            shutil.copy2(f, staging / f.name)
+        read = read_source(staging, mapping)
+        origin = {
+            "source": "snapshot",
+            "snapshot": snapshot,
+            "asset": questions,
+            "files_sha256": {f.name: sha256_hex((staging / f.name).read_bytes()) for f in files},
+            "revisions": source_info(root, None, snapshot).get("revisions"),
+        }
+        _write_config(staging, key, "hotpotqa", mapping, read.rows_per_file, origin)
+        rows = read.table.num_rows
+
+    _install_staged(target, fill)
+    return target, rows
 
 
 def install_hub_source(
@@ -273,6 +337,7 @@ def sources() -> None:
     help=f"Column mapping of a known source ({', '.join(PRESET_NAMES)}); default: the key's first part.",
 )
 @click.option("--mapping", "mapping_file", type=click.Path(path_type=Path), help="JSON/YAML mapping file.")
+@click.option("--replace", is_flag=True, help="Replace the data KEY already has (kept otherwise).")
 def add(
     key: str,
     source: Path | None,
@@ -287,11 +352,13 @@ def add(
     allow_unpinned: bool,
     preset: str | None,
     mapping_file: Path | None,
+    replace: bool = False,
 ) -> None:
     """Install source KEY (<source>.<lang>, e.g. hotpotqa.en) and register it as a partition.
 
-    With --hub the export resumes: rerun the same command after an interruption and the finished
-    shards are kept.
+    --from the key's own folder ($RAGSFT_HOME/sources/KEY) registers it in place. Data KEY already
+    has is replaced only with --replace, once the new copy is complete. With --hub the export
+    resumes: rerun the same command after an interruption and the finished shards are kept.
     """
     from ragsft_assets.sources.read import SourceError
 
@@ -301,6 +368,8 @@ def add(
         raise click.UsageError(
             "--config, --split, --revision, --data-dir, --lines-per-file and --allow-unpinned go with --hub"
         )
+    if replace and hub is not None:
+        raise click.UsageError("--replace goes with --from or --from-snapshot (--hub resumes its export)")
     if questions is not None and snapshot is None:
         raise click.UsageError("--questions goes with --from-snapshot")
     if snapshot is not None and (preset is not None or mapping_file is not None):
@@ -326,11 +395,13 @@ def add(
             )
         elif snapshot is not None:
             folder, rows = install_snapshot_source(
-                key, snapshot, questions=questions or SNAPSHOT_QUESTIONS[0]
+                key, snapshot, questions=questions or SNAPSHOT_QUESTIONS[0], replace=replace
             )
         else:
             assert source is not None
-            folder, rows = install_source(key, source, preset=preset, mapping_file=mapping_file)
+            folder, rows = install_source(
+                key, source, preset=preset, mapping_file=mapping_file, replace=replace
+            )
     except (SourceError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     except Exception as exc:  # datasets/hub errors (no such dataset, config or split; network)

@@ -10,7 +10,21 @@ import re
 from pathlib import Path
 
 # <YYYYMMDD>.<lang> for real dumps; a lowercase word (e.g. "sample.fr") for test/sample snapshots.
-SNAPSHOT_KEY_RE = re.compile(r"^(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
+# Matched with fullmatch: with re.match, "$" also matches before a final newline ("x.fr\n" passed).
+SNAPSHOT_KEY_RE = re.compile(r"(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9]+)?")
+# ours: a key names folders (assets/<key>/, releases/<key>/) and temporary names beside them
+# (".<key>.build-<owner>-XXXX"), which must fit the file systems' 255-byte name limit.
+MAX_KEY_LENGTH = 100
+
+
+def check_key_length(key: str, kind: str) -> None:
+    """Raise ValueError for a partition key too long to name a folder (and its temporary siblings)."""
+    if len(key) > MAX_KEY_LENGTH:
+        raise ValueError(
+            f"invalid {kind} key {key[:40]!r}... ({len(key)} characters): a key names folders, "
+            f"so it may have {MAX_KEY_LENGTH} characters at most"
+        )
+
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
 PARQUET_SUFFIXES = (".parquet",)
@@ -22,6 +36,9 @@ DUMP_SUFFIXES = JSONL_SUFFIXES + PARQUET_SUFFIXES + XML_SUFFIXES
 PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".incomplete", ".download")
 
 HUB_DATASET = "wikimedia/structured-wikipedia"
+# Written by `ragsft snapshots add`, atomically and after every other file: the folder is complete
+# (its files, with these sizes). Hidden, so never taken for a dump or data file.
+ADDED_MANIFEST = ".ragsft-added.json"
 
 
 class CorruptDumpError(ValueError):
@@ -40,7 +57,8 @@ def dump_files(folder: Path) -> list[Path]:
 
 def validate_snapshot_key(key: str) -> str:
     """Return ``key`` if it is ``<YYYYMMDD>.<lang>`` (or ``<name>.<lang>``), else raise ValueError."""
-    if not SNAPSHOT_KEY_RE.match(key):
+    check_key_length(key, "snapshot")
+    if not SNAPSHOT_KEY_RE.fullmatch(key):
         raise ValueError(
             f"invalid snapshot key {key!r}: expected <YYYYMMDD>.<lang> such as 20240916.fr "
             "(or <name>.<lang> such as sample.fr)"

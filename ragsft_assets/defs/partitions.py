@@ -13,7 +13,9 @@ import re
 import dagster as dg
 
 from ragsft_assets.corpus.snapshot_layout import (  # noqa: F401 - re-exported
+    MAX_KEY_LENGTH,
     SNAPSHOT_KEY_RE,
+    check_key_length,
     snapshot_language,
     validate_snapshot_key,
 )
@@ -26,12 +28,14 @@ QA_SOURCE_PARTITIONS_NAME = "qa_source"
 qa_source_partitions = dg.DynamicPartitionsDefinition(name=QA_SOURCE_PARTITIONS_NAME)
 
 # <source>.<lang>: a lowercase source name (e.g. hotpotqa, trust_align) and a language code.
-QA_SOURCE_KEY_RE = re.compile(r"^[a-z][a-z0-9_-]*\.[a-z]{2,3}(?:-[a-z0-9]+)?$")
+# Matched with fullmatch (re.match's "$" lets a final newline through).
+QA_SOURCE_KEY_RE = re.compile(r"[a-z][a-z0-9_-]*\.[a-z]{2,3}(?:-[a-z0-9]+)?")
 
 
 def validate_source_key(key: str) -> str:
     """Return ``key`` if it is ``<source>.<lang>`` (e.g. ``hotpotqa.en``), else raise ValueError."""
-    if not QA_SOURCE_KEY_RE.match(key):
+    check_key_length(key, "source")
+    if not QA_SOURCE_KEY_RE.fullmatch(key):
         raise ValueError(
             f"invalid source key {key!r}: expected <source>.<lang> such as hotpotqa.en "
             "(a lowercase source name, a dot, a language code)"

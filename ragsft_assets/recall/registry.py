@@ -45,7 +45,7 @@ def registry_path(home: Path | None = None) -> Path:
 
 def check_key(key: str) -> str:
     """Raises ValueError unless ``key`` is a valid partition key such as ``qwen3-4b-base``."""
-    if not KEY_RE.match(key):
+    if not KEY_RE.fullmatch(key):  # not match: its "$" lets a final newline through
         raise ValueError(
             f"base-model key {key!r}: use lowercase letters, digits, '.', '_' or '-' (64 at most)"
         )
