@@ -26,6 +26,13 @@ R = TypeVar("R")
 _REGISTRY: dict[str, Any] = {}
 _FAMILY: dict[str, str] = {}
 
+# ours: the cards do not state how many failed LLM calls a stage may absorb. A stage (every batch it
+# sends, in every family) fails when more than this share of its requests ended in a transport error
+# (HTTP 5xx or 4xx after retries, timeouts, refused connections); unreadable model output is counted
+# apart. Small: a healthy fleet loses next to nothing after retries, and a rerun resumes from the
+# cache. A role may set its own (``RAGSFT_<ROLE>_MAX_ERROR_SHARE``, ``LLMResource.max_error_share``).
+MAX_TRANSPORT_ERROR_SHARE = 0.02
+
 
 def register(family: str, recipes: Mapping[str, Any]) -> None:
     """Make ``recipes`` (name -> frozen dataclass instance) findable by name.

@@ -52,7 +52,9 @@ def test_statuses_reasoning_and_errors_are_not_cached(tmp_path: Path) -> None:
             "wrong": '{"a": "x"}',
         }
     )
-    client = ChatClient(backend, LLMCache(tmp_path))
+    client = ChatClient(
+        backend, LLMCache(tmp_path), max_error_share=1.0
+    )  # one error: a result, not a failure
     convs = [
         [{"role": "user", "content": c}] for c in ("good", "fenced", "think", "prose", "wrong", "missing")
     ]

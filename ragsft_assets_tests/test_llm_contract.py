@@ -76,7 +76,7 @@ def test_cache_key_unchanged_without_new_fields_and_distinct_with_them() -> None
 
 def test_client_chat_kwargs_and_completion_are_cached_apart(tmp_path: Path) -> None:
     backend = KindBackend()
-    client = ChatClient(backend, LLMCache(tmp_path))
+    client = ChatClient(backend, LLMCache(tmp_path), max_error_share=1.0)  # "bad" errs: a result here
     a = client.chat([MSGS], SamplingParams(), chat_template_kwargs={"enable_thinking": False})
     b = client.chat([MSGS], SamplingParams())
     assert a.results[0].text == "chat:hi|{'enable_thinking': False}"

@@ -261,7 +261,8 @@ def test_when_every_url_fails_each_request_ends_with_an_error(tmp_path: Path) ->
 
     with FakeOpenAI(broken).running() as a, FakeOpenAI(broken).running() as b:
         backend = _backend([a.url, b.url], concurrency=2, max_retries=2, cooldown_s=0.05)
-        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(4), SamplingParams())
+        # max_error_share=1: each request's ending is under test; the stage rule is test_fail_loudly_llm's
+        batch = ChatClient(backend, LLMCache(tmp_path), max_error_share=1.0).chat(_convs(4), SamplingParams())
         backend.close()
     assert all(
         r.status == STATUS_ERROR and "gave up after 3 attempts" in (r.error or "") for r in batch.results
@@ -450,7 +451,9 @@ def test_a_reasoning_model_role_sends_max_completion_tokens_and_no_temperature(t
     models = [{"id": MODEL, "object": "model"}]
     task = SamplingParams(temperature=0.0, max_tokens=48, enable_thinking=False)
     with FakeOpenAI(_strict_reasoning_server, models=models).running() as srv:
-        plain = _resource([srv.url], tmp_path / "a", weights_id="gpt-5-mini-2025-08-07", max_retries=0)
+        plain = _resource(
+            [srv.url], tmp_path / "a", weights_id="gpt-5-mini-2025-08-07", max_retries=0, max_error_share=1.0
+        )
         refused = plain.chat(_convs(1), task).results[0]
         reasoning = _resource(
             [srv.url],

@@ -60,6 +60,8 @@ ENGINE_ENV: dict[str, Any] = {
     "dtype": str,
     "quantization": str,
     "engine_kwargs": str,
+    "max_error_share": float,  # failing loudly: see llm.transport_errors
+    "dead_after_s": float,
 }
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*
 

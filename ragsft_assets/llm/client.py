@@ -14,7 +14,12 @@
    schema validation): a text that does not parse is ``unreadable``, an answer cut off inside
    its reasoning is ``unreadable`` with reason ``truncated_in_reasoning`` (its reasoning never
    becomes the answer), and a request the backend gave up on is ``error``; nothing raises for
-   one bad answer, and errors are not cached (a rerun retries them).
+   one bad answer, and errors are not cached (a rerun retries them);
+6. fails the batch (``TransportErrors``, ``llm.transport_errors``) when more than
+   ``max_error_share`` of its requests ended in a transport error: every LLM stage of every
+   family goes through here, so none publishes output built from failed calls. Unreadable
+   answers are counted apart and never fail it. A fleet that is down for good stops the batch
+   sooner (the backend's ``FleetDown``); either way what was answered is cached.
 
 Before step 1 each request's thinking switch and budget are resolved (role over task over the
 model's default, see ``llm.thinking``): the cache key is that of the request as sent.
@@ -37,6 +42,7 @@ from ragsft_assets.llm.backends.base import Backend, Completion, Request, Transp
 from ragsft_assets.llm.cache import LLMCache, canonical_json, request_record
 from ragsft_assets.llm.parsing import interpret
 from ragsft_assets.llm.thinking import effective_request, thinks
+from ragsft_assets.llm.transport_errors import TransportErrors, share_failure, transport_kinds
 from ragsft_assets.llm.types import (
     STATUS_ERROR,
     STATUS_UNREADABLE,
@@ -47,6 +53,7 @@ from ragsft_assets.llm.types import (
     Message,
     SamplingParams,
 )
+from ragsft_assets.recipes import MAX_TRANSPORT_ERROR_SHARE
 
 _log = logging.getLogger(__name__)
 
@@ -189,6 +196,8 @@ class ChatClient:
         progress_every_s: least seconds between two progress lines.
         enable_thinking: the role's thinking switch (None: each task's default, else the model's).
         thinking_max_tokens: the role's budget for calls that think, when their task sets none.
+        max_error_share: the share of a batch's requests that may end in a transport error before
+            the batch raises ``TransportErrors``; None: ``recipes.MAX_TRANSPORT_ERROR_SHARE``.
     """
 
     def __init__(
@@ -203,8 +212,10 @@ class ChatClient:
         progress_every_s: float = 10.0,
         enable_thinking: bool | None = None,
         thinking_max_tokens: int | None = None,
+        max_error_share: float | None = None,
     ) -> None:
         self.backend = backend
+        self.max_error_share = MAX_TRANSPORT_ERROR_SHARE if max_error_share is None else max_error_share
         self.cache = cache
         self.name = name
         self.budget_calls = budget_calls
@@ -284,6 +295,9 @@ class ChatClient:
 
         Raises:
             BudgetExceeded: before any call, when the misses would pass the budget.
+            TransportErrors: more than ``max_error_share`` of the requests ended in a transport
+                error (the answers received are cached first).
+            FleetDown: every URL of an HTTP backend kept failing (``OpenAIBackend``).
         """
         log = log or _log
         t0 = time.monotonic()
@@ -382,7 +396,18 @@ class ChatClient:
             stats.truncated_in_reasoning += res.reason == "truncated_in_reasoning"
             final.append(res)
         stats.wall_s = time.monotonic() - t0
+        self._check_errors(final, stats)
         return BatchResult(results=final, stats=stats)
+
+    def _check_errors(self, results: Sequence[ChatResult], stats: BatchStats) -> None:
+        """Raise ``TransportErrors`` when the batch's transport errors pass the allowed share."""
+        if not stats.errors:
+            return
+        kinds, _ = transport_kinds(r.error or "" for r in results if r.status == STATUS_ERROR)
+        urls = list(getattr(self.backend, "shown_urls", None) or ())
+        message = share_failure(self.name, urls, len(results), kinds, stats.unreadable, self.max_error_share)
+        if message is not None:
+            raise TransportErrors(message)
 
     def _check_budget(self, misses: Sequence[Request]) -> None:
         if not misses:

@@ -83,6 +83,11 @@ class LLMResource(ModelEndpoint):
     # An OpenAI reasoning model (gpt-5-mini, o-series): max_completion_tokens, no temperature.
     reasoning_model: bool = False
     reasoning_effort: str = ""
+    # Failing loudly: the share of a batch's requests that may end in a transport error (None: the
+    # recipes' MAX_TRANSPORT_ERROR_SHARE, 2%), and the seconds every URL must keep failing before a
+    # batch stops (None: max(2 x timeout_s, 60)). See llm.transport_errors and OpenAIBackend.
+    max_error_share: float | None = None
+    dead_after_s: float | None = None
 
     _client: ChatClient | None = PrivateAttr(default=None)
     _handle: Any = PrivateAttr(default=None)
@@ -150,6 +155,7 @@ class LLMResource(ModelEndpoint):
                 "reasoning_model": self.reasoning_model,
                 "reasoning_effort": self.reasoning_effort,
                 "role": self.role,  # its own client, pool and per-URL limits, even beside a twin role
+                "dead_after_s": self.dead_after_s,
             }
         return self.backend, {"model": self.model}  # a kind registered with engines.register_backend
 
@@ -172,6 +178,7 @@ class LLMResource(ModelEndpoint):
                 progress_every_s=self.progress_every_s,
                 enable_thinking=self.enable_thinking,
                 thinking_max_tokens=self.thinking_max_tokens,
+                max_error_share=self.max_error_share,
             )
         return self._client
 

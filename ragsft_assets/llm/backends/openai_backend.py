@@ -19,6 +19,11 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   with one request; it comes back at one request in flight, doubling per round trip (slow
   start). The last URL that answers is never set aside, so a failing URL never fails a run
   while others answer.
+- A dead fleet: once every URL has kept failing for ``dead_after_s`` (default
+  ``max(2 x timeout_s, 60 s)``) with no answer in between, the batch stops with ``FleetDown``
+  (requests in flight are abandoned); the requests answered before are reported, so the client
+  has cached them and a rerun resumes. A hung or refusing fleet fails in bounded time, not after
+  timeout x retries for every request.
 - Identity: ``/v1/models`` is read from every URL (retrying transient failures) when the
   identity is first needed, i.e. before the first call. A model no URL serves, URLs that serve
   different weights (``root``) under one name, or no weights identity at all are errors at
@@ -29,7 +34,9 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   ``reasoning_effort`` is sent when set.
 
 The API key is read from the environment variable named ``api_key_env`` at each request and is
-never logged, stored in errors, metadata or the cache key.
+never logged, stored in errors, metadata or the cache key. Base URLs are only ever shown masked
+(``ragsft_assets.masking``: user-info, credential query values), and every error text is masked.
+A base URL may carry a query string (``?api-version=...``): endpoint paths go before it.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import httpx
 import orjson
 
 from ragsft_assets.llm.backends.base import Completion, OnResult, Request, TransportStats
+from ragsft_assets.masking import mask_text, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +87,22 @@ class ServedModelError(ValueError):
     """The fleet does not serve the configured model consistently (raised before any call)."""
 
 
+class FleetDown(RuntimeError):
+    """Every URL of a role kept failing for ``dead_after_s``: the batch stops (answers so far are kept)."""
+
+
+def endpoint(base_url: str, path: str) -> str:
+    """``path`` (``/chat/completions``) under ``base_url``, before its query string if it has one."""
+    base, sep, query = base_url.partition("?")
+    return f"{base.rstrip('/')}{path}{sep}{query}"
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` carries credentials before its host (``http://user:pass@host``)."""
+    netloc = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    return "@" in netloc
+
+
 def retry_after_s(value: str | None) -> float | None:
     """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date), or None."""
     if not value:
@@ -99,6 +123,7 @@ class _Url:
     """One base URL's slots and health, touched only from the backend's event loop."""
 
     url: str
+    shown: str  # the URL as messages show it (masked)
     cap: int  # the configured in-flight limit
     limit: float  # the current (AIMD) limit, 1 <= limit <= cap
     ssthresh: float  # below it the limit grows by one per answer (slow start)
@@ -109,6 +134,8 @@ class _Url:
     cooldown: float = 0.0
     aside: bool = False  # set aside (or probing after the cool-down): one request at a time
     hits: int = 0
+    failing_since: float | None = None  # send time of the first attempt of its failures in a row
+    last_error: str = ""
 
     def room(self) -> int:
         return (1 if self.aside else max(1, int(self.limit))) - self.outstanding
@@ -118,14 +145,22 @@ class _Fleet:
     """Per-URL in-flight slots: least-outstanding choice, AIMD limits, cool-down of failing URLs."""
 
     def __init__(
-        self, urls: Sequence[str], cap: int, cooldown_s: float, fail_threshold: int, cooldown_max_s: float
+        self,
+        urls: Sequence[str],
+        cap: int,
+        cooldown_s: float,
+        fail_threshold: int,
+        cooldown_max_s: float,
+        dead_after_s: float = float("inf"),
     ) -> None:
-        self.urls = [_Url(u, cap, float(cap), float(cap)) for u in urls]
+        self.urls = [_Url(u, mask_url(u), cap, float(cap), float(cap)) for u in urls]
         self.cooldown_s = cooldown_s
         self.cooldown_max_s = max(cooldown_s, cooldown_max_s)
         self.fail_threshold = max(1, fail_threshold)
+        self.dead_after_s = dead_after_s
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.set_asides = 0
+        self.dead = ""  # set once every URL kept failing for dead_after_s: why the fleet is down
 
     def capacity(self) -> int:
         return sum(u.cap for u in self.urls)
@@ -146,6 +181,8 @@ class _Fleet:
         queued = False
         while True:
             now = loop.time()
+            if self.dead:
+                raise FleetDown(self.dead)
             if not self.waiters or queued:
                 u = self._pick(now, avoid)
                 if u is not None:
@@ -185,9 +222,10 @@ class _Fleet:
 
     def ok(self, u: _Url) -> None:
         u.fails = 0
+        u.failing_since = None
         if u.aside:  # the probe answered: back in slow start towards the full limit
             u.aside, u.cooldown, u.limit, u.ssthresh = False, 0.0, 1.0, float(u.cap)
-            log.info("%s answers again: back in service (slow start)", u.url)
+            log.info("%s answers again: back in service (slow start)", u.shown)
         elif u.limit < u.cap:
             u.limit = min(float(u.cap), u.limit + (1.0 if u.limit < u.ssthresh else 1.0 / u.limit))
 
@@ -199,7 +237,11 @@ class _Fleet:
             u.limit = u.ssthresh
             u.epoch += 1
 
-    def failure(self, u: _Url, now: float) -> None:
+    def failure(self, u: _Url, now: float, sent: float | None = None, why: str = "") -> None:
+        if u.failing_since is None:
+            u.failing_since = now if sent is None else sent
+        u.last_error = why or u.last_error
+        self._check_dead(now)
         if u.aside and now < u.available_at:
             return  # an answer to a request sent before it was set aside: already counted
         u.fails += 1
@@ -211,8 +253,20 @@ class _Fleet:
         u.available_at = max(u.available_at, now + u.cooldown)
         u.aside, u.fails = True, 0
         self.set_asides += 1
-        log.warning("%s keeps failing: set aside for %.0fs, then probed", u.url, u.cooldown)
+        log.warning("%s keeps failing: set aside for %.0fs, then probed", u.shown, u.cooldown)
         self.wake()
+
+    def _check_dead(self, now: float) -> None:
+        """Declare the fleet down once every URL has kept failing for ``dead_after_s``."""
+        if self.dead or not all(
+            u.failing_since is not None and now - u.failing_since >= self.dead_after_s for u in self.urls
+        ):
+            return
+        errors = "; ".join(f"{u.shown}: {u.last_error or 'failing'}" for u in self.urls)
+        self.dead = f"every URL has failed for {self.dead_after_s:.0f}s or more without an answer ({errors})"
+        for fut in self.waiters:  # the line learns it at once, not at its next bounded wait
+            if not fut.done():
+                fut.set_result(None)
 
 
 class _Call:
@@ -289,6 +343,12 @@ class OpenAIBackend:
         cooldown_s: first cool-down of a URL set aside; doubles up to ``cooldown_max_s``.
         fail_threshold: failures in a row that set a URL aside.
         max_throttled: 429 answers one request may get before it ends with an error.
+        dead_after_s: seconds every URL must keep failing before the batch stops with
+            ``FleetDown``; None: ``max(2 x timeout_s, 60)``.
+
+    Raises:
+        ValueError: no base URL, or a base URL with a user:password while ``api_key_env`` holds
+            a key (both would be the request's Authorization header; the message is masked).
     """
 
     def __init__(
@@ -311,10 +371,21 @@ class OpenAIBackend:
         cooldown_max_s: float = 120.0,
         fail_threshold: int = 3,
         max_throttled: int = 50,
+        dead_after_s: float | None = None,
     ) -> None:
         if not base_urls:
             raise ValueError("the openai backend needs at least one base URL")
         self.base_urls = [u.rstrip("/") for u in base_urls]
+        self.shown_urls = [mask_url(u) for u in self.base_urls]
+        self._shown = dict(zip(self.base_urls, self.shown_urls, strict=True))
+        both = [self._shown[u] for u in self.base_urls if has_userinfo(u)]
+        if both and api_key_env and os.environ.get(api_key_env):
+            # aiohttp refuses both ("Cannot combine AUTHORIZATION header ..."), on every call: say it now.
+            raise ValueError(
+                f"{role or 'openai'} role: base URL(s) {both} carry a user:password and {api_key_env}"
+                " holds an API key; both would be the Authorization header. Keep one: remove the"
+                f" user:password from the URL, or unset {api_key_env} (or the role's API_KEY_ENV)."
+            )
         self.model = model
         self.api_key_env = api_key_env
         self.concurrency = max(1, concurrency)
@@ -332,6 +403,7 @@ class OpenAIBackend:
         self.cooldown_max_s = cooldown_max_s
         self.fail_threshold = fail_threshold
         self.max_throttled = max(1, max_throttled)
+        self.dead_after_s = dead_after_s if dead_after_s is not None else max(2 * timeout_s, 60.0)
         self._client: httpx.Client | None = None  # /v1/models only (once, before any call)
         self._identity: dict[str, str] | None = None
         self._served: dict[str, Any] | None = None
@@ -382,7 +454,9 @@ class OpenAIBackend:
         last = ""
         for attempt in range(self.max_retries + 1):
             try:
-                resp = self._http().get(f"{url}/models", headers=self._headers(), timeout=10.0)
+                resp = self._http().get(
+                    endpoint(url, "/models"), headers=self._headers(), timeout=min(10.0, self.timeout_s)
+                )
                 if resp.status_code < 400:
                     data = orjson.loads(resp.content).get("data")
                     if isinstance(data, list):
@@ -393,10 +467,10 @@ class OpenAIBackend:
                     if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
                         break  # 404: a provider without /v1/models; asking again will not help
             except (httpx.HTTPError, orjson.JSONDecodeError, AttributeError) as exc:
-                last = f"{type(exc).__name__}: {str(exc)[:200]}"
+                last = mask_text(f"{type(exc).__name__}: {str(exc)[:200]}")
             if attempt < self.max_retries:
                 time.sleep(min(self.backoff_max_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2))
-        raise RuntimeError(f"{url}/models: {last}")
+        raise RuntimeError(f"{self._shown.get(url, mask_url(url))}/models: {last}")
 
     def _resolve_identity(self) -> dict[str, str]:
         with ThreadPoolExecutor(max_workers=min(8, len(self.base_urls))) as pool:
@@ -405,9 +479,9 @@ class OpenAIBackend:
         failed: dict[str, str] = {}
         for u, f in futures.items():
             try:
-                listings[u] = f.result()
+                listings[self._shown[u]] = f.result()
             except RuntimeError as exc:
-                failed[u] = str(exc)
+                failed[self._shown[u]] = str(exc)
         who = f"{self.role or 'openai'} role, model {self.model!r}"
         pin_hint = (
             f"set weights_id (RAGSFT_{(self.role or '<ROLE>').upper()}_WEIGHTS_ID) to the weights'"
@@ -433,12 +507,12 @@ class OpenAIBackend:
             served = {k: first[k] for k in ("id", "root", "max_model_len") if first.get(k) is not None}
             for u, reason in failed.items():
                 log.warning("%s: %s did not list its models (%s); the others did", who, u, reason)
-            self._unlisted = list(failed)
+            self._unlisted = [u for u in self.base_urls if self._shown[u] in failed]
         else:
             served = {"error": "; ".join(failed.values())}
             if not explicit:
                 raise ServedModelError(
-                    f"{who}: /v1/models answered at none of {self.base_urls} ({served['error']}), so the"
+                    f"{who}: /v1/models answered at none of {self.shown_urls} ({served['error']}), so the"
                     f" served weights are unknown; {pin_hint}"
                 )
         weights = explicit or (f"served:{served['root']}" if served.get("root") else "")
@@ -451,7 +525,7 @@ class OpenAIBackend:
             )
             log.warning("%s: weights 'unknown' (set explicitly); %s", who, served["weights_note"])
         else:
-            log.info("%s at %s: weights %s, %s", who, self.base_urls, weights, served)
+            log.info("%s at %s: weights %s, %s", who, self.shown_urls, weights, served)
         self._served = served
         return {"backend": "openai", "model": self.model, "weights_sha256": weights}
 
@@ -489,12 +563,18 @@ class OpenAIBackend:
             import aiohttp
 
             self._fleet = _Fleet(
-                self.base_urls, self.concurrency, self.cooldown_s, self.fail_threshold, self.cooldown_max_s
+                self.base_urls,
+                self.concurrency,
+                self.cooldown_s,
+                self.fail_threshold,
+                self.cooldown_max_s,
+                self.dead_after_s,
             )
             now = asyncio.get_running_loop().time()
             for u in self._fleet.urls:
                 if u.url in self._unlisted and len(self._unlisted) < len(self.base_urls):
                     u.aside, u.cooldown, u.available_at = True, self.cooldown_s, now + self.cooldown_s
+                    u.failing_since, u.last_error = now, "did not list its models"
             connector = aiohttp.TCPConnector(
                 limit=self._fleet.capacity() + 8, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300
             )
@@ -529,12 +609,12 @@ class OpenAIBackend:
             left = False
             try:
                 try:
-                    async with self._session.post(u.url + path, data=body, headers=headers) as resp:
+                    async with self._session.post(endpoint(u.url, path), data=body, headers=headers) as resp:
                         status = resp.status
                         content = await resp.read()
                         wait_s = retry_after_s(resp.headers.get("Retry-After"))
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    last = f"{type(exc).__name__} from {u.url}"
+                    last = f"{type(exc).__name__} from {u.shown}"
                 now = loop.time()
                 call.leave(now, sent)
                 left = True
@@ -542,21 +622,21 @@ class OpenAIBackend:
                     try:
                         value = parse(content)
                     except _Malformed:
-                        last = f"malformed response body from {u.url}"
+                        last = f"malformed response body from {u.shown}"
                     else:
                         fleet.ok(u)
                         return value
                 elif status == 429 or (status == 503 and wait_s is not None):
                     fleet.pushback(u, epoch, wait_s, now)
-                    last = f"HTTP {status} from {u.url}"
+                    last = f"HTTP {status} from {u.shown}"
                 elif status and status not in RETRY_STATUS and status < 500:
                     u.fails = 0  # it answered: the request is wrong, not the server
-                    text = content[:300].decode("utf-8", "replace")
-                    raise Refused(f"HTTP {status} from {u.url}: {text}")
+                    text = mask_text(content[:300].decode("utf-8", "replace"))
+                    raise Refused(f"HTTP {status} from {u.shown}: {text}")
                 elif status:
-                    last = f"HTTP {status} from {u.url}"
+                    last = f"HTTP {status} from {u.shown}"
                 if status != 429 and not (status == 503 and wait_s is not None):
-                    fleet.failure(u, now)
+                    fleet.failure(u, now, sent, last)
             finally:
                 if not left:  # cancelled mid-flight
                     call.leave(loop.time(), sent)
@@ -572,6 +652,8 @@ class OpenAIBackend:
                 failures += 1
                 if failures > self.max_retries:
                     raise GiveUp(f"gave up after {failures + throttled} attempts: {last}")
+            if fleet.dead:
+                raise FleetDown(fleet.dead)
             call.stats.retries += 1
             avoid = u
             if not wait_s:  # a Retry-After pauses the URL itself; otherwise (or "0") back off here
@@ -595,6 +677,9 @@ class OpenAIBackend:
         try:
             for i in range(n):
                 await gate.acquire()
+                if fleet.dead:  # start nothing more; the gather below raises FleetDown
+                    gate.release()
+                    break
                 task = asyncio.ensure_future(one(i))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -658,10 +743,10 @@ class OpenAIBackend:
         async def one(i: int) -> None:
             try:
                 c = await self._chat_one(requests[i], call)
-            except asyncio.CancelledError:
+            except (asyncio.CancelledError, FleetDown):
                 raise
             except Exception as exc:  # never lose a request to an unexpected bug: report it
-                c = Completion(error=f"{type(exc).__name__}: {exc}")
+                c = Completion(error=mask_text(f"{type(exc).__name__}: {exc}"))
             results.put((i, c))
 
         future = self._submit(self._run_many(len(requests), one, call))
@@ -690,7 +775,13 @@ class OpenAIBackend:
                         reported[i], left = True, left - 1
                         on_result(i, c)
             exc = future.exception() if future.done() and not future.cancelled() else None
-            failure = f"{type(exc).__name__}: {exc}" if exc else "the request was not answered"
+            if isinstance(exc, FleetDown):  # what was answered is reported (cached); the batch fails
+                raise FleetDown(
+                    f"{self.role or 'openai'} role, model {self.model!r}: {exc}. The answers received"
+                    " so far are cached: check the servers (or the role's BASE_URLS), then rerun, which"
+                    " resumes from the cache."
+                )
+            failure = mask_text(f"{type(exc).__name__}: {exc}") if exc else "the request was not answered"
             for i, done in enumerate(reported):
                 if not done:  # never a silent loss
                     on_result(i, Completion(error=failure))
