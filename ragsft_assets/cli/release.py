@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -26,8 +27,15 @@ def verify(folder: Path, digest: str | None, use_catalog: bool) -> None:
     from ragsft_assets.release.catalog import digests_path, recorded_digest
     from ragsft_assets.release.verify import verify_release
 
-    if digest and use_catalog:
+    if digest is not None and use_catalog:
         raise click.UsageError("give --digest or --catalog, not both")
+    if digest is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", digest.strip()):
+        # an empty value once turned the check off (`if expected_digest`): it is an error
+        raise click.BadParameter(
+            f"{digest!r} is not a SHA-256 (64 hex digits): give the root digest printed when the "
+            "release was built, or --catalog for the recorded one",
+            param_hint="--digest",
+        )
     if use_catalog:
         digest = recorded_digest(folder)
         if digest is None:

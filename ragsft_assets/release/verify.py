@@ -163,7 +163,10 @@ def verify_release(folder: Path, expected_digest: str | None = None) -> VerifyRe
     the root digest, compared with ``expected_digest`` when given.
     """
     folder = Path(folder)
-    report = VerifyReport(expected_digest=expected_digest.lower() if expected_digest else None)
+    # `is not None`: an empty expected digest fails the check, it does not turn it off
+    report = VerifyReport(
+        expected_digest=expected_digest.strip().lower() if expected_digest is not None else None
+    )
     if not folder.is_dir():
         report.errors.append(f"{folder} is not a folder")
         return report
