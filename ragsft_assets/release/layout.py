@@ -19,10 +19,7 @@ features come from the Parquet schemas, which keep the upstream Arrow types.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +28,8 @@ import orjson
 import pyarrow as pa
 import yaml
 
-from ragsft_assets import leftovers
-from ragsft_assets.leftovers import recover  # the clean-up of killed builds: leftovers knows their names
-from ragsft_assets.storage import write_parquet
+from ragsft_assets.leftovers import recover  # noqa: F401 - re-exported; the clean-up of killed builds: leftovers knows their names
+from ragsft_assets.storage import staging_folder, swap_folder, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -236,23 +232,9 @@ def swap_into_place(built: Path, target: Path) -> Path:
 
     The old release is renamed aside, the new one renamed in, then the old one deleted: a reader
     sees either the old or the new folder. A process killed in between leaves the old one aside
-    under its pid, and the next build puts it back (:func:`recover`).
+    under its pid, and the next build puts it back (:func:`recover`). (``storage.swap_folder``.)
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    recover(target)
-    old = None
-    if target.exists():
-        old = Path(
-            tempfile.mkdtemp(
-                dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "old"))
-            )
-        )
-        os.rmdir(old)
-        os.replace(target, old)
-    os.replace(built, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
+    return swap_folder(built, target)
 
 
 def staging_dir(target: Path) -> Path:
@@ -260,9 +242,6 @@ def staging_dir(target: Path) -> Path:
 
     Named after this process (``.<name>.build-<host>-<pid>-<start>-XXXX``), so that a build killed
     while writing leaves a folder the next build recognizes as dead and removes (:func:`recover`).
+    Its mode follows the umask (``storage.staging_folder``), as the release's files do.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    recover(target)
-    return Path(
-        tempfile.mkdtemp(dir=target.parent, prefix=leftovers.owned(leftovers.sibling_prefix(target, "build")))
-    )
+    return staging_folder(target)
