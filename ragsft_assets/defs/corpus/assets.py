@@ -29,6 +29,7 @@ from ragsft_assets.corpus.link_graph import (
     LinkGraphConfig,
     build_link_graph,
 )
+from ragsft_assets.defs.bad_input import fail_at_once_on_bad_input
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
@@ -123,7 +124,8 @@ def snapshot_files(context: dg.AssetExecutionContext, snapshots: SnapshotSource)
     if hub:
         context.log.info(f"exporting {key} from {hub_dataset()} into {folder} (resumes by shard)")
         snapshots.fetch_from_hub(key, progress=context.log.info)
-    files = snapshots.files(key)  # raises, saying how to add the snapshot, when there is none
+    with fail_at_once_on_bad_input():  # "no dump file" fails now, not after three retries
+        files = snapshots.files(key)  # raises, saying how to add the snapshot, when there is none
     described = describe_files(files)
     origin = snapshot_revision(folder)
     md: dict[str, Any] = {
