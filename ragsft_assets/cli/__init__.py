@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "catalog": "ragsft_assets.cli.release:catalog",
     "explain": "ragsft_assets.cli.release:explain",
     "verify": "ragsft_assets.cli.release:verify",
+    "diff": "ragsft_assets.cli.diff:diff",
     "citations": "ragsft_assets.cli.citations:citations",
     "syntactic": "ragsft_assets.cli.syntactic:syntactic",
     "demo": "ragsft_assets.cli.demo:demo",
