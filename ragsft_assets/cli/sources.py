@@ -21,22 +21,22 @@ from ragsft_assets.cli.instance import sources_dir
 from ragsft_assets.home import dagster_home, snapshots_dir
 
 if TYPE_CHECKING:  # the readers (pyarrow) load only when a command runs
-    from ragsft_assets.sources.read import SourceRead
+    from ragsft_assets.sources.read import SourceRead, SourceScan
 
 # The presets `sources add --preset` knows (sources/read.py's PRESETS; a test keeps them equal):
 # named here so that --help lists them without importing the readers.
 PRESET_NAMES = ("hotpotqa", "narrativeqa", "rag_tge", "synthetic_convqa", "trust_align")
 
 
-def require_questions(key: str, read: SourceRead) -> None:
+def require_questions(key: str, read: SourceRead | SourceScan) -> None:
     """Refuse a source that yields no question, naming why its records were left out.
 
     Raises:
-        ValueError: ``read.table`` has no row; the message lists the reader's reason counts
+        ValueError: ``read`` has no row; the message lists the reader's reason counts
             (``rejected:<reason>`` and the other counters of its funnel, e.g. trust_align's), or
             the rows read per file.
     """
-    if read.table.num_rows:
+    if read.num_rows:
         return
     counts = dict(read.rows_per_file)
     reasons = {k.removeprefix("rejected:"): n for k, n in counts.items() if k.startswith("rejected:") and n}
@@ -126,7 +126,7 @@ def install_source(
     registers it in place; a folder that already holds data is replaced only with ``replace``, and
     only once the new copy is complete (staged beside it, then swapped). Returns ``(folder, rows)``.
     """
-    from ragsft_assets.sources.read import load_mapping, read_source, source_files
+    from ragsft_assets.sources.read import load_mapping, scan_source, source_files
 
     _check_key(key, home)
     mapping = load_mapping(preset, mapping_file)
@@ -137,11 +137,11 @@ def install_source(
         source = target  # the key's own folder: every data file of it, registered where it is
     else:
         _refuse_existing(target, key, replace, f"the files of {source}", source_files(source))
-    read = read_source(source, mapping)
+    read = scan_source(source, mapping)  # streamed: a source of any size in flat memory
     require_questions(key, read)
     if in_place:
         _write_config(target, key, preset, mapping, read.rows_per_file)
-        return target, read.table.num_rows
+        return target, read.num_rows
 
     def fill(staging: Path) -> None:
         for f in source_files(source):
@@ -149,7 +149,7 @@ def install_source(
         _write_config(staging, key, preset, mapping, read.rows_per_file)
 
     _install_staged(target, fill)
-    return target, read.table.num_rows
+    return target, read.num_rows
 
 
 # The snapshot assets in the HotpotQA layout, split files ``<split>.parquet``: the default

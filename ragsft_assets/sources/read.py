@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,19 @@ class SourceRead:
     files: list[str]
     rows_per_file: dict[str, int]
     cites: bool = False  # the answers cite their supporting facts as [n], in their order (RAG-TGE)
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+
+@dataclass(frozen=True, slots=True)
+class SourceScan:
+    """What :func:`scan_source` found: the questions a read would give, without holding them."""
+
+    num_rows: int
+    files: list[str]
+    rows_per_file: dict[str, int]
 
 
 def load_mapping(preset: str | None = None, mapping_file: Path | None = None) -> dict[str, str | None]:
@@ -333,20 +346,10 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
         except trust_align.TrustAlignError as exc:
             raise SourceError(str(exc)) from exc
         return SourceRead(trust_align.rows_table(built.rows), [f.name for f in files], dict(built.funnel))
-    for f in files:
-        split = _split_from_name(f.name, default_split)
-        n = 0
-        for where, rec in read_records(f):
-            rows.append(map_record(rec, mapping, f"{f}, {where}", split))
-            n += 1
-        per_file[f.name] = n
     seen: dict[str, str] = {}
-    for r in rows:
-        if r["id"] in seen and seen[r["id"]] != r["split"]:
-            raise SourceError(
-                f"{path}: id {r['id']!r} appears in splits {seen[r['id']]!r} and {r['split']!r}"
-            )
-        seen[r["id"]] = r["split"]
+    for r in _mapped_rows(path, files, mapping, default_split, per_file):
+        _check_split(path, r, seen)
+        rows.append(r)
     unique = list({r["id"]: r for r in rows}.values())  # a record repeated verbatim is read once
     table = records_table(unique)
     if mapping.get("conversation"):  # the earlier turns: a column of conversational sources only
@@ -355,6 +358,49 @@ def read_source(path: Path, mapping: Mapping[str, str | None], default_split: st
             "history", pa.array([by_id[i] for i in table["id"].to_pylist()], HISTORY_TYPE)
         )
     return SourceRead(table, [f.name for f in files], per_file, cites=bool(mapping.get("prompt")))
+
+
+def _mapped_rows(
+    path: Path,
+    files: list[Path],
+    mapping: Mapping[str, str | None],
+    default_split: str,
+    per_file: dict[str, int],
+) -> Iterator[dict[str, Any]]:
+    """Every record of ``files`` mapped, one at a time; counts them per file into ``per_file``."""
+    for f in files:
+        split = _split_from_name(f.name, default_split)
+        n = 0
+        for where, rec in read_records(f):
+            yield map_record(rec, mapping, f"{f}, {where}", split)
+            n += 1
+        per_file[f.name] = n
+
+
+def _check_split(path: Path, row: Mapping[str, Any], seen: dict[str, str]) -> None:
+    """SourceError when ``row``'s id was seen in another split; records the id's split in ``seen``."""
+    rid, split = row["id"], row["split"]
+    if rid in seen and seen[rid] != split:
+        raise SourceError(f"{path}: id {rid!r} appears in splits {seen[rid]!r} and {split!r}")
+    seen[rid] = split
+
+
+def scan_source(path: Path, mapping: Mapping[str, str | None], default_split: str = "train") -> SourceScan:
+    """Check every record of a file or folder as :func:`read_source` does, keeping none of them.
+
+    Records are streamed and mapped one at a time (only each id and its split are kept), so
+    ``ragsft sources add`` validates a source of any size in flat memory. The Trust-Align layout,
+    whose reader builds its rows as a whole, is read with :func:`read_source`.
+    """
+    if mapping.get("layout") == "trust_align":
+        read = read_source(path, mapping, default_split)
+        return SourceScan(read.num_rows, read.files, read.rows_per_file)
+    files = source_files(path)
+    per_file: dict[str, int] = {}
+    seen: dict[str, str] = {}
+    for r in _mapped_rows(path, files, mapping, default_split, per_file):
+        _check_split(path, r, seen)
+    return SourceScan(len(seen), [f.name for f in files], per_file)
 
 
 def _split_from_name(name: str, default: str) -> str:
