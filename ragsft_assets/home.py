@@ -49,3 +49,26 @@ def dagster_home(home: Path | None = None) -> Path:
     """The DAGSTER_HOME the project uses unless the environment already sets one."""
     env = os.environ.get("DAGSTER_HOME")
     return Path(env).resolve() if env else (home or ragsft_home()) / "dagster"
+
+
+def home_origin() -> str:
+    """How :func:`ragsft_home` found the home: the variable, or the current folder's ``.ragsft``."""
+    if os.environ.get("RAGSFT_HOME"):
+        return "from $RAGSFT_HOME"
+    return f"./{DEFAULT_HOME} of the current folder, no RAGSFT_HOME set"
+
+
+def project_home() -> Path | None:
+    """The ``.ragsft`` of the project this package is installed from (an editable clone), if it exists."""
+    folder = Path(__file__).resolve().parents[1] / DEFAULT_HOME
+    return folder if folder.is_dir() else None
+
+
+def describe_home() -> str:
+    """``RAGSFT_HOME=/path (how it was found)``, plus the project's home when that is another folder."""
+    home = ragsft_home()
+    text = f"RAGSFT_HOME={home} ({home_origin()})"
+    other = project_home()
+    if other is not None and other != home:
+        text += f"; the project's home is {other}: cd {other.parent} or set RAGSFT_HOME={other}"
+    return text

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ragsft_assets.corpus.ledgers import abstracts_ledger, edge_ids, link_graph_ledger
+from ragsft_assets.corpus.ledgers import abstracts_ledger, edge_ids, link_graph_ledger, record_candidates
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 
 
@@ -38,13 +38,30 @@ REJECTED = [
 )
 def test_abstracts_ledger_equals_the_decision_ledger(kept: list[str], rejected: list) -> None:
     table = pa.table({"id": pa.chunked_array([kept[:3], kept[3:]], pa.string())})
-    decisions = [Decision(i, DROPPED, reason, {"title": title}) for i, reason, title in rejected]
+    named = record_candidates(table.column("id"), rejected)  # a dropped id that is also kept: its own name
+    decisions = [Decision(i, DROPPED, reason, {"title": title}) for i, reason, title in named]
     decisions += [Decision(i, KEPT) for i in kept]
     expected = ledger_table("20240916.fr", "corpus", "abstracts", decisions)
     got = abstracts_ledger("20240916.fr", "corpus", table, rejected)
     assert got.schema == expected.schema
     assert got.to_pylist() == expected.to_pylist()
     assert _parquet(got) == _parquet(expected)
+
+
+def test_no_abstract_is_both_kept_and_dropped() -> None:
+    """Issue 40: a duplicate title's loser had the winner's id, so a shipped abstract read as dropped."""
+    table = pa.table({"id": pa.array(KEPT_IDS, pa.string())})
+    got = abstracts_ledger("p", "corpus", table, REJECTED).to_pylist()
+    kept = {r["candidate_id"] for r in got if r["verdict"] == KEPT}
+    dropped = [r["candidate_id"] for r in got if r["verdict"] == DROPPED]
+    assert kept == set(KEPT_IDS) and not kept & set(dropped)
+    assert len(dropped) == len(set(dropped)) == len(REJECTED)  # every record a candidate of its own
+    assert sorted(c for c in dropped if c.startswith("dup~")) == [
+        "dup~a_reason",
+        "dup~duplicate_title",
+        "dup~duplicate_title~2",
+    ]
+    assert "zz" in dropped  # an id that nothing kept keeps its name
 
 
 def test_link_graph_ledger_equals_the_decision_ledger() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ragsft_assets.home import llm_cache_dir
+from ragsft_assets.home import describe_home, llm_cache_dir
 
 
 def _open(cache_dir: str | None):  # type: ignore[no-untyped-def]
@@ -47,6 +47,13 @@ def show(key: str, cache_dir: str | None) -> None:
 @_DIR
 def stats(cache_dir: str | None) -> None:
     """Entries and tokens per model (backend, weights) and prompt template version."""
+    from ragsft_assets.llm.cache import DB_NAME
+
+    folder = Path(cache_dir) if cache_dir else llm_cache_dir()
+    if not (folder / DB_NAME).exists():  # a fresh home: no model call made yet, nothing is wrong
+        click.echo(f"the LLM cache is empty: no call cached yet at {folder} ({describe_home()})")
+        click.echo("total entries: 0")
+        return
     rows = _open(cache_dir).stats()
     from ragsft_assets.llm.cache import STATS_COLUMNS
 

@@ -3,26 +3,44 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import click
 
 from ragsft_assets.cli.instance import ensure_instance_home
-from ragsft_assets.home import dagster_home, ragsft_home
+from ragsft_assets.cli.summary import read_summary, summary_lines
+from ragsft_assets.home import assets_dir, dagster_home, describe_home, ragsft_home
+from ragsft_assets.release import layout
 
 SAMPLE_KEY = "sample.fr"
+
+
+def _generator_is_embedded() -> bool:
+    """Whether the generator role is the default embedded 135M model (no RAGSFT_GENERATOR_* set)."""
+    backend = os.environ.get("RAGSFT_GENERATOR_BACKEND", "embedded")
+    return backend == "embedded" and not os.environ.get("RAGSFT_GENERATOR_MODEL")
 
 
 @click.command()
 @click.option("--job", default="full_job", show_default=True, help="Which job to run.")
 @click.option("--partition", default=SAMPLE_KEY, show_default=True, help="Snapshot partition key.")
 @click.option("--max-pairs", type=int, default=None, help="Bridge pairs sent to question generation.")
-def demo(job: str, partition: str, max_pairs: int | None) -> None:
+@click.option(
+    "--verbose", is_flag=True, help="Print Dagster's event log and the libraries' lines as they come."
+)
+def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None:
     """Add the sample snapshot, run JOB on it with the configured models, and say where things are.
 
     With the default resources the models are the embedded CPU model (SmolLM2-135M-Instruct):
     the run completes anywhere, but expect few surviving questions from so small a model.
+    The console shows one line per stage and a closing funnel; every event and log line of the
+    run is in its page of the UI (`ragsft ui`), and --verbose prints them here too.
     """
+    from ragsft_assets.cli.console import quiet_third_party
+
+    if not verbose:
+        quiet_third_party()  # before any library of the model is imported
     import dagster as dg
 
     from ragsft_assets.cli.snapshots import install_snapshot, register_partition, sample_folder
@@ -33,8 +51,9 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     register_partition(partition)
     instance = dg.DagsterInstance.get()
 
+    from ragsft_assets.cli.console import execute_with_console
     from ragsft_assets.cli.runs import clean_before_run
-    from ragsft_assets.defs.runs import RunInterrupted, execute_in_process_stoppable, process_tags
+    from ragsft_assets.defs.runs import RunInterrupted, process_tags
 
     # A run killed earlier (SIGKILL, OOM) would still hold its pool slot and block this one forever.
     clean_before_run()
@@ -46,16 +65,17 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     run_config: dict = {}
     if max_pairs is not None:
         run_config = {"ops": {"question_drafts": {"config": {"max_pairs": max_pairs}}}}
-    click.echo(f"ragsft demo: running {job} on partition {partition} (RAGSFT_HOME={ragsft_home()})")
+    click.echo(f"ragsft demo: running {job} on partition {partition} ({describe_home()})")
     t0 = time.monotonic()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
     try:
         # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
-        result = execute_in_process_stoppable(
+        result, lines = execute_with_console(
             job_def,
             instance,
-            partition_key=partition,
+            verbose=verbose,
             run_config=run_config,
+            partition_key=partition,
             tags={**process_tags(), **plan_tags(partition)},  # the plan this run was forecast by
         )
     except RunInterrupted as exc:
@@ -65,22 +85,25 @@ def demo(job: str, partition: str, max_pairs: int | None) -> None:
     click.echo(
         f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
     )
-    for event in result.get_asset_materialization_events():
-        md = event.materialization.metadata
-        rows = md.get("dagster/row_count")
-        click.echo(f"  {event.asset_key.to_user_string():20s} rows={rows.value if rows else '-'}")
+    for line in lines.warning_lines():
+        click.echo(line)
+    home = ragsft_home()
+    released = sorted(layout.read_configs(home / "releases" / partition)) if result.success else []
+    summary = read_summary(assets_dir(home), partition, released)
+    for line in summary_lines(summary, small_model=_generator_is_embedded(), cli=".venv/bin/ragsft"):
+        click.echo(line)
     digests = [
         e.materialization.metadata["root_digest"].value
         for e in result.get_asset_materialization_events()
         if "root_digest" in e.materialization.metadata
     ]
-    home = ragsft_home()
     click.echo(f"  artifacts: {home / 'assets' / partition}")
     for digest in digests:  # what `ragsft verify --digest` checks the release against later
         click.echo(f"  release root digest: {digest}")
-    click.echo(f"  release:   {home / 'releases' / partition}")
+    click.echo(f"  release:   {home / 'releases' / partition}  (configs: {', '.join(released) or 'none'})")
     click.echo(f"  instance:  {dagster_home()}")
-    click.echo("  open the UI on the same instance: .venv/bin/ragsft ui   (http://127.0.0.1:3000)")
-    click.echo(f"  why is a row there: .venv/bin/ragsft explain ID --partition {partition}")
+    click.echo(
+        f"  open the UI on the same instance: .venv/bin/ragsft ui   (http://127.0.0.1:3000, run {result.run_id[:8]})"
+    )
     if not result.success:
         raise SystemExit(1)

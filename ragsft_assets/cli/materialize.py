@@ -99,22 +99,35 @@ def _partition_set(job: Any, keys: list[Any]) -> Any:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Run config file, YAML or JSON (repeatable; --config-json wins).",
 )
+@click.option(
+    "--verbose", is_flag=True, help="Print Dagster's event log and the libraries' lines as they come."
+)
 def materialize(
-    selection: str, partition: str | None, config_json: str | None, config_files: tuple[Path, ...]
+    selection: str,
+    partition: str | None,
+    config_json: str | None,
+    config_files: tuple[Path, ...],
+    verbose: bool,
 ) -> None:
     """Materialize the assets SELECTION names for partition KEY, in the project's instance.
 
     SELECTION is Dagster's asset selection: '*qa/release' builds qa/release and everything
     upstream of it, 'release,dataset_card' those two. The run is in the same instance as
-    `ragsft ui` (no DAGSTER_HOME to set) and shows in its Runs list.
+    `ragsft ui` (no DAGSTER_HOME to set) and shows in its Runs list. The console shows one line per
+    asset step; the run's page in the UI has every event (--verbose prints them here too).
     """
+    from ragsft_assets.cli.console import quiet_third_party
+
+    if not verbose:
+        quiet_third_party()  # before any library of a model is imported
     import dagster as dg
 
+    from ragsft_assets.cli.console import execute_with_console
     from ragsft_assets.cli.instance import ensure_instance_home
     from ragsft_assets.cli.runs import clean_before_run
     from ragsft_assets.defs.plan.record import plan_tags
-    from ragsft_assets.defs.runs import RunInterrupted, execute_in_process_stoppable, process_tags
-    from ragsft_assets.home import ragsft_home
+    from ragsft_assets.defs.runs import RunInterrupted, process_tags
+    from ragsft_assets.home import describe_home
 
     run_config = _run_config(config_json, config_files)
     ensure_instance_home()
@@ -141,18 +154,19 @@ def materialize(
     names = ", ".join(k.to_user_string() for k in keys)
     click.echo(
         f"ragsft materialize: {len(keys)} assets ({names}) on {partition or 'no partition'}"
-        f" (RAGSFT_HOME={ragsft_home()})"
+        f" ({describe_home()})"
     )
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
     tags = {**process_tags(), **(plan_tags(partition) if partition else {})}
     t0 = time.monotonic()
     try:
-        result = execute_in_process_stoppable(
+        result, lines = execute_with_console(
             job,
             instance,
+            verbose=verbose,
+            run_config=run_config,
             asset_selection=keys,
             partition_key=partition,
-            run_config=run_config,
             tags=tags,
             raise_on_error=False,
         )
@@ -165,10 +179,17 @@ def materialize(
     click.echo(
         f"ragsft materialize: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
     )
-    width = max(len(k.to_user_string()) for k in keys)
-    for event in result.get_asset_materialization_events():
-        rows = event.materialization.metadata.get("dagster/row_count")
-        click.echo(f"  {event.asset_key.to_user_string():{width}s}  rows={rows.value if rows else '-'}")
+    for line in lines.warning_lines():
+        click.echo(line)
+    if verbose:  # the stage lines were not printed: the assets and what their rows are
+        from ragsft_assets.cli.summary import UNITS
+
+        width = max(len(k.to_user_string()) for k in keys)
+        for event in result.get_asset_materialization_events():
+            name = event.asset_key.to_user_string()
+            rows = event.materialization.metadata.get("dagster/row_count")
+            count = f"{rows.value:,} {UNITS.get(name, 'rows')}" if rows else "-"
+            click.echo(f"  {name:{width}s}  {count}")
     if not result.success:
         for event in result.all_events:
             if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from ragsft_assets.cli.instance import ensure_instance_home
+from ragsft_assets.home import describe_home, ragsft_home
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -24,15 +25,21 @@ def ui(port: int, host: str, extra: tuple[str, ...]) -> None:
     """
     home = ensure_instance_home()
     repo_root = Path(__file__).resolve().parents[2]
-    cmd = [sys.executable, "-m", "dagster", "dev", "-h", host, "-p", str(port)]
+    # -W: `dagster dev` warns that it is superseded by `dg dev` (a FutureWarning) on every start;
+    # this command is the project's way in, so the notice says nothing the user can act on.
+    cmd = [sys.executable, "-W", "ignore::FutureWarning", "-m", "dagster", "dev", "-h", host, "-p", str(port)]
     workspace = repo_root / "workspace.yaml"
     cmd += ["-w", str(workspace)] if workspace.exists() else ["-m", "ragsft_assets.definitions"]
-    click.echo(f"ragsft ui: DAGSTER_HOME={home} -> http://{host}:{port}")
+    click.echo(f"ragsft ui: DAGSTER_HOME={home} -> http://{host}:{port}  ({describe_home()})")
     sys.stdout.flush()
-    env = dict(os.environ, DAGSTER_HOME=home)
+    # The home made absolute: the processes below start in the instance folder, not the user's.
+    env = dict(os.environ, DAGSTER_HOME=home, RAGSFT_HOME=str(ragsft_home()))
     # dagster dev turns SIGTERM into what SIGINT does. Started in the background of a
     # non-interactive shell, SIGINT is ignored, and with it SIGTERM: dagster dev would then never
     # stop. The default disposition makes Python install its KeyboardInterrupt handler again.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.chdir(repo_root)
+    # `dagster dev` warns about any dagster.yaml in its working folder that is not DAGSTER_HOME's
+    # (the repository root has one, a template): started in the instance folder, there is none.
+    # The workspace's working_directory is relative to workspace.yaml, so the code still loads.
+    os.chdir(home)
     os.execve(sys.executable, [*cmd, *extra], env)

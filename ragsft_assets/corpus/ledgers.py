@@ -54,11 +54,39 @@ def kept_and_dropped_ledger(
     )
 
 
+def record_candidates(
+    kept_ids: pa.Array | pa.ChunkedArray, rejected: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """``rejected`` with each record's own candidate id: ``<id>~<reason>`` where ``id`` is also kept.
+
+    A document id is a hash of the title, so a record dropped as a ``duplicate_title`` (or as
+    ``too_short`` beside a longer record of the same title) has the id of the record that was kept.
+    Under one id the ledger would say both "kept" and "dropped" at the same stage, and the final
+    decision (a drop wins within a stage) would count a shipped abstract as dropped. The suffix
+    keeps every record a candidate of its own; a repeat of the same ``(id, reason)`` gets ``~2``...
+    """
+    kept = set(pc.unique(kept_ids).to_pylist()) if len(kept_ids) else set()
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for cid, reason, title in rejected:
+        if cid in kept:
+            n = seen[(cid, reason)] = seen.get((cid, reason), 0) + 1
+            cid = f"{cid}~{reason}" + (f"~{n}" if n > 1 else "")
+        out.append((cid, reason, title))
+    return out
+
+
 def abstracts_ledger(
     partition: str, product: str, table: pa.Table, rejected: Sequence[tuple[str, str, str]]
 ) -> pa.Table:
-    """The ``abstracts`` ledger: every rejected ``(id, reason, title)``, then every kept row's id."""
-    return kept_and_dropped_ledger(partition, product, "abstracts", table.column("id"), rejected, "title")
+    """The ``abstracts`` ledger: every rejected ``(id, reason, title)``, then every kept row's id.
+
+    A rejected record whose id is kept too is named ``<id>~<reason>`` (:func:`record_candidates`).
+    """
+    ids = table.column("id")
+    return kept_and_dropped_ledger(
+        partition, product, "abstracts", ids, record_candidates(ids, rejected), "title"
+    )
 
 
 def edge_ids(source_id: pa.Array, target_id: pa.Array, sentence: pa.Array) -> pa.Array:

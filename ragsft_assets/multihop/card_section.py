@@ -125,7 +125,8 @@ def card_section(
     return [
         *funnel_lines(assets_root, partition),
         *corpus_lines(folder, files, names),
-        *recipe_lines(assets_root, partition, names),
+        # a recipe line only for the configs this release ships (a skipped config has no rows to describe)
+        *recipe_lines(assets_root, partition, {c: n for c, n in names.items() if n in files}),
     ]
 
 

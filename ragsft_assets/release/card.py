@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragsft_assets.release import decisions as decisions_mod
+from ragsft_assets.release.card_notes import condense_notes, provenance_link_counts
 from ragsft_assets.release.layout import PLOTS, PROVENANCE, default_name, read_configs
 from ragsft_assets.release.lineage import FILENAME_SQL, whitespace_class
 from ragsft_assets.release.stream import unified_schema
@@ -64,7 +65,7 @@ def _hf_feature(t: pa.DataType) -> str:
 
 
 def config_stats(
-    family: str, files: Sequence[Path]
+    family: str, files: Sequence[Path], provenance: Path | None = None
 ) -> tuple[list[tuple[str, object, object, object, object]], dict]:
     """Statistics rows ``(measure, median, mean, p90, max)`` and raw series for the plots.
 
@@ -114,6 +115,8 @@ def config_stats(
     finally:
         con.close()
     v = {name: t[name].to_numpy() for name in measures}
+    if family == "corpus" and "links" not in names and provenance is not None:
+        v["links"] = provenance_link_counts(provenance, v["links"])  # the links ship in provenance
     rows: list[tuple[str, object, object, object, object]] = []
     series: dict[str, Any] = {}
     if family == "corpus":
@@ -319,7 +322,7 @@ def render_card(
     parts = [f"# ragsft release `{partition}`", ""]
     parts += [
         "Retrieval-augmented training data built from the Wikipedia snapshot "
-        f"`{partition}` by [ragsft](https://github.com/) (a Dagster asset graph). Every row has an "
+        f"`{partition}` by ragsft (a Dagster asset graph). Every row has an "
         "`id`; `provenance/<config>/lineage.parquet` maps it to its question, bridge pair, "
         "documents and article revisions, and `provenance/<config>/manifest.json` lists the "
         "SHA-256 of every file (`ragsft verify FOLDER`).",
@@ -344,7 +347,7 @@ def render_card(
     parts += [f'{c} = load_dataset("path/to/this/folder", "{c}")' for c in files]
     parts += ["```", ""]
     if notes:
-        parts += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+        parts += ["Notes:", ""] + [f"- {n}" for n in condense_notes(notes)] + [""]
 
     parts += ["## How it was built", ""]
     funnel = decisions_mod.funnel(decisions)
@@ -373,7 +376,9 @@ def render_card(
     written: list[str] = []
     for config, splits in files.items():
         family = shipped[config].family if config in shipped else "corpus"
-        rows, series = config_stats(family, [folder / p for p in splits.values()])
+        rows, series = config_stats(
+            family, [folder / p for p in splits.values()], folder / PROVENANCE / config
+        )
         parts += [f"### `{config}` ({totals[config]} rows)", ""]
         parts += [markdown_table(["measure", "median", "mean", "p90", "max"], rows), ""]
         if plots:

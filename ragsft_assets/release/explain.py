@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ragsft_assets.home import assets_dir, llm_cache_dir, ragsft_home, releases_dir
@@ -158,7 +159,76 @@ def explain(
         for key in lin.get("cache_keys") or []:
             trace.calls[key] = lookup(key) if lookup is not None else None
         return trace
-    raise KeyError(f"id {row_id!r} is in no partition under {home} (neither a release lineage nor an asset)")
+    # Not a shipped row: any candidate a stage decided (a dropped draft too) is in the ledger.
+    for part in [partition] if partition else _partitions(home):
+        trace = _ledger_trace(home, part, row_id, lookup)
+        if trace is not None:
+            return trace
+    raise KeyError(
+        f"id {row_id!r} is in no partition under {home} (neither a release lineage, an asset row nor a"
+        " ledger candidate); the ids of a run's dropped candidates: ragsft catalog --sql"
+        " \"SELECT candidate_id, stage, reason FROM decisions WHERE verdict <> 'kept' LIMIT 20\""
+    )
+
+
+LEDGER_ONLY = "(ledger)"  # the lineage's config of a candidate that no config ships
+
+
+def _ledger_trace(home: Path, partition: str, row_id: str, lookup: CacheLookup | None) -> Trace | None:
+    """The trace of a candidate known only to the ledger: every stage that decided it, its row in
+    the first stage's asset that holds it (a draft's question and answer), and its LLM calls."""
+    ledger = all_decisions(assets_dir(home), partition)
+    if not ledger.num_rows:
+        return None
+    con = duckdb.connect()
+    try:
+        con.register("l", ledger)
+        decisions = (
+            con.sql(
+                "SELECT stage, candidate_id, verdict, reason, detail, cache_keys FROM l "
+                f"WHERE candidate_id = $id ORDER BY {stage_rank_sql()}, stage, verdict, reason",
+                params={"id": row_id},
+            )
+            .to_arrow_table()
+            .to_pylist()
+        )
+    finally:
+        con.close()
+    if not decisions:
+        return None
+    trace = Trace(row_id, partition, {"config": LEDGER_ONLY}, decisions=decisions)
+    for stage in dict.fromkeys(d["stage"] for d in decisions):
+        try:
+            trace.row = _find_row(home, partition, stage, row_id)
+        except (pa.ArrowInvalid, KeyError, OSError):  # an asset without an ``id`` column (link_graph)
+            trace.row = None
+        if trace.row is not None:
+            break
+    for d in decisions:
+        for key in d.get("cache_keys") or []:
+            trace.calls[key] = lookup(key) if lookup is not None else None
+    return trace
+
+
+def _format_ledger_trace(trace: Trace) -> str:
+    """A candidate the release does not ship: its stages, the one that dropped it, its LLM calls."""
+    dropped = [d for d in trace.decisions if d["verdict"] != "kept"]
+    if dropped:
+        last = dropped[-1]
+        status = f"dropped at {last['stage']} ({last['reason'] or last['verdict']})"
+    else:
+        status = f"kept by {trace.decisions[-1]['stage']}, in no shipped config"
+    out = [f"candidate {trace.id}  (partition {trace.partition}): {status}"]
+    row = trace.row or {}
+    for key in ("question", "answer", "title", "a_title", "b_title", "alias", "pair_id"):
+        if row.get(key) not in (None, ""):
+            out.append(f"  {key}: {_show(row[key], 200)}")
+    out.append("  stages:")
+    for d in trace.decisions:
+        reason = f" ({d['reason']})" if d.get("reason") else ""
+        detail = f"  {_show(d['detail'], 200)}" if d.get("detail") else ""
+        out.append(f"     {d['stage']:<20} {d['verdict']}{reason}{detail}")
+    return "\n".join(out + _format_calls(trace))
 
 
 def _show(value: Any, width: int = 400) -> str:
@@ -173,6 +243,8 @@ def _show(value: Any, width: int = 400) -> str:
 def format_trace(trace: Trace) -> str:
     """The chain as indented text, one link per line."""
     lin = trace.lineage
+    if lin.get("config") == LEDGER_ONLY:
+        return _format_ledger_trace(trace)
     out = [f"{lin['config']} row {trace.id}  (partition {trace.partition})"]
     if trace.row and "messages" in trace.row:
         for m in trace.row["messages"]:
@@ -202,7 +274,11 @@ def format_trace(trace: Trace) -> str:
         out.append(
             f"     {r['stage']:<20} {r['candidate_id']}  {r['verdict']}{reason}  keys={r['cache_keys']}"
         )
-    out.append("  cached LLM calls:")
+    return "\n".join(out + _format_calls(trace))
+
+
+def _format_calls(trace: Trace) -> list[str]:
+    out = ["  cached LLM calls:"]
     for key, entry in trace.calls.items():
         if not isinstance(entry, dict) or "request" not in entry:
             shown = _show(entry) if entry is not None else "(not in the cache / no cache lookup)"
@@ -218,4 +294,4 @@ def format_trace(trace: Trace) -> str:
         for m in req.get("messages") or []:
             out.append(f"        {m.get('role')}: {_show(m.get('content'), 200)}")
         out.append(f"        => {_show(resp.get('text', resp), 300)}")
-    return "\n".join(out)
+    return out

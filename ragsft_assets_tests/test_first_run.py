@@ -1,0 +1,272 @@
+"""Issue 40, the first run as a newcomer sees it: a quiet console with one line per stage and a
+closing funnel, ``explain`` for a dropped candidate, the commands of a fresh home, the card's lines.
+
+The demo itself (the embedded model, minutes) is run once, by test_docs_commands' README test.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from ragsft_assets.cli import main
+from ragsft_assets.cli.console import StageLines, console_run_config, quiet_third_party
+from ragsft_assets.cli.summary import funnel_line, read_summary, summary_lines
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table, write_ledger
+from ragsft_assets.release.explain import explain, format_trace
+
+PART = "sample.fr"
+
+
+# -- the console ---------------------------------------------------------------------------------
+
+
+def test_stage_lines_say_what_each_number_counts() -> None:
+    out: list[str] = []
+    lines = StageLines(
+        echo=out.append, units={"question_checks": "checked drafts", "release": "rows shipped"}
+    )
+    lines.step_started("question_checks", 0.0)
+    lines.log("question_checks", logging.INFO, "judge: 24/24 calls (100%), 1.2 calls/s, 80 tok/s, ETA 0s")
+    lines.log("question_checks", logging.WARNING, "one thing worth a look\nsecond line")
+    lines.materialized("question_checks", "question_checks", 43)
+    lines.step_ended("question_checks", True, 12.4)
+    lines.step_started("question_checks_ids_unique", 0.0)  # an asset check's step: no line of its own
+    lines.check_failed("question_checks_ids_unique", "ids_unique", "question_checks", "ERROR", PART)
+    lines.step_ended("question_checks_ids_unique", True, 0.1)
+    lines.step_started("release", 0.0)
+    lines.materialized("release", "release", 116)
+    lines.step_ended("release", False, None, "boom\ntraceback")
+    assert out == [
+        "  question_checks               12s  43 checked drafts; 24 LLM calls; 1 warning(s)",
+        f"  ! check ids_unique on question_checks [{PART}] failed (ERROR)",
+        "  release                    FAILED  116 rows shipped",
+        "    boom",
+    ]
+    assert lines.failed == ["release"]
+    assert lines.warning_lines() == ["  question_checks: 1 warning(s), first: one thing worth a look"]
+
+
+def test_live_line_shows_calls_and_eta_on_a_terminal() -> None:
+    import io
+
+    stream = io.StringIO()
+    lines = StageLines(echo=lambda s: None, live=True, stream=stream)
+    lines.step_started("question_drafts", 0.0)
+    lines.log("question_drafts", logging.INFO, "generator: 19/24 calls (79%), 0.5 calls/s, 9 tok/s, ETA 10s")
+    assert "question_drafts" in stream.getvalue() and "19/24 calls ETA 10s" in stream.getvalue()
+
+
+def test_console_config_quiets_only_the_console() -> None:
+    cfg = console_run_config({"ops": {"x": {}}}, verbose=False)
+    assert cfg == {"ops": {"x": {}}, "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    assert console_run_config({"ops": {}}, verbose=True) == {"ops": {}}  # --verbose: Dagster's own
+    mine = {"loggers": {"console": {"config": {"log_level": "DEBUG"}}}}
+    assert console_run_config(mine, verbose=False) == mine  # the user's own logger config wins
+
+
+def test_quiet_third_party_keeps_the_users_values() -> None:
+    env = {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    applied = quiet_third_party(env)
+    assert env["VLLM_LOGGING_LEVEL"] == "DEBUG" and "VLLM_LOGGING_LEVEL" not in applied
+    assert env["TORCH_CPP_LOG_LEVEL"] == "ERROR" and env["TQDM_DISABLE"] == "1"
+
+
+@pytest.fixture
+def runner(tmp_home: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_home / "dagster"))  # restored after the test
+    for key in ("VLLM_LOGGING_LEVEL", "TORCH_CPP_LOG_LEVEL", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        monkeypatch.setenv(key, os.environ.get(key, ""))  # whatever the command sets is undone
+        monkeypatch.delenv(key)
+    return CliRunner()
+
+
+def test_materialize_prints_a_line_per_stage_and_the_run_keeps_every_event(runner: CliRunner) -> None:
+    import dagster as dg
+
+    assert runner.invoke(main, ["snapshots", "add", PART, "--sample"]).exit_code == 0
+    out = runner.invoke(main, ["materialize", "*bridge_pairs", "--partition", PART], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert " DEBUG " not in text and "STEP_START" not in text, text
+    stage_lines = [line for line in text.splitlines() if line.startswith("  ") and "warning" not in line[:40]]
+    names = ["snapshot_files", "abstracts", "link_graph", "bridge_pairs"]
+    assert [line.split()[0] for line in stage_lines[:4]] == names, text
+    assert (
+        " abstracts" in stage_lines[1] and "link edges" in stage_lines[2] and "bridge pairs" in stage_lines[3]
+    )
+    assert len(text.splitlines()) <= 10, text
+    assert (
+        "abstracts: 1 warning(s), first: skipped frwiki_namespace_0_0.jsonl" in text
+    )  # said once, at the end
+    # only the console was quieted: the run's page in the UI has every event
+    instance = dg.DagsterInstance.get()
+    run = instance.get_runs(limit=1)[0]
+    kinds = {e.dagster_event.event_type_value for e in instance.all_logs(run.run_id) if e.dagster_event}
+    assert {"STEP_START", "STEP_SUCCESS", "ASSET_MATERIALIZATION"} <= kinds
+    assert any("malformed_line" in (e.user_message or "") for e in instance.all_logs(run.run_id))
+
+    verbose = runner.invoke(main, ["materialize", "abstracts", "--partition", PART, "--verbose"])
+    assert verbose.exit_code == 0, verbose.output
+    assert "STEP_START" in verbose.output  # --verbose: Dagster's event log, as before
+    assert "116 abstracts" in verbose.output
+
+
+# -- the closing summary -------------------------------------------------------------------------
+
+
+def _write_demo_like_ledger(assets_root: Path) -> dict[str, list[str]]:
+    """A ledger shaped like the demo's: 72 draft slots, 43 drafts, all 43 dropped by the checks."""
+    slots = [f"q{i:03d}" for i in range(72)]
+    drafted, missing = slots[:43], slots[43:]
+    drafts = [Decision(q, KEPT, "drafted", cache_keys=[f"gen-{q}"]) for q in drafted]
+    drafts += [Decision(q, DROPPED, "generation_missing", {"error": "no JSON"}) for q in missing]
+    checks = [Decision(q, DROPPED, "answer_not_in_b", {"reasons": ["answer_not_in_b"]}) for q in drafted]
+    abstracts = [Decision(f"d{i}", KEPT) for i in range(5)] + [Decision("d9", DROPPED, "too_short")]
+    for product, stage, rows in (
+        ("multihop", "question_drafts", drafts),
+        ("multihop", "question_checks", checks),
+        ("a_family_with_a_long_name", "abstracts", abstracts),
+    ):
+        write_ledger(ledger_table(PART, product, stage, rows), PART, stage, assets_root)
+    return {"drafted": drafted, "missing": missing}
+
+
+def test_summary_is_a_funnel_per_family_with_the_top_reason_and_one_explain(tmp_path: Path) -> None:
+    ids = _write_demo_like_ledger(tmp_path / "assets")
+    summary = read_summary(tmp_path / "assets", PART, ["corpus"])
+    assert funnel_line(summary.funnels["multihop"]) == (
+        "72 draft slots -> 43 drafts (29 generation_missing) -> 0 past the checks (43 answer_not_in_b)"
+    )
+    text = summary_lines(summary, small_model=True)
+    assert text[0] == "funnel (from the decision ledger):"
+    family_lines = text[1:3]
+    # aligned: the funnels start in the same column whatever the family's name
+    assert family_lines[0].index("6 records") == family_lines[1].index("72 draft slots")
+    assert "most candidates were dropped by question_checks: answer_not_in_b (43)" in text
+    only_corpus = next(line for line in text if line.startswith("the release holds only the corpus config"))
+    assert "multihop at question_checks" in only_corpus and "expected with a 135M model" in only_corpus
+    explain_line = text[-1]
+    assert explain_line.endswith(f"ragsft explain {ids['drafted'][0]} --partition {PART}")
+    # the command it gives answers: the stages the candidate passed, the one that dropped it, its calls
+    trace = explain(ids["drafted"][0], home=tmp_path, lookup=lambda key: {"response": {"text": key}})
+    shown = format_trace(trace)
+    assert f"candidate {ids['drafted'][0]}" in shown
+    assert "dropped at question_checks (answer_not_in_b)" in shown
+    assert "question_drafts      kept (drafted)" in shown and f"gen-{ids['drafted'][0]}" in shown
+    # a release with the question configs says nothing of a small model
+    assert not any(
+        "135M" in line
+        for line in summary_lines(read_summary(tmp_path / "assets", PART, ["corpus", "default"]))
+    )
+
+
+def test_explain_cli_answers_for_a_dropped_draft(tmp_home: Path) -> None:
+    ids = _write_demo_like_ledger(tmp_home / "assets")
+    out = CliRunner().invoke(main, ["explain", ids["missing"][0]])
+    assert out.exit_code == 0, out.output
+    assert "dropped at question_drafts (generation_missing)" in out.output and "no JSON" in out.output
+    unknown = CliRunner().invoke(main, ["explain", "f" * 24])
+    assert unknown.exit_code == 1 and "in no partition" in unknown.output
+    assert f"RAGSFT_HOME={tmp_home} (from $RAGSFT_HOME)" in unknown.output  # which home, how it was found
+
+
+# -- the other commands on a fresh home ------------------------------------------------------------
+
+
+def test_cache_stats_on_a_fresh_home_says_the_cache_is_empty(tmp_home: Path) -> None:
+    out = CliRunner().invoke(main, ["cache", "stats"])
+    assert out.exit_code == 0, out.output
+    assert "the LLM cache is empty" in out.output and "total entries: 0" in out.output
+
+
+def test_catalog_offers_its_own_sql_not_a_missing_duckdb_cli(tmp_home: Path) -> None:
+    out = CliRunner().invoke(main, ["catalog"])
+    assert out.exit_code == 0, out.output
+    assert "duckdb -readonly" not in out.output and "ragsft catalog --sql" in out.output
+
+
+def test_the_home_says_how_it_was_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ragsft_assets import home
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAGSFT_HOME", raising=False)
+    project = tmp_path / "project" / ".ragsft"
+    project.mkdir(parents=True)
+    monkeypatch.setattr(home, "project_home", lambda: project)
+    text = home.describe_home()
+    assert text.startswith(f"RAGSFT_HOME={tmp_path / '.ragsft'} (./.ragsft of the current folder")
+    assert f"the project's home is {project}" in text and f"RAGSFT_HOME={project}" in text
+    monkeypatch.setenv("RAGSFT_HOME", str(project))
+    assert home.describe_home() == f"RAGSFT_HOME={project} (from $RAGSFT_HOME)"  # the project's: no hint
+
+
+def test_ui_starts_dagster_dev_where_its_warnings_do_not_apply(
+    tmp_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dagster dev` warns of a dagster.yaml in its working folder other than DAGSTER_HOME's, and that
+    it is superseded (a FutureWarning): started in the instance folder with -W, neither is printed."""
+    import signal
+
+    from ragsft_assets.cli import ui as ui_mod
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(ui_mod.os, "chdir", lambda p: seen.setdefault("cwd", Path(p)))
+    monkeypatch.setattr(ui_mod.os, "execve", lambda exe, argv, env: seen.update(argv=argv, env=env))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        out = CliRunner().invoke(main, ["ui", "--port", "3999"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert out.exit_code == 0, out.output
+    argv, env = seen["argv"], seen["env"]
+    assert argv[1:3] == ["-W", "ignore::FutureWarning"] and "dev" in argv
+    assert seen["cwd"] == Path(env["DAGSTER_HOME"]) == tmp_home / "dagster"  # the condition of the warning
+    assert (seen["cwd"] / "dagster.yaml").is_file()
+    assert env["RAGSFT_HOME"] == str(
+        tmp_home
+    )  # absolute: the code server does not start in the user's folder
+
+
+# -- the card ----------------------------------------------------------------------------------------
+
+
+def test_card_notes_say_each_skipped_config_once() -> None:
+    from ragsft_assets.release.card_notes import condense_notes
+
+    notes = []
+    for config, asset in (("default", "multihop_questions"), ("filtered", "multihop_filtered")):
+        notes += [
+            f"config '{config}': split '{s}' is empty and left out" for s in ("train", "validation", "test")
+        ]
+        notes.append(f"config '{config}' skipped: asset '{asset}' has no rows")
+    notes += ["config 'corpus': split 'test' is empty and left out", "something else"]
+    assert condense_notes(notes) == [
+        "configs skipped, their asset has no rows: `default` (multihop_questions), `filtered` (multihop_filtered)",
+        "config `corpus`: empty split(s) left out: test",
+        "something else",
+    ]
+
+
+def test_card_counts_the_links_that_ship_in_provenance(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.release.card import config_stats
+
+    data = tmp_path / "corpus-train.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["x y", "z"], "sentences": [["x y"], ["z"]]}), data)
+    prov = tmp_path / "provenance" / "corpus"
+    prov.mkdir(parents=True)
+    link = {"target_title": "T", "target_id": "t", "anchor": "x", "sentence": 0}
+    pq.write_table(
+        pa.table({"id": ["a", "b"], "links": [[link, link, link], [link]]}), prov / "links.parquet"
+    )
+    rows, _ = config_stats("corpus", [data], prov)
+    links = next(r for r in rows if r[0] == "links per abstract")
+    assert links[1:] == (2.0, 2.0, 3, 3)  # median, mean, p90, max of 3 and 1 links
