@@ -389,7 +389,10 @@ def build_sft_chain(
         if budget > 0:
             counter, tokenizer = statistics.token_counter(config.tokenizer)
             selected, over = examples.within_token_budget(selected, counter, budget)
-            context.log.info(f"{partition}: {len(over)} question(s) over {budget} {tokenizer} tokens dropped")
+            context.log.info(
+                f"{partition}: {len(over)} question(s) dropped for documents over the {budget}-token"
+                f" budget (tokens counted with {tokenizer})"
+            )
         build = examples.build_prompts(
             selected, seed=config.seed, lang=lang, recipe=recipe, pool_records=records
         )
