@@ -54,6 +54,7 @@ EXPECTED_ASSETS = [
     "rag_verdicts",
     "recall_release",
     "release",
+    "release_diff",
     "release_manifest",
     "review_labels",
     "rewrites",

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "explain": "ragsft_assets.cli.release:explain",
     "verify": "ragsft_assets.cli.release:verify",
     "diff": "ragsft_assets.cli.diff:diff",
+    "release": "ragsft_assets.cli.release:release_group",
     "citations": "ragsft_assets.cli.citations:citations",
     "syntactic": "ragsft_assets.cli.syntactic:syntactic",
     "demo": "ragsft_assets.cli.demo:demo",

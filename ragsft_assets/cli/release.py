@@ -126,3 +126,41 @@ def promote(key: str) -> None:
     record_release_digest(target, key, digest, "promote")
     kept = f"; the release it replaced is kept at {previous_dir(target)}" if had else ""
     click.echo(f"promoted {key}: {target} (root digest {digest}){kept}")
+
+
+@click.group("release")
+def release_group() -> None:
+    """Releases built for review (RAGSFT_PUBLISH=review): ``ragsft release promote KEY``."""
+
+
+@release_group.command()
+@click.argument("key")
+def promote(key: str) -> None:
+    """Swap the release of KEY that waits for review (releases/.pending/KEY) into releases/KEY.
+
+    The pending release must verify (every SHA-256 of its manifests); the release it replaces is
+    kept as releases/.previous/KEY, and the new root digest is recorded for ``verify --catalog``.
+    """
+    from ragsft_assets.home import releases_dir
+    from ragsft_assets.release.catalog import record_release_digest
+    from ragsft_assets.release.diff import pending_dir, previous_dir
+    from ragsft_assets.release.diff import promote as promote_release
+    from ragsft_assets.release.manifest import root_digest
+    from ragsft_assets.release.verify import verify_release
+
+    target = releases_dir() / key
+    pending = pending_dir(target)
+    if not pending.is_dir():
+        raise click.ClickException(
+            f"no release of {key!r} waits for review at {pending} (a run with RAGSFT_PUBLISH=review builds one)"
+        )
+    report = verify_release(pending)
+    if not report.ok:
+        lines = "\n".join(report.lines())
+        raise click.ClickException(f"{pending} does not verify, not promoted:\n{lines}")
+    had = (target / "README.md").is_file()
+    promote_release(target)
+    digest = root_digest(target)
+    record_release_digest(target, key, digest, "promote")
+    kept = f"; the release it replaced is kept at {previous_dir(target)}" if had else ""
+    click.echo(f"promoted {key}: {target} (root digest {digest}){kept}")

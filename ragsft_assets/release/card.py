@@ -348,6 +348,9 @@ def render_card(
     parts += ["```", ""]
     if notes:
         parts += ["Notes:", ""] + [f"- {n}" for n in condense_notes(notes)] + [""]
+    from ragsft_assets.release.diff import card_section  # "Changes since OLD" (issue 39), when recorded
+
+    parts += card_section(folder)
 
     parts += ["## How it was built", ""]
     funnel = decisions_mod.funnel(decisions)

@@ -26,6 +26,7 @@ counts and up to ``limit`` example rows per kind come back.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -580,3 +581,223 @@ def format_diff(result: Mapping[str, Any]) -> str:
                     lines.append(f"  {r['kind']:<7} {r['id']} [{r['split']}] {stage}{was}{label}")
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --- The release's history: the previous build kept aside, the summary its card shows, review. ---
+
+PREVIOUS_DIR = ".previous"  # releases/.previous/<key>: the build a rebuild replaced (hard links)
+PENDING_DIR = ".pending"  # releases/.pending/<key>: a build waiting for `ragsft release promote KEY`
+
+
+def previous_dir(target: Path) -> Path:
+    """Where the release a rebuild replaces is kept: ``releases/.previous/<key>``."""
+    return target.parent / PREVIOUS_DIR / target.name
+
+
+def pending_dir(target: Path) -> Path:
+    """Where a build that waits for review is written: ``releases/.pending/<key>``."""
+    return target.parent / PENDING_DIR / target.name
+
+
+def keep_previous(target: Path) -> Path | None:
+    """Keep the current release of ``target`` as ``previous_dir(target)`` before it is rebuilt.
+
+    The copy is hard links (no data is copied): every file of a release is replaced by a rename,
+    never rewritten in place, so the linked files keep the old bytes. Returns the kept folder, or
+    None when there is no release to keep. An older kept build is replaced.
+    """
+    import shutil
+
+    if not (target / layout.README).is_file():
+        return None
+    keep = previous_dir(target)
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    tmp = keep.parent / f".{target.name}.keeping"
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:  # a filesystem without hard links: copy
+            shutil.copy2(src, dst)
+
+    shutil.copytree(target, tmp, copy_function=link, symlinks=True)
+    shutil.rmtree(keep, ignore_errors=True)
+    os.replace(tmp, keep)
+    return keep
+
+
+def snapshot_language(key: str) -> str:
+    """The language of a snapshot key (``20240916.fr`` -> ``fr``; corpus.snapshot_layout's rule)."""
+    return key.split(".", 1)[1] if "." in key else ""
+
+
+def baseline(releases: Path, key: str, reviewing: bool = False) -> tuple[Path, str] | None:
+    """What the release of ``key`` is compared with, ``(folder, label)``, or None when nothing is:
+
+    - a build waiting for review (``reviewing``): the release it would replace, when the key has one;
+    - a rebuilt key: the build it replaced (``previous_dir``);
+    - else the release of the latest earlier snapshot of the same language.
+    """
+    current = releases / key
+    if reviewing and (current / layout.README).is_file():
+        return current, key
+    kept = previous_dir(current)
+    if (kept / layout.README).is_file():
+        return kept, f"{key} (previous build)"
+    lang, snap = snapshot_language(key), key.split(".", 1)[0]
+    earlier = sorted(
+        p.name
+        for p in (releases.iterdir() if releases.is_dir() else [])
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and (p / layout.README).is_file()
+        and snapshot_language(p.name) == lang
+        and p.name.split(".", 1)[0] < snap
+    )
+    return (releases / earlier[-1], earlier[-1]) if earlier else None
+
+
+# Publishing: "now" swaps each build into releases/<key> (as always); "review" writes the builds the
+# sensor and schedule request to releases/.pending/<key>, swapped in by `ragsft release promote KEY`.
+PUBLISH_ENV = "RAGSFT_PUBLISH"
+PUBLISH_TAG = "ragsft/publish"
+PUBLISH_MODES = ("now", "review")
+
+
+def publish_mode(value: str | None = None) -> str:
+    """The publish mode (``$RAGSFT_PUBLISH``, default ``now``).
+
+    Raises:
+        ValueError: a value other than ``now`` or ``review``.
+    """
+    mode = (value if value is not None else os.environ.get(PUBLISH_ENV, "now")).strip().lower() or "now"
+    if mode not in PUBLISH_MODES:
+        raise ValueError(f"{PUBLISH_ENV}={mode!r}: expected one of {list(PUBLISH_MODES)}")
+    return mode
+
+
+def publish_tags() -> dict[str, str]:
+    """The run tags a sensor-triggered rebuild carries so that its release waits for review."""
+    return {PUBLISH_TAG: "review"} if publish_mode() == "review" else {}
+
+
+def changes_path(folder: Path) -> Path:
+    """The diff summary a release's card reads: ``releases/.changes/<key>.json``, beside the release
+    (everything inside the release folder is listed by its manifests)."""
+    return folder.parent / CHANGES_DIR / f"{folder.name}.json"
+
+
+def release_stamp(folder: Path) -> list[list[Any]]:
+    """What identifies one build of a release: its data files' paths, sizes and modification times
+    (every build writes new files; the card and manifests leave them alone)."""
+    out = []
+    for splits in layout.release_files(folder).values():
+        for rel in splits.values():
+            st = (folder / rel).stat()
+            out.append([rel, st.st_size, st.st_mtime_ns])
+    return sorted(out)
+
+
+def write_changes(folder: Path, result: Mapping[str, Any]) -> Path:
+    """Record the diff of the release in ``folder`` against its baseline, for its card."""
+    from ragsft_assets.storage import atomic_write_bytes
+
+    path = changes_path(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"stamp": release_stamp(folder), "diff": dict(result)}
+    return atomic_write_bytes(path, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
+
+
+def clear_changes(folder: Path) -> None:
+    """Forget a release's recorded diff (no baseline this time: the card shows no changes)."""
+    changes_path(folder).unlink(missing_ok=True)
+
+
+def read_changes(folder: Path) -> dict[str, Any] | None:
+    """The diff recorded for this very build of the release in ``folder``, else None (none, or one
+    recorded for an earlier build of the key)."""
+    path = changes_path(folder)
+    if not path.is_file():
+        return None
+    doc = orjson.loads(path.read_bytes())
+    try:
+        current = release_stamp(folder)
+    except (OSError, ValueError):
+        return None
+    return doc["diff"] if doc.get("stamp") == current else None
+
+
+def card_section(folder: Path) -> list[str]:
+    """The card's "Changes since OLD" section: counts and main reasons per config; [] when no diff
+    was recorded for this build (``write_changes``)."""
+    from ragsft_assets.table_stats import markdown_table
+
+    result = read_changes(folder)
+    if not result:
+        return []
+    rows = []
+    for name, c in result["configs"].items():
+        reasons = list(c["changed_reasons"].items())[:CARD_REASONS]
+        rows.append(
+            (f"`{name}`", *(c[k] for k in COUNTS), ", ".join(f"{r} ({n})" for r, n in reasons) or "-")
+        )
+    return [
+        f"## Changes since `{result['old']}`",
+        "",
+        markdown_table(["config", *COUNTS, "main reasons"], rows),
+        "",
+        "A row is matched by its key (`id`, `_id` for questions); `ragsft diff OLD NEW` lists the rows "
+        "and their reasons (revision, text, documents, split, verdict, recipe, model, prompt).",
+        "",
+    ]
+
+
+def metadata_tables(result: Mapping[str, Any], examples: int = 3) -> tuple[str, str]:
+    """Markdown for the ``release_diff`` asset: the counts per config and split, and a few examples."""
+    from ragsft_assets.table_stats import markdown_table
+
+    counts = []
+    for name, c in result["configs"].items():
+        for split, v in c.get("splits", {}).items():
+            counts.append((name, split, *(v[k] for k in COUNTS)))
+        reasons = ", ".join(f"{r} {n}" for r, n in c["changed_reasons"].items())
+        counts.append((name, "all", *(c[k] for k in COUNTS), reasons))
+    table = markdown_table(
+        ["config", "split", *COUNTS, "changed because"], [(*r, "") if len(r) == 6 else r for r in counts]
+    )
+    lines = []
+    for name, c in result["configs"].items():
+        for kind in KINDS:
+            for r in [r for r in c["rows"] if r["kind"] == kind][:examples]:
+                why = (
+                    ",".join(r["reasons"])
+                    if kind == "changed"
+                    else (r.get("stage") or "absent from the inputs")
+                )
+                lines.append(f"- `{name}` {kind} `{r['id']}` [{r['split']}]: {why}")
+    return table, "\n".join(lines) or "(no row changed)"
+
+
+def promote(target: Path) -> Path:
+    """Swap the build waiting for review (``pending_dir(target)``) into ``target``; the release it
+    replaces is kept as ``previous_dir(target)``, and the pending build's diff summary follows it.
+
+    Raises:
+        FileNotFoundError: no build waits for review for this key.
+    """
+    from ragsft_assets.storage import swap_folder
+
+    pending = pending_dir(target)
+    if not (pending / layout.README).is_file():
+        raise FileNotFoundError(
+            f"no release waiting for review at {pending}: build one with publish mode `review` "
+            "(RAGSFT_PUBLISH=review), or the key was promoted already"
+        )
+    keep_previous(target)
+    summary = changes_path(pending)
+    swap_folder(pending, target)
+    if summary.is_file():
+        changes_path(target).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(summary, changes_path(target))
+    return target

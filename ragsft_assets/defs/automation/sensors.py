@@ -12,6 +12,7 @@ from ragsft_assets.automation.discovery import available_snapshots, is_ready_fol
 from ragsft_assets.automation.notify import WEBHOOK_ENV, FailureReport, post_webhook
 from ragsft_assets.defs.jobs import full_job
 from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, snapshot_partitions
+from ragsft_assets.release.diff import publish_tags  # RAGSFT_PUBLISH=review: promoted after review
 
 # Runs of the full job are long (LLM steps): a few per tick is plenty, the rest come next tick.
 DEFAULT_MAX_RUNS_PER_TICK = 4
@@ -74,7 +75,9 @@ def build_new_snapshot_sensor(
             context.log.info(f"{plan.remaining} more new snapshot(s) wait for the next tick")
         return dg.SensorResult(
             run_requests=[
-                dg.RunRequest(run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name})
+                dg.RunRequest(
+                    run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name, **publish_tags()}
+                )
                 for key in plan.to_request
             ],
             dynamic_partitions_requests=[snapshot_partitions.build_add_request(plan.to_request)],
@@ -110,7 +113,9 @@ def build_monthly_schedule(
         context.instance.add_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME, plan.to_request)
         context.log.info(f"added partitions {', '.join(plan.to_request)}")
         return [
-            dg.RunRequest(run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name})
+            dg.RunRequest(
+                run_key=run_key(key), partition_key=key, tags={"ragsft/trigger": name, **publish_tags()}
+            )
             for key in plan.to_request
         ]
 

@@ -8,9 +8,11 @@ import dagster as dg
 
 from ragsft_assets.defs.metadata import funnel_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.defs.release.diff import publish_folder
 from ragsft_assets.multihop.card_section import release_sections
 from ragsft_assets.release import build, layout
 from ragsft_assets.release.catalog import build_catalog
+from ragsft_assets.release.diff import keep_previous
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.store import ArtifactStore
 
@@ -310,7 +312,9 @@ def release(
 ) -> dg.MaterializeResult:
     """The release folder: one Hugging Face config per product, decisions and lineage."""
     partition = context.partition_key
-    target = release_folder(store, partition)
+    target = publish_folder(context, store, partition)  # releases/.pending/<key> when it waits for review
+    if target == release_folder(store, partition):
+        keep_previous(target)  # release_diff compares a rebuilt key with the build it replaces
     names = release_names(config, partition)
     built = build.build_release(store.root, partition, target, configs=layout.release_configs(names))
     for note in built.notes:
@@ -359,13 +363,14 @@ def rag_sft_sections(store: ArtifactStore, partition: str, folder: Path) -> list
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     code_version="dataset-card-2",
-    deps=[release, "multihop_audit"],  # the card reads the audit numbers: declared, not assumed
+    # the card reads the audit numbers and the changes since the previous release: declared, not assumed
+    deps=[release, "release_diff", "multihop_audit"],
     kinds={"markdown"},
 )
 def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """The generated dataset card (README body) and its histograms."""
     partition = context.partition_key
-    folder = release_folder(store, partition)
+    folder = publish_folder(context, store, partition)
     _, _, limits = upstream_provenance(context)
     body, plots = build.write_card(
         folder,
@@ -397,7 +402,7 @@ def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
 def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
     """SHA-256 manifests per config (+ release index), checked by recomputing every hash."""
     partition = context.partition_key
-    folder = release_folder(store, partition)
+    folder = publish_folder(context, store, partition)
     run_config, upstream_md, _ = upstream_provenance(context)
     manifests = build.write_manifests(
         folder,
