@@ -17,6 +17,7 @@ from ragsft_assets.automation.discovery import (
     list_snapshot_folders,
     plan_tick,
     read_cursor,
+    scan_snapshots,
     write_cursor,
 )
 from ragsft_assets.defs.automation import defs as automation_defs
@@ -31,9 +32,13 @@ from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, snapshot_par
 
 
 def _add_snapshot(root: Path, key: str, name: str = "frwiki_namespace_0_0.jsonl") -> None:
+    """A folder as `ragsft snapshots add` leaves it: the dump, then its manifest (ready at once)."""
+    from ragsft_assets.cli.snapshots import write_added_manifest
+
     folder = root / key
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text("{}\n")
+    write_added_manifest(folder, key, folder)
 
 
 @dg.asset(partitions_def=snapshot_partitions, group_name="corpus")
@@ -98,7 +103,7 @@ def test_sensor_adds_partitions_requests_runs_and_restarts_from_cursor(
     root = tmp_path / "snapshots"
     for key in ("20240916.fr", "20241001.fr", "20241016.fr"):
         _add_snapshot(root, key)
-    sensor = build_new_snapshot_sensor(lister=lambda: available_snapshots(root, environ={}))
+    sensor = build_new_snapshot_sensor(lister=lambda seen: scan_snapshots(root, seen, environ={}))
     defs = _defs(sensor)
     instance = _temp_instance(tmp_path)
 
@@ -145,7 +150,7 @@ def test_sensor_default_listing_uses_ragsft_home(tmp_path: Path, monkeypatch: py
 def test_monthly_schedule_is_off_by_default_and_adds_new_partitions(tmp_path: Path) -> None:
     root = tmp_path / "snapshots"
     _add_snapshot(root, "20240916.fr")
-    schedule = build_monthly_schedule(lister=lambda: available_snapshots(root, environ={}))
+    schedule = build_monthly_schedule(lister=lambda seen: scan_snapshots(root, seen, environ={}))
     shipped = automation_defs.schedules[0]
     assert shipped.default_status == dg.DefaultScheduleStatus.STOPPED
     assert shipped.cron_schedule == "0 4 2 * *" and shipped.job_name == "full_job"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import dagster as dg
 
-from ragsft_assets.automation.discovery import available_snapshots, is_ready_folder, is_valid_key, plan_tick
+from ragsft_assets.automation.discovery import Listing, plan_tick, read_waiting, scan_snapshots
 from ragsft_assets.automation.notify import WEBHOOK_ENV, FailureReport, post_webhook
 from ragsft_assets.defs.jobs import full_job
 from ragsft_assets.defs.partitions import SNAPSHOT_PARTITIONS_NAME, snapshot_partitions
@@ -24,21 +24,18 @@ def max_runs_per_tick() -> int:
     return int(os.environ.get(MAX_RUNS_ENV, DEFAULT_MAX_RUNS_PER_TICK))
 
 
-def list_available_snapshots() -> list[str]:
-    """The snapshot keys the source offers now (one cheap listing, no data read).
+def list_available_snapshots(seen: Mapping[str, str]) -> Listing:
+    """The ready snapshot keys the source offers now (one cheap listing, no data read), and the
+    fingerprints of the folders still being copied.
 
-    Local folders come from the snapshot source's own listing (``SnapshotSource.list_snapshots``:
-    folders under ``$RAGSFT_HOME/snapshots`` holding a dump file); folders still being copied and
-    names that are not snapshot keys are left out. With ``RAGSFT_SNAPSHOT_SOURCE=hub`` the hub's
-    configs for ``RAGSFT_HUB_LANGUAGES`` are added.
+    Local folders are those under ``$RAGSFT_HOME/snapshots`` that ``snapshots add`` completed (its
+    manifest, written last) or whose files are unchanged since the previous tick (``seen``, from the
+    cursor); names that are not snapshot keys are left out. With ``RAGSFT_SNAPSHOT_SOURCE=hub`` the
+    hub's configs for ``RAGSFT_HUB_LANGUAGES`` are added.
     """
     from ragsft_assets.resources.snapshots import SnapshotSource
 
-    source = SnapshotSource()
-    local = [
-        key for key in source.list_snapshots() if is_valid_key(key) and is_ready_folder(source.folder(key))
-    ]
-    return sorted(set(local) | set(available_snapshots(source.root)))
+    return scan_snapshots(SnapshotSource().root, seen)
 
 
 def run_key(key: str) -> str:
@@ -47,7 +44,7 @@ def run_key(key: str) -> str:
 
 
 def build_new_snapshot_sensor(
-    lister: Callable[[], list[str]] = list_available_snapshots,
+    lister: Callable[[Mapping[str, str]], Listing] = list_available_snapshots,
     name: str = "new_snapshot_sensor",
     default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
 ) -> dg.SensorDefinition:
@@ -66,7 +63,12 @@ def build_new_snapshot_sensor(
     )
     def _sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         partitions = context.instance.get_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME)
-        plan = plan_tick(lister(), partitions, context.cursor, max_runs_per_tick())
+        ready, waiting = lister(read_waiting(context.cursor))  # a hand copy: unchanged over two ticks
+        plan = plan_tick(ready, partitions, context.cursor, max_runs_per_tick(), waiting)
+        if waiting:
+            context.log.info(
+                f"still being copied (or first seen), taken once unchanged: {', '.join(waiting)}"
+            )
         if plan.already_partitions:
             context.log.info(f"already partitions, not requested: {', '.join(plan.already_partitions)}")
         if not plan.to_request:
@@ -88,7 +90,7 @@ def build_new_snapshot_sensor(
 
 
 def build_monthly_schedule(
-    lister: Callable[[], list[str]] = list_available_snapshots,
+    lister: Callable[[Mapping[str, str]], Listing] = list_available_snapshots,
     name: str = "monthly_snapshot_schedule",
     cron_schedule: str = "0 4 2 * *",
 ) -> dg.ScheduleDefinition:
@@ -107,7 +109,8 @@ def build_monthly_schedule(
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
         partitions = context.instance.get_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME)
-        plan = plan_tick(lister(), partitions, None, max_runs_per_tick())
+        # no cursor: folders `snapshots add` completed (its manifest) and hub configs only
+        plan = plan_tick(lister({})[0], partitions, None, max_runs_per_tick())
         if not plan.to_request:
             return dg.SkipReason("no new snapshot")
         context.instance.add_dynamic_partitions(SNAPSHOT_PARTITIONS_NAME, plan.to_request)
