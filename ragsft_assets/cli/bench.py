@@ -9,6 +9,7 @@ import click
 # name -> (module in ragsft_assets.bench with run(size=, workdir=, **options) -> dict, options)
 BENCHES: dict[str, tuple[str, dict[str, object]]] = {
     "corpus": ("corpus", {}),
+    "diff": ("diff", {}),  # ragsft diff of two generated releases (issue 39)
     "distractors": ("distractors", {}),
     "embeddings": ("embeddings", {}),
     "fleet": ("fleet", {}),
