@@ -283,3 +283,95 @@ def test_every_recipe_field_says_the_card_ours_or_derived() -> None:
                 assert in_card(quoted), f"{recipe}.{name} quotes {quoted!r}, which the card does not hold"
             if comment.startswith("derived:"):
                 assert re.search(r"\d", comment), f"{recipe}.{name}: a derived value shows its arithmetic"
+
+
+# -- 3. three fields ------------------------------------------------------------------------------
+
+
+def test_the_rag_configs_ship_the_cards_three_fields() -> None:
+    """The card: "Each row has three fields" (messages, supporting_facts_titles, chunks_total);
+    trust_align: "Same three fields as hotpotqa_cite"; fr_v2: "Same three fields and same document
+    layout as hotpotqa_cite"."""
+    from ragsft_assets.defs.rag_sft.qa import TRUST_ALIGN_CONFIG
+    from ragsft_assets.release import layout
+
+    assert in_card("Each row has three fields:")
+    assert in_card(
+        "Same three fields as hotpotqa_cite: messages (system, user, assistant), supporting_facts_titles"
+    )
+    fields = ("messages", "supporting_facts_titles", "chunks_total")
+    assert fields == layout.RAG_SFT_COLUMNS
+    assert layout.CONFIGS_BY_NAME["hotpotqa_cite"].columns == fields
+    assert TRUST_ALIGN_CONFIG.columns == fields
+    renamed = {c.asset: c for c in layout.release_configs({"hotpotqa_cite": "hotpotqa_fr_abstracts_v2"})}
+    assert renamed["rag_sft"].columns == fields
+
+
+def test_a_rag_release_ships_three_fields_and_keeps_its_ids_in_provenance(tmp_path: Path) -> None:
+    """The rows' ids and twins go to provenance/<config>/ids.parquet, row by row; the lineage (what
+    `ragsft explain` reads) still has every id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.release import build, layout
+    from ragsft_assets.resources.store import ArtifactStore
+
+    store = ArtifactStore(home=str(tmp_path))
+    msgs = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    rows = [
+        {
+            "id": f"e{k}",
+            "pair_id": f"p{k // 2}",
+            "messages": [{"role": "system", "content": "[Source 1]\n* filename: T\n\n"}],
+            "supporting_facts_titles": ["T"] if k % 2 == 0 else [],
+            "chunks_total": 1,
+            "split": "train",
+        }
+        for k in range(4)
+    ]
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("pair_id", pa.string()),
+            ("messages", msgs),
+            ("supporting_facts_titles", pa.list_(pa.string())),
+            ("chunks_total", pa.int32()),
+            ("split", pa.string()),
+        ]
+    )
+    store.write(pa.Table.from_pylist(rows, schema), "x.en", "rag_sft")
+    target = tmp_path / "releases" / "x.en"
+    build.build_release(store.root, "x.en", target, configs=[layout.CONFIGS_BY_NAME["hotpotqa_cite"]])
+    data = pq.read_table(target / layout.data_file("hotpotqa_cite", "train"))
+    assert data.column_names == ["messages", "supporting_facts_titles", "chunks_total"]
+    ids = pq.read_table(target / build.ids_path("hotpotqa_cite")).to_pylist()
+    assert [(r["split"], r["row"], r["id"], r["pair_id"]) for r in ids] == [
+        ("train", k, f"e{k}", f"p{k // 2}") for k in range(4)
+    ]
+    lineage = pq.read_table(target / build.lineage_path("hotpotqa_cite"))
+    assert sorted(lineage["id"].to_pylist()) == [f"e{k}" for k in range(4)]
+    assert lineage["twin_pair_id"].to_pylist() == ["p0", "p0", "p1", "p1"]
+
+
+# -- 10. the sources and licenses of a QA release ---------------------------------------------------
+
+
+def test_qa_releases_name_the_cards_sources_and_licenses() -> None:
+    """trust_align's "Source data and licenses": Trust-Align "data distributed under Apache 2.0",
+    ASQA "distributed under Apache 2.0", QAMPARI "distributed under CC0 1.0"; hotpotqa_cite's:
+    HotpotQA "distributed under CC BY-SA 4.0"; not the Wikipedia abstracts' license."""
+    from ragsft_assets.rag_sft import licenses
+
+    for config in ("hotpotqa_cite", "trust_align"):
+        for line in [*licenses.SOURCES[config], licenses.CONCLUSIONS[config]]:
+            assert in_card(line), line
+    ta = "\n".join(licenses.license_lines("trust_align"))
+    for needle in (
+        "data distributed under Apache 2.0",
+        "ASQA: Factoid Questions Meet Long-Form Answers, distributed under Apache 2.0.",
+        "QAMPARI: A Benchmark for Open-domain Questions with Many Answers, distributed under CC0 1.0.",
+    ):
+        assert needle in ta
+    assert "distributed under CC BY-SA 4.0." in "\n".join(licenses.license_lines("hotpotqa_cite"))
+    with pytest.raises(KeyError, match="names no sources"):
+        licenses.license_lines("hotpotqa_fr_abstracts_v2")

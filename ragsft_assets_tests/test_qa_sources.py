@@ -141,6 +141,12 @@ def test_qa_sft_job_writes_a_hotpotqa_cite_release(qa_run) -> None:
     }
     ds = datasets.load_dataset(str(folder), "hotpotqa_cite")
     assert list(ds) == ["train"]
+    # the Luciole RAG card: "Each row has three fields"; the ids are in provenance
+    assert list(ds["train"].features) == ["messages", "supporting_facts_titles", "chunks_total"]
+    assert (folder / "provenance" / "hotpotqa_cite" / "ids.parquet").is_file()
+    # its "Source data and licenses": HotpotQA's, not the Wikipedia abstracts' ("Abstracts only")
+    card = (folder / "README.md").read_text()
+    assert "Answering, distributed under CC BY-SA 4.0." in card and "Abstracts only" not in card
     assert 0 < ds["train"].num_rows < 70 * 2
     manifest = json.loads((folder / "provenance" / "hotpotqa_cite" / "manifest.json").read_text())
     assert manifest["snapshot"] == KEY and manifest["asset"] == "rag_sft"

@@ -83,7 +83,8 @@ def test_load_dataset_every_config_offline(built, tmp_path, monkeypatch) -> None
             assert "split" not in ds[s].features  # the file says the split
             for name, feature in features.items():
                 assert ds[s].features[name] == feature, (config, name)
-            assert ds[s].features["id"] == datasets.Value("string")
+            if config != "hotpotqa_cite":  # the card's three fields: its ids are in provenance
+                assert ds[s].features["id"] == datasets.Value("string")
     # `default` is the config opened without a name
     assert set(datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "hf"))) == {
         "train",
@@ -186,6 +187,8 @@ def test_every_lineage_key_resolves(built) -> None:
     for config, splits in layout.release_files(folder).items():
         rows = pa.concat_tables([pq.read_table(folder / p) for p in splits.values()])
         lin = pq.read_table(folder / build.lineage_path(config)).to_pylist()
+        if not {"id", "_id"} & set(rows.column_names):  # the RAG configs' three fields: ids in provenance
+            rows = pq.read_table(folder / build.ids_path(config))
         assert sorted(r["id"] for r in lin) == sorted(rows["id"].to_pylist())  # one lineage row per row
         for r in lin:
             assert r["documents"], r
@@ -254,6 +257,9 @@ def test_explain_chain_and_sql_trace(built) -> None:
     store, folder, cache = built
     home = store.home_path
     sft = pq.read_table(folder / layout.data_file("hotpotqa_cite", "train")).to_pylist()
+    # the card's three fields ship; each row's id and twin pair are in provenance, row by row
+    ids_ = pq.read_table(folder / build.ids_path("hotpotqa_cite")).to_pylist()
+    sft = [{**r, **i} for r, i in zip(sft, (i for i in ids_ if i["split"] == "train"), strict=True)]
     row = next(r for r in sft if r["supporting_facts_titles"])
     trace = explain(row["id"], home=home)  # default lookup: the LLM cache under home
     lin = trace.lineage
@@ -328,12 +334,12 @@ def test_missing_upstream_is_skipped_with_a_note(tmp_path) -> None:
 
 def test_all_file_without_split_column_ships_as_train(tmp_path) -> None:
     store = ArtifactStore(home=str(tmp_path))
-    store.write(pa.table({"id": ["b", "a"], "x": [1, 2]}), "x.fr", "rag_sft")
+    store.write(pa.table({"id": ["b", "a"], "chunks_total": [1, 2]}), "x.fr", "rag_sft")
     tables, notes = stream.read_config_tables(store.root, "x.fr")
-    assert list(tables) == ["hotpotqa_cite"] and tables["hotpotqa_cite"]["train"]["id"].to_pylist() == [
-        "a",
-        "b",
-    ]
+    # the card's three fields ship (no id), still in release order: sorted by the asset's ids
+    assert list(tables) == ["hotpotqa_cite"] and tables["hotpotqa_cite"]["train"].to_pydict() == {
+        "chunks_total": [2, 1]
+    }
     assert len(notes) == len(layout.RELEASE_CONFIGS) - 1  # every other registered config is absent
 
 

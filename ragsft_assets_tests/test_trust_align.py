@@ -472,6 +472,9 @@ def test_qa_sft_job_writes_a_trust_align_release(ta_run) -> None:
     folder = home / "releases" / KEY
     ds = datasets.load_dataset(str(folder), "trust_align")
     assert sorted(ds) == ["train", "validation"]
+    # the Luciole RAG card: "Same three fields as hotpotqa_cite"; the ids are in provenance
+    assert {tuple(ds[s].features) for s in ds} == {("messages", "supporting_facts_titles", "chunks_total")}
+    assert (folder / "provenance" / "trust_align" / "ids.parquet").is_file()
     rows = [r for s in ds for r in ds[s]]
     by_question = {r["messages"][1]["content"]: r["messages"][2]["content"] for r in rows}
     assert NAMES_A_DOCUMENT not in by_question  # dropped: names "Document 2" outside a tag
@@ -498,6 +501,10 @@ def test_qa_sft_job_writes_a_trust_align_release(ta_run) -> None:
     assert "Recipe `trust_align`: as the card." in card
     assert "> When quoting from the context, wrap each excerpt inline" in card
     assert "the card's statistics" in card
+    # the card's "Source data and licenses": Trust-Align and ASQA Apache 2.0, QAMPARI CC0 1.0
+    assert "Learning to Refuse, data distributed under Apache 2.0." in card
+    assert "Long-Form Answers, distributed under Apache 2.0." in card
+    assert "Many Answers, distributed under CC0 1.0." in card and "Abstracts only" not in card
     manifest = json.loads((folder / "provenance" / "trust_align" / "manifest.json").read_text())
     assert manifest["asset"] == "rag_sft" and manifest["snapshot"] == KEY
 

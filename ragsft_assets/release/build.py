@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ragsft_assets.release import layout, provenance, stream
 from ragsft_assets.release.card import render_card
 from ragsft_assets.release.decisions import ledger_files, write_final_decisions
-from ragsft_assets.release.lineage import LineageSources, write_lineage
+from ragsft_assets.release.lineage import IDS_FILE, LineageSources, write_lineage, write_product_ids
 from ragsft_assets.release.manifest import (
     DECISIONS,
     LINEAGE,
@@ -67,6 +67,11 @@ def lineage_path(config: str) -> str:
 def links_path(config: str) -> str:
     """``provenance/<config>/links.parquet``: a corpus config's hyperlinks, beside its five columns."""
     return f"{layout.PROVENANCE}/{config}/links.parquet"
+
+
+def ids_path(config: str) -> str:
+    """``provenance/<config>/ids.parquet``: the ids of a config whose rows ship without one."""
+    return f"{layout.PROVENANCE}/{config}/{IDS_FILE}"
 
 
 def write_links(con: Any, splits: Mapping[str, stream.SplitSource], path: Path) -> int:
@@ -137,6 +142,9 @@ def build_release(
             if family == "corpus":
                 with stream.connect(spill_in=staging) as con:
                     write_links(con, splits, staging / links_path(config))
+            elif family == "rag_sft":  # three fields shipped: the rows' ids go to provenance
+                with stream.connect(spill_in=staging) as con:
+                    write_product_ids(con, splits, staging / ids_path(config))
         for config in plan.configs:
             # A filtered config's asset keeps its filters' verdicts beside its split files.
             verdicts = assets_root / partition / by_name[config].asset / VERDICTS_SOURCE
@@ -167,10 +175,12 @@ def write_card(
     limitations: Mapping[str, Any] | None = None,
     pretty_name: str = "",
     sections: Sequence[str] = (),
+    license_lines: Sequence[str] | None = None,
 ) -> tuple[str, list[str]]:
     """Render the dataset card from the built release and write it as the README body.
 
-    ``sections`` are markdown lines a family adds under Statistics (see ``card.render_card``).
+    ``sections`` are markdown lines a family adds under Statistics, ``license_lines`` the License
+    section of a release not built from Wikipedia abstracts (see ``card.render_card``).
     """
     files = layout.release_files(folder)
     # The funnel's columns only: details and cache keys of every candidate stay on disk.
@@ -187,6 +197,7 @@ def write_card(
         limitations=limitations,
         notes=read_notes(folder),
         sections=sections,
+        license_lines=license_lines,
     )
     layout.write_readme(folder, files, body, pretty_name or f"ragsft {partition}")
     return body, plots
@@ -240,6 +251,8 @@ def write_manifests(
             extra["verdicts"] = verdicts_path(config)
         if (folder / links_path(config)).is_file():
             extra["links"] = links_path(config)
+        if (folder / ids_path(config)).is_file():
+            extra["ids"] = ids_path(config)
         asset = cfg.asset if cfg else config
         seed = ((run_config or {}).get(asset.rsplit("/", 1)[-1]) or {}).get("seed")
         m = build_manifest(

@@ -303,6 +303,7 @@ def render_card(
     notes: Sequence[str] = (),
     plots: bool = True,
     sections: Sequence[str] = (),
+    license_lines: Sequence[str] | None = None,
 ) -> tuple[str, list[str]]:
     """The card's markdown body for a built release, and the plots it wrote.
 
@@ -317,6 +318,9 @@ def render_card(
         plots: write the PNG histograms.
         sections: markdown lines a family adds under Statistics (the QA release's citation and
             question-mix tables, ``rag_sft.statistics.card_section``).
+        license_lines: the License section of a release not built from Wikipedia abstracts (an
+            outside question set: its sources and licenses, ``rag_sft.licenses``); None: the
+            snapshot's Wikipedia license, and the abstracts-only limitation.
     """
     lim = dict(limitations or {})
     parts = [f"# ragsft release `{partition}`", ""]
@@ -419,13 +423,20 @@ def render_card(
     parts += [
         "- Questions and responses are written by language models and filtered by model judges and "
         "deterministic checks; judges err, so some rows may be wrong or rely on one document only.",
-        "- Abstracts only: facts outside the lead section of an article are out of reach.",
-        "",
-        "## License",
-        "",
-        "The text is derived from Wikipedia and is licensed under "
-        "[CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/). Attribution: the article "
-        "URLs and revision ids of every document are in `provenance/<config>/lineage.parquet`.",
+    ]
+    if license_lines is None:
+        parts.append("- Abstracts only: facts outside the lead section of an article are out of reach.")
+    parts += ["", "## License", ""]
+    parts += (
+        list(license_lines)
+        if license_lines is not None
+        else [
+            "The text is derived from Wikipedia and is licensed under "
+            "[CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/). Attribution: the article "
+            "URLs and revision ids of every document are in `provenance/<config>/lineage.parquet`."
+        ]
+    )
+    parts += [
         "",
         "## Citation",
         "",

@@ -53,6 +53,9 @@ class ReleaseConfig:
 # The HotpotQA-fr card's corpus columns (its recipes hold them); url, revision and links stay in
 # provenance/<config>/lineage.parquet and the abstracts asset.
 CORPUS_COLUMNS = ("id", "title", "text", "sentences", "qid")
+# The Luciole RAG card: "Each row has three fields" (messages, supporting_facts_titles,
+# chunks_total); the rows' ids and twin pairs stay in provenance/<config>/ids.parquet and the lineage.
+RAG_SFT_COLUMNS = ("messages", "supporting_facts_titles", "chunks_total")
 # Order matters: the first present config is the one `load_dataset(folder)` opens without a name.
 RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
     ReleaseConfig(
@@ -98,6 +101,7 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "rag_sft",
         "rag_sft",
         "RAG SFT chat examples with verified inline citations and unanswerable twins.",
+        RAG_SFT_COLUMNS,
     ),
 )
 CONFIGS_BY_NAME = {c.name: c for c in RELEASE_CONFIGS}

@@ -236,7 +236,9 @@ def _product_sql(
     """
     parts = []
     for i, src in enumerate(sources):
-        names = set(src.schema.names)
+        # The upstream's columns, not only the shipped ones: a config that ships no `id` (the RAG SFT
+        # configs' three fields) still has its rows' ids, twins and questions in its asset.
+        names = set(src.schema.names) | _columns(src.files)
         cols = [
             _col(names, col, typ, expr).rsplit(" AS ", 1)[0] + f" AS {alias}"
             for alias, (col, typ, expr) in exprs.items()
@@ -405,3 +407,35 @@ def write_lineage(
             )
 
     return write_batches(batches(), path, LINEAGE_SCHEMA, PROVENANCE_GROUP_ROWS)
+
+
+IDS_FILE = "ids.parquet"  # provenance/<config>/ids.parquet: the ids of a config that ships none
+IDS_SCHEMA = pa.schema(
+    [("split", pa.string()), ("row", pa.int64()), ("id", pa.string()), ("pair_id", pa.string())]
+)
+
+
+def write_product_ids(con: duckdb.DuckDBPyConnection, splits: dict[str, SplitSource], path: Path) -> int:
+    """Write ``provenance/<config>/ids.parquet``: per split, each data row's position (``row``, in the
+    data file's order: the upstream's file order) with its ``id`` and twin ``pair_id``.
+
+    For a config whose data file ships no ``id`` (the Luciole RAG card: "Each row has three
+    fields"): ``ragsft explain ID`` reads the ids' lineage, this file ties them to the rows. Returns
+    the rows written (0, and no file, when the upstream has no ``id``).
+    """
+    sources = {name: src for name, src in splits.items() if src.files}
+    if not sources or "id" not in _columns(next(iter(sources.values())).files):
+        return 0
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for name, src in sources.items():
+            names = _columns(src.files)
+            pair = "pair_id" if "pair_id" in names else "NULL::VARCHAR"
+            rows = src.select_sql(["id"], [f"{pair} AS pair_id", "_fidx", "_rn"])
+            sql = (
+                f"SELECT {sql_literal(name)} AS split, (row_number() OVER (ORDER BY _fidx, _rn) - 1)::BIGINT "
+                f"AS row, id, pair_id FROM ({rows}) ORDER BY _fidx, _rn"
+            )
+            yield from con.sql(sql).to_arrow_reader(PROVENANCE_GROUP_ROWS)
+
+    return write_batches(batches(), path, IDS_SCHEMA, PROVENANCE_GROUP_ROWS)

@@ -220,10 +220,16 @@ class SplitSource:
         t = pa.concat_tables([pq.read_table(f) for f in self.files], promote_options="default")
         return t.filter(pc.equal(t["split"], self.split)) if self.split is not None else t
 
+    @property
+    def has_id(self) -> bool:
+        """Whether the upstream rows have an ``id``: release order sorts by it, shipped or not (the
+        RAG SFT configs ship the card's three fields, their ids go to provenance)."""
+        return "id" in self.schema.names or any("id" in pq.read_schema(f).names for f in self.files)
+
     def in_release_order(self) -> bool:
         """Whether the rows already come in release order (ids non-decreasing, none null), as upstream
         assets write them: then they stream straight through, with no sort."""
-        if "id" not in self.schema.names:
+        if not self.has_id:
             return True
         cols = ["id", "split"] if self.split is not None else ["id"]
         t = pa.concat_tables([pq.read_table(f, columns=cols) for f in self.files], promote_options="default")
@@ -255,7 +261,7 @@ class SplitSource:
     @property
     def order_sql(self) -> str:
         """Release order: by id, stable (Arrow's ``sort_by("id")``: nulls last, ties in file order)."""
-        return "id NULLS LAST, _fidx, _rn" if "id" in self.schema.names else "_fidx, _rn"
+        return "id NULLS LAST, _fidx, _rn" if self.has_id else "_fidx, _rn"
 
 
 @dataclass(slots=True)
@@ -332,10 +338,15 @@ def read_config_tables(
     """
     plan = plan_configs(assets_root, partition, configs)
     tables = {
-        name: {split: _release_table(src.read().select(src.schema.names)) for split, src in splits.items()}
+        name: {split: _release_table(_by_id(src.read()).select(src.schema.names)) for split, src in splits.items()}
         for name, splits in plan.configs.items()
     }
     return tables, plan.notes
+
+
+def _by_id(table: pa.Table) -> pa.Table:
+    """The rows sorted by id (stable) when they have one, before the shipped columns are chosen."""
+    return table.sort_by("id") if "id" in table.column_names else table
 
 
 def _release_table(table: pa.Table) -> pa.Table:

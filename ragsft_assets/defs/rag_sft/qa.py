@@ -21,8 +21,9 @@ from ragsft_assets.defs.rag_sft.assets import (
     qa_rag_verdicts,
 )
 from ragsft_assets.defs.rag_sft.card import card_statistics
-from ragsft_assets.rag_sft import multi_answer
-from ragsft_assets.release.layout import ReleaseConfig
+from ragsft_assets.rag_sft import licenses, multi_answer
+from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE
+from ragsft_assets.release.layout import RAG_SFT_COLUMNS, ReleaseConfig
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -81,6 +82,7 @@ TRUST_ALIGN_CONFIG = ReleaseConfig(
     "rag_sft",
     "rag_sft",
     "Multi-answer RAG SFT chat examples (Trust-Align ASQA/QAMPARI) with verified inline citations and refusals.",
+    RAG_SFT_COLUMNS,  # the card: "Same three fields as hotpotqa_cite"
 )
 
 # The QA chain's assets whose effective run config and model roles go into the manifests.
@@ -129,7 +131,9 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
             store.read(partition, "rag_verdicts").select(["id", "kept"]).to_pylist(),
         )
         sections = [*sections, *multi_answer.card_section(stats[multi_answer.PRODUCT])]
-    build.write_card(target, partition, sections=sections)
+    # The card's "Source data and licenses" of the product: not the Wikipedia abstracts' license.
+    product = multi_answer.PRODUCT if multi else HOTPOTQA_CITE
+    build.write_card(target, partition, sections=sections, license_lines=licenses.license_lines(product))
     # The same provenance as the snapshot release: each QA stage's effective config (Dagster's
     # config resolution, defaults included) and {stage: {role: {backend, model, ...}}}.
     chain = [questions, qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft]
