@@ -65,7 +65,7 @@ def _host() -> str:
     return (_HOST_CHARS.sub("_", socket.gethostname()) or "host") + "+" + scope_id()
 
 
-def _start_time(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The start of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22); None when unreadable.
 
     Ticks since boot do not move when the wall clock is stepped. Where there is no ``/proc`` (macOS)
@@ -87,7 +87,7 @@ def _start_time(pid: int) -> int | None:
 
 @functools.cache
 def _own_tag(pid: int) -> str:
-    return f"{_host()}-{pid}-{_start_time(pid) or 0}-"
+    return f"{_host()}-{pid}-{start_ticks(pid) or 0}-"
 
 
 def owner_tag() -> str:
@@ -129,7 +129,7 @@ class Owner:
         # start 0: the start could not be read when the name was made; the pid alone decides
         if self.start == 0:
             return True
-        started = _start_time(self.pid)
+        started = start_ticks(self.pid)
         return started is None or started == self.start  # unreadable now: assume alive
 
 

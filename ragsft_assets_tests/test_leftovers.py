@@ -36,7 +36,7 @@ def _name(
     prefix: str, pid: int, start: int | None = None, host: str | None = None, rest: str = "abc_1"
 ) -> str:
     if start is None:
-        start = int(leftovers._start_time(pid) or 0)
+        start = int(leftovers.start_ticks(pid) or 0)
     return f"{prefix}{host or leftovers._host()}-{pid}-{start}-{rest}"
 
 
@@ -67,7 +67,7 @@ def test_stale_entries_are_the_dead_owners_on_this_host(tmp_path: Path, dead_pid
         "dead": _name(prefix, dead_pid, start=1700000000),
         "alive": _name(prefix, os.getpid()),
         # this pid, another start time: the pid was reused, the owner is gone (a container's pid 7)
-        "reused": _name(prefix, os.getpid(), start=int(leftovers._start_time(os.getpid()) or 0) + 3600),
+        "reused": _name(prefix, os.getpid(), start=int(leftovers.start_ticks(os.getpid()) or 0) + 3600),
         "other_host": _name(prefix, dead_pid, start=1, host="another-host"),
         "legacy": ".out.build-abcdef",
     }

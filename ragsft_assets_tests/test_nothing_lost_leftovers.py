@@ -34,7 +34,7 @@ def sleeper() -> Iterator[subprocess.Popen]:
 
 
 def _entry(parent: Path, prefix: str, pid: int) -> Path:
-    start = leftovers._start_time(pid)
+    start = leftovers.start_ticks(pid)
     assert start, "the start of a live process of this host is readable"
     path = parent / f"{prefix}{leftovers._host()}-{pid}-{start}-abc_1"
     path.mkdir()
@@ -70,7 +70,7 @@ def test_a_process_never_removes_its_own_entries(tmp_path: Path, monkeypatch: py
     own = tmp_path / (leftovers.owned(".x.") + "abc_1")
     own.mkdir()
     # whatever reading the start would give now (unreadable, another value), its own tag is its own
-    monkeypatch.setattr(leftovers, "_start_time", lambda pid: 12345)
+    monkeypatch.setattr(leftovers, "start_ticks", lambda pid: 12345)
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: 1.0)
     assert leftovers.remove_stale(tmp_path, ".x.") == [] and own.is_dir()
 
@@ -80,7 +80,7 @@ def test_leftovers_of_a_dead_owner_are_still_found(tmp_path: Path, monkeypatch: 
     target = tmp_path / "sample.fr"
     try:
         for _ in range(100):  # the child's start is readable once it runs
-            if leftovers._start_time(proc.pid):
+            if leftovers.start_ticks(proc.pid):
                 break
             time.sleep(0.01)
         built = _entry(tmp_path, leftovers.sibling_prefix(target, "build"), proc.pid)
@@ -102,9 +102,32 @@ def test_start_is_read_in_ticks_since_boot() -> None:
     """Field 22 of /proc/PID/stat, even when the command name holds spaces and parentheses."""
     if not Path("/proc/self/stat").is_file():
         pytest.skip("no /proc here: the pid alone decides")
-    ticks = leftovers._start_time(os.getpid())
+    ticks = leftovers.start_ticks(os.getpid())
     assert isinstance(ticks, int) and ticks > 0
     hz = os.sysconf("SC_CLK_TCK")
     since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
     assert 0 <= since_boot - ticks / hz < 24 * 3600  # this process started after boot, ticks in CLK_TCK
-    assert leftovers._start_time(2**22 + 12345) is None  # no such pid
+    assert leftovers.start_ticks(2**22 + 12345) is None  # no such pid
+
+
+@pytest.mark.parametrize("shift", [-30.0, 30.0])
+def test_runs_clean_never_takes_a_live_run_for_dead_when_the_clock_steps(
+    tmp_path: Path, sleeper: subprocess.Popen, monkeypatch: pytest.MonkeyPatch, shift: float
+) -> None:
+    """`ragsft runs clean` judges a run's process by its tagged start ticks, not its create time."""
+    import dagster as dg
+    from dagster._core.test_utils import create_run_for_test
+
+    from ragsft_assets.defs import runs as hygiene
+
+    tags = hygiene.process_tags(sleeper.pid)
+    assert tags[hygiene.TAG_PID_TICKS] == str(leftovers.start_ticks(sleeper.pid))
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        run = create_run_for_test(
+            instance, job_name="full_job", status=dg.DagsterRunStatus.STARTED, tags=tags
+        )
+        _step_clock(monkeypatch, shift)
+        found, _ = hygiene.clean_dead_runs(instance)
+        assert found == [] and instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+        # a pid reused by another process (other start ticks) is still not the run's
+        assert not hygiene.process_alive(sleeper.pid, None, str(int(tags[hygiene.TAG_PID_TICKS]) + 1))

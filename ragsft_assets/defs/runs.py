@@ -37,11 +37,14 @@ import psutil
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 from dagster._core.storage.dagster_run import FINISHED_STATUSES
 
-from ragsft_assets.leftovers import boot_id, pid_namespace
+from ragsft_assets.leftovers import boot_id, pid_namespace, start_ticks
 
 TAG_HOST = "ragsft/host"
 TAG_PID = "ragsft/pid"
 TAG_PID_START = "ragsft/pid_start"  # process create time: a pid reused by another process is not "alive"
+# The start in clock ticks since boot (/proc/PID/stat field 22), what liveness compares: the create
+# time above is ticks plus the current boot time, which moves when the wall clock is stepped.
+TAG_PID_TICKS = "ragsft/pid_start_ticks"
 # Where the pid means something: two containers with one host name (``--network host``) and their
 # own pid namespaces, or a host after a reboot, see other processes behind the same pid.
 TAG_BOOT_ID = "ragsft/boot_id"
@@ -87,6 +90,9 @@ def process_tags(pid: int | None = None) -> dict[str, str]:
         tags[TAG_PID_NS] = pid_namespace()
     if created is not None:
         tags[TAG_PID_START] = f"{created:.2f}"
+    ticks = start_ticks(pid)
+    if ticks:
+        tags[TAG_PID_TICKS] = str(ticks)
     return tags
 
 
@@ -106,7 +112,7 @@ def same_scope(tags: dict[str, str]) -> tuple[bool, str]:
     return True, ""
 
 
-def process_alive(pid: int, started: str | None = None) -> bool:
+def process_alive(pid: int, started: str | None = None, ticks: str | None = None) -> bool:
     """Whether ``pid`` is a live process, and the same one as when it was tagged.
 
     A process this user may not inspect (``AccessDenied``) exists: it counts as alive.
@@ -115,6 +121,8 @@ def process_alive(pid: int, started: str | None = None) -> bool:
         pid: The process id from the run's tags.
         started: The tagged process start time, when known; a different start time means the pid
             was reused by another process after the run's one died.
+        ticks: The tagged start in clock ticks since boot; when given it decides instead of
+            ``started``, exactly, whatever the wall clock did since (NTP, a VM resumed).
     """
     try:
         proc = psutil.Process(pid)
@@ -125,6 +133,9 @@ def process_alive(pid: int, started: str | None = None) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+    if ticks is not None and ticks.isdigit():
+        now = start_ticks(pid)
+        return now is None or now == int(ticks)  # unreadable now: alive, never failed on a guess
     if started is not None:
         try:
             return abs(float(started) - created) < 1.0
@@ -183,7 +194,7 @@ def run_state(instance: dg.DagsterInstance, run: dg.DagsterRun, slots: dict[str,
     pid = int(pid_tag) if pid_tag and pid_tag.isdigit() else None
     alive: bool | None = None
     if pid is not None and same_scope(dict(run.tags))[0]:
-        alive = process_alive(pid, run.tags.get(TAG_PID_START))
+        alive = process_alive(pid, run.tags.get(TAG_PID_START), run.tags.get(TAG_PID_TICKS))
     return RunState(
         run_id=run.run_id,
         job_name=run.job_name,
