@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from ragsft_assets.llm import gpu_share
+from ragsft_assets.masking import mask_url
 from ragsft_assets.resources.catalog import CatalogResource
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
@@ -82,7 +83,12 @@ def role_fields_from_env(role: str, settings: dict[str, Any]) -> dict[str, Any]:
         if os.environ.get(prefix + name.upper()):
             fields[name] = os.environ[prefix + name.upper()]
     if os.environ.get(prefix + "BASE_URLS"):
-        fields["base_urls"] = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
+        urls = [u for u in os.environ[prefix + "BASE_URLS"].split(",") if u]
+        fields["base_urls"] = [mask_url(u) for u in urls]
+        if fields["base_urls"] != urls:
+            # Credentials in a URL: Dagster stores a resource's config with every run, so the config
+            # holds the URLs masked and the resource reads them from the variable when it calls.
+            fields["base_urls_env"] = prefix + "BASE_URLS"
     for name, cast in settings.items():
         raw = os.environ.get(prefix + name.upper())
         if raw:

@@ -591,7 +591,7 @@ class EmbeddingResource(ModelEndpoint):
             if not self.base_urls or not self.model:
                 raise ValueError("embedder backend 'openai' needs `base_urls` and `model`")
             return "embed:openai", {
-                "base_urls": tuple(self.base_urls),
+                "base_urls": tuple(self.endpoint_urls()),  # credentials from the variable, not config
                 "model": self.model,
                 "api_key_env": self.api_key_env,
                 "concurrency": self.concurrency,

@@ -22,6 +22,7 @@ default). ``docs/llm.md`` says how to set and size them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.cache import LLMCache
 from ragsft_assets.llm.client import ChatClient
 from ragsft_assets.llm.types import BatchResult, Message, SamplingParams
+from ragsft_assets.masking import mask_url
 
 
 class ModelEndpoint(dg.ConfigurableResource):
@@ -55,6 +57,19 @@ class ModelEndpoint(dg.ConfigurableResource):
     max_retries: int = 4
     backoff_s: float = 1.0
     weights_id: str = ""
+    # Base URLs that carry credentials (user:password, ?api_key=) stay out of the resource's config,
+    # which Dagster stores in the instance with every run: ``base_urls`` then holds them masked and
+    # this names the variable holding them as they are (RAGSFT_<ROLE>_BASE_URLS), read when used.
+    base_urls_env: str = ""
+
+    def endpoint_urls(self) -> list[str]:
+        """The base URLs to call: those of ``base_urls_env`` when ``base_urls`` is their masked
+        form, else ``base_urls`` as given (e.g. set on the launchpad)."""
+        if self.base_urls_env:
+            raw = [u for u in os.environ.get(self.base_urls_env, "").split(",") if u]
+            if raw and [mask_url(u) for u in raw] == list(self.base_urls):
+                return raw
+        return list(self.base_urls)
 
 
 class LLMResource(ModelEndpoint):
@@ -132,7 +147,7 @@ class LLMResource(ModelEndpoint):
                 **self._engine_json(),
             }
         if self.backend == "openai":
-            urls, model, weights = list(self.base_urls), self.model, self.weights_id
+            urls, model, weights = self.endpoint_urls(), self.model, self.weights_id
             if not urls:
                 if not self.serve:
                     raise ValueError(
