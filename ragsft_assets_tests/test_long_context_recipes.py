@@ -25,10 +25,13 @@ def test_one_recipe_per_card_config_with_the_cards_numbers() -> None:
     for name in CARD_CONFIGS:
         r = recipes.get(name)
         assert r.name == name and lc.config_name(f"{r.source}.en", r) == name
-        assert r.budget_tokens == 32_768  # "examples of up to 32,768 tokens"
-        assert r.k is None and r.p_oracle == 1.0  # as many as fit; RAFT's P default 1.0
-        assert r.tokenizer_dir == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the SmolLM2 tokenizer
-    assert recipes.get("rag_tge_raft_zh").translate_language == "zh"  # "default Chinese"
+        assert r.budget_tokens == 32_768  # the card: "The maximal sequence length of the examples is 32,768."
+        # ours: as many distractors as fit; derived: "We shuffle the true passage into a random
+        # position in the context", every example keeps it
+        assert r.k is None and r.p_oracle == 1.0
+        assert r.tokenizer_dir == "HuggingFaceTB/SmolLM2-135M-Instruct"  # ours: the SmolLM2 tokenizer
+    # the card: "We also translated the RAFT-augmented RAG-TGE dataset to Chinese."
+    assert recipes.get("rag_tge_raft_zh").translate_language == "zh"
     variants = {n: recipes.get(n).variant for n in CARD_CONFIGS}
     assert variants == {
         "synthetic_convqa_raft": "raft",

@@ -54,7 +54,7 @@ def test_answers_are_exact_on_real_summaries() -> None:
     for q in qas:
         tokens = _recount_words(texts[q.id])
         target = q.target.split(" ")
-        assert q.target == q.target.lower() and f'"{q.target}"' in q.question
+        assert q.target == q.target.lower() and f"`{q.target}`" in q.question
         n = _count_sublist(tokens, target)
         if q.type in ("word_occurs", "phrase_occurs"):
             assert q.answer == ("yes" if n else "no")
@@ -129,10 +129,11 @@ def test_cli_writes_the_documented_fields(tmp_path: Path) -> None:
     assert res.exit_code != 0 and "bad.jsonl:2" in res.output and "'passage'" in res.output
 
 
-def test_context_questions_name_the_documents_and_4grams_stay_within_one() -> None:
-    """Variant 2 asks about "the documents": words count over all of them, but a 4-gram that would
-    span the end of one document and the start of the next is no phrase of the context."""
-    from ragsft_assets.long_context.syntactic import DOCUMENTS, _Passage
+def test_context_questions_count_over_the_documents_and_4grams_stay_within_one() -> None:
+    """Variant 2 asks the card's questions ("in the passage") of its context: words count over all
+    its documents, but a 4-gram that would span the end of one document and the start of the next is
+    no phrase of the context."""
+    from ragsft_assets.long_context.syntactic import _Passage
 
     filler = " ".join(f"w{i}" for i in range(20))
     docs = [f"{filler} alpha beta gamma", "delta epsilon zeta eta theta " + filler]
@@ -140,11 +141,31 @@ def test_context_questions_name_the_documents_and_4grams_stay_within_one() -> No
     assert p.word_counts["alpha"] == 1 and p.word_counts["w3"] == 2 and len(p.tokens) == 48
     assert "beta gamma delta epsilon" not in p.phrase_counts  # spans two documents
     assert p.phrase_counts["delta epsilon zeta eta"] == 1
-    qas, _ = generate([("ctx", docs)], seed=2, where=DOCUMENTS)
-    assert qas and all("in the documents" in q.question or "of the documents" in q.question for q in qas)
-    assert not any("passage" in q.question for q in qas)
+    qas, _ = generate([("ctx", docs)], seed=2)
+    assert qas and all(q.question.endswith(" occur in the passage?") for q in qas)
     for q in qas:  # every answer recounted over the documents, phrases within each
         if q.type == "phrase_count":
             assert q.answer == str(sum(" ".join(words(d)).count(q.target) for d in docs))
     single, _ = generate([("one", " ".join(docs))], seed=2)
-    assert all("the passage" in q.question for q in single)  # `ragsft syntactic`: one passage
+    assert all(q.question.endswith(" occur in the passage?") for q in single)  # `ragsft syntactic`
+
+
+CARD_002 = Path(__file__).parent / "data" / "cards" / "002_f811024c0714668e.txt"
+
+
+def test_the_questions_are_the_cards_word_for_word() -> None:
+    """Synth-Long-SFT32K: "(1) Does the word `X` occur in the passage? (2) How often does the word `X`
+    occur in the passage? (3) Does the phrase `X` occur in the passage? (4) How often does the phrase
+    `X` occur in the passage? and (5) Where does the word `X` occur in the passage?" """
+    from ragsft_assets.long_context.syntactic import QUESTIONS
+
+    card = CARD_002.read_text(encoding="utf-8")
+    for k, qtype in enumerate(TYPES, start=1):
+        assert f"({k}) {QUESTIONS[qtype].format(x='X')}" in card, qtype
+    qas, _ = generate([("p", "Alpha beta gamma delta. " * 3 + "Epsilon zeta eta theta iota kappa.")], seed=1)
+    by_type = {q.type: q for q in qas}
+    assert (
+        by_type["word_count"].question
+        == f"How often does the word `{by_type['word_count'].target}` occur in the passage?"
+    )
+    assert all("Answer" not in q.question and '"' not in q.question for q in qas)  # nothing appended

@@ -194,7 +194,7 @@ def syntactic_examples(
         (row["id"], [texts_by_id[p] for p in lineage_by_id[row["id"]]["passage_ids"]])
         for row in contexts.rows
     ]
-    qas, skipped = syntactic.generate(passages, seed=seed, config=config, where=syntactic.DOCUMENTS)
+    qas, skipped = syntactic.generate(passages, seed=seed, config=config)
     out.skipped = skipped
     by_context = {row["id"]: row for row in contexts.rows}
     conversations = [

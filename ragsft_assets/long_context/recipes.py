@@ -5,7 +5,8 @@ The card's five configs (``synthetic_convqa_raft``, ``synthetic_convqa_raft_synt
 the config; any other source builds the three untranslated variants under the family recipes
 ``long_context_raft``, ``long_context_raft_syntactic`` and ``long_context_clustered`` (the same
 numbers, its texts keeping their source's license), and ``long_context_raft_translated`` is there
-to ask for a translation of another source. Each value carries the card sentence it comes from.
+to ask for a translation of another source. Each value says where it comes from: the card's
+sentence ("the card:"), the reasoning ("derived:") or why it is ours ("ours:").
 A run names a recipe on a variant's asset (``recipe``, default: the partition's product) and
 overrides fields (``overrides``); :func:`product_recipe` says which recipe a variant of a
 partition builds by default, or that it is not built. Dagster-free.
@@ -20,8 +21,9 @@ from ragsft_assets import recipes
 FAMILY = "long_context"
 RAFT, SYNTACTIC, CLUSTERED, TRANSLATED = "raft", "raft_syntactic", "clustered", "raft_translated"
 VARIANTS = (RAFT, SYNTACTIC, CLUSTERED, TRANSLATED)
-# "token counts use the tokenizer of the model being trained": the card trains SmolLM2 (all sizes
-# share one tokenizer and chat template); offline, the embedded SmolLM2-135M-Instruct folder is it.
+# Ours (the card names no model): token counts use the tokenizer of the model being trained, here
+# SmolLM2 (all sizes share one tokenizer and chat template); offline, the embedded
+# SmolLM2-135M-Instruct folder is it.
 SMOLLM2_TOKENIZER = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SOURCE_LICENSE_NOTICE = (
     "The texts keep their source's license (see the source's card); the layout is ragsft's."
@@ -53,21 +55,35 @@ class LongContextRecipe:
         return f"raft_{self.translate_language}" if self.variant == TRANSLATED else self.variant
 
 
-# The values every config shares, as the card gives them.
+# The values every config shares. Each comment says where its value comes from: "the card:" quotes
+# the Synth-Long-SFT32K card (002) word for word, between double quotes; "derived:" gives the
+# reasoning from the card's words; "ours:" is a value the card does not state, with the reason
+# (test_cards_002 checks all three).
 _CARD = LongContextRecipe(
     name="long_context_raft",
-    source="",
-    variant=RAFT,
-    budget_tokens=32_768,  # "packing to a token budget (e.g. 32,768)"; "examples of up to 32,768 tokens"
-    tokenizer_dir=SMOLLM2_TOKENIZER,  # "uses the tokenizer of the model being trained" (SmolLM2)
-    k=None,  # "as many distractors as fit in the length budget (or a configured k)"
-    p_oracle=1.0,  # "Optionally RAFT's P: the share of examples that keep the oracle, default 1.0"
+    source="",  # ours: the family recipe takes any source; a card config names its own
+    variant=RAFT,  # the card: "Retrieval Augmented Fine-Tuning (RAFT)"
+    budget_tokens=32_768,  # the card: "The maximal sequence length of the examples is 32,768."
+    # ours: the card names no tokenizer; a length is the trained model's tokens, here SmolLM2's
+    # (the embedded SmolLM2-135M-Instruct folder offline)
+    tokenizer_dir=SMOLLM2_TOKENIZER,
+    # ours: the card gives no k ("distractor_passage_0, …, distractor_passage_k"); as many as fit in
+    # the budget
+    k=None,
+    # derived: every example keeps its true passage ("We shuffle the true passage into a random
+    # position in the context"), so RAFT's share P of examples with the oracle is 1.0
+    p_oracle=1.0,
     syntactic_reserve_tokens=96,  # ours: room for one syntactic question and its answer
-    n_clusters=None,  # ours: "k-means over question embeddings, and over passage embeddings"
-    cluster_size=8,  # ours: about one cluster per 8 examples
-    translate_language="zh",  # "The target language is configurable (default Chinese, as the card)"
+    # ours: the card gives no cluster count ("we create two clustering assignments, one based on the
+    # questions, and one based on the passages"); None = one cluster per cluster_size examples
+    n_clusters=None,
+    cluster_size=8,  # ours: about one cluster per 8 examples, a few examples added to each
+    # the card: "We also translated the RAFT-augmented RAG-TGE dataset to Chinese."
+    translate_language="zh",
     translate_max_tokens=2048,  # ours: a passage is a few hundred to a few thousand tokens
+    # the card: "Please refer to the original licenses accompanying each dataset."
     license="other",
+    # the card: "The rest of the datasets are built on and derived from existing datasets."
     license_notice=SOURCE_LICENSE_NOTICE,
 )
 
@@ -77,19 +93,20 @@ LLAMA_LICENSE = "llama3.1"
 LLAMA_NOTICE = (
     "Llama 3.1 Community License: the card's Chinese texts were translated by a Llama 3.1 model and"
     ' carry its license ("Llama 3.1 is licensed under the Llama 3.1 Community License, Copyright ©'
-    ' Meta Platforms, Inc. All Rights Reserved."); the card releases them for non-commercial use.'
-    " A translation by another model carries that model's license: override `license` and"
-    " `license_notice`."
+    ' Meta Platforms, Inc. All Rights Reserved."); the card releases them "for non-commercial use'
+    ' only, subject to the Llama 3.1 Community License Agreement". A translation by another model'
+    " carries that model's license: override `license` and `license_notice`."
 )
 
 CARD_RECIPES = {
-    # "1. RAFT augmentation" on Synthetic-ConvQA
+    # the card: "Synthetic-ConvQA with RAFT-style augmentation."
     "synthetic_convqa_raft": replace(_CARD, name="synthetic_convqa_raft", source="synthetic_convqa"),
-    # "2. RAFT plus syntactic questions: five generated QA pairs per example"
+    # the card: "Synthetic-ConvQA with RAFT-style augmentation + syntactic questions."
     "synthetic_convqa_raft_syntactic": replace(
         _CARD, name="synthetic_convqa_raft_syntactic", source="synthetic_convqa", variant=SYNTACTIC
     ),
-    # "3. Clustered NarrativeQA"; NarrativeQA data under Apache-2.0
+    # the card: "Augmented NarrativeQA."; ours: NarrativeQA's own license, Apache-2.0 ("Please refer
+    # to the original licenses accompanying each dataset.")
     "narrativeqa_clustered": replace(
         _CARD,
         name="narrativeqa_clustered",
@@ -98,10 +115,10 @@ CARD_RECIPES = {
         license=NARRATIVEQA_LICENSE,
         license_notice=NARRATIVEQA_NOTICE,
     ),
-    # "4. RAG-TGE with RAFT augmentation (variant 1 on that source)"
+    # the card: "RAG-TGE with RAFT-style augmentation."
     "rag_tge_raft": replace(_CARD, name="rag_tge_raft", source="rag_tge"),
-    # "5. The translation of variant 4 by the generator role ... (default Chinese)"; "rag_tge_raft_zh
-    # carries the Llama 3.1 Community License notice (non-commercial) by default"
+    # the card: "RAG-TGE with RAFT-style augmentation (Chinese translation)." and "is for
+    # non-commercial use only, subject to the Llama 3.1 Community License Agreement"
     "rag_tge_raft_zh": replace(
         _CARD,
         name="rag_tge_raft_zh",

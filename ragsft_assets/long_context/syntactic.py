@@ -1,16 +1,18 @@
 """Synthetic "syntactic" questions about a passage, answered exactly by counting.
 
-Five question types per passage (the long-context recipe's syntactic variant):
+Five question types per passage (the long-context recipe's syntactic variant), in the
+Synth-Long-SFT32K card's words (``QUESTIONS``):
 
 ====================  ==========================================================  ==================
 type                  question                                                    answer
 ====================  ==========================================================  ==================
-``word_occurs``       does the word X occur in the passage?                       ``yes`` / ``no``
-``word_count``        how often does the word X occur?                            a count in digits
-``phrase_occurs``     does the phrase X (a word 4-gram) occur?                    ``yes`` / ``no``
-``phrase_count``      how often does the phrase X occur (overlaps counted)?       a count in digits
-``word_position``     in which third of the passage does X first occur?           ``beginning`` /
-                                                                                  ``middle`` / ``end``
+``word_occurs``       Does the word `X` occur in the passage?                     ``yes`` / ``no``
+``word_count``        How often does the word `X` occur in the passage?           a count in digits
+``phrase_occurs``     Does the phrase `X` occur in the passage? (a word 4-gram)   ``yes`` / ``no``
+``phrase_count``      How often does the phrase `X` occur in the passage?         a count in digits
+                      (overlapping occurrences counted)
+``word_position``     Where does the word `X` occur in the passage? (the third    ``beginning`` /
+                      of its first occurrence)                                    ``middle`` / ``end``
 ====================  ==========================================================  ==================
 
 The one tokenization rule: **words are maximal runs of characters for which ``str.isalnum()`` is
@@ -19,10 +21,10 @@ words), compared after ``str.lower()``. A phrase is 4 consecutive words; its occ
 with overlaps. The third of ``word_position`` is ``floor(3 * i / n)`` for the first occurrence's
 word index ``i`` among the passage's ``n`` words.
 
-A question counts over what it names. ``ragsft syntactic`` asks about one passage ("in the
-passage"); the long-context variant asks about a context of several documents ("in the
-documents"): words are counted over all of them and the third is taken over their words in the
-order shown, but a phrase is a 4-gram *within* one document: no 4-gram spans two documents.
+A question counts over its passage. ``ragsft syntactic`` asks about one passage; the long-context
+variant asks the same words of a context of several documents, which is its passage: words are
+counted over all of them and the third is taken over their words in the order shown, but a phrase is
+a 4-gram *within* one document: no 4-gram spans two documents.
 
 Targets are drawn among the words (or phrases) that make up less than 10% of the passage's words
 (or 4-grams), so that the question is not trivial. Absent targets (answer ``no`` / ``0``) are drawn
@@ -47,19 +49,17 @@ THIRDS: tuple[str, ...] = ("beginning", "middle", "end")
 # Runs of alphanumerics: [^\W_] is \w without the underscore, i.e. exactly str.isalnum() characters.
 _WORD_RE = re.compile(r"[^\W_]+")
 
-PASSAGE = "the passage"  # what `ragsft syntactic` asks about: one passage
-DOCUMENTS = "the documents"  # what the long-context variant asks about: every document shown
-_QUESTIONS = {
-    "word_occurs": 'Does the word "{x}" occur in {where}? Answer yes or no.',
-    "word_count": 'How many times does the word "{x}" occur in {where}? Answer with a number.',
-    "phrase_occurs": 'Does the phrase "{x}" occur in {where}? Answer yes or no.',
-    "phrase_count": (
-        'How many times does the phrase "{x}" occur in {where} (overlapping occurrences count)? '
-        "Answer with a number."
-    ),
-    "word_position": (
-        'In which third of {where} does the word "{x}" first occur: the beginning, the middle or the end?'
-    ),
+# The Synth-Long-SFT32K card's five questions, word for word, X in backticks as the card writes it:
+# "(1) Does the word `X` occur in the passage? (2) How often does the word `X` occur in the passage?
+# (3) Does the phrase `X` occur in the passage? (4) How often does the phrase `X` occur in the
+# passage? and (5) Where does the word `X` occur in the passage?" The long-context variant asks them
+# of its whole context of documents (the passage is every document shown, in order).
+QUESTIONS: dict[str, str] = {
+    "word_occurs": "Does the word `{x}` occur in the passage?",
+    "word_count": "How often does the word `{x}` occur in the passage?",
+    "phrase_occurs": "Does the phrase `{x}` occur in the passage?",
+    "phrase_count": "How often does the phrase `{x}` occur in the passage?",
+    "word_position": "Where does the word `{x}` occur in the passage?",
 }
 
 
@@ -146,7 +146,6 @@ def _one(
     config: SyntacticConfig,
     word_pool: Sequence[str],
     phrase_pool: Sequence[str],
-    where: str = PASSAGE,
 ) -> SyntacticQA | None:
     rng = item_rng(seed, STAGE, f"{p.id}\x1f{qtype}")
     is_phrase = qtype.startswith("phrase")
@@ -171,7 +170,7 @@ def _one(
         answer = str(count)
     else:  # word_position: only present words are candidates here
         answer = third_of(p.tokens.index(target), len(p.tokens))
-    return SyntacticQA(p.id, qtype, _QUESTIONS[qtype].format(x=target, where=where), answer, target)
+    return SyntacticQA(p.id, qtype, QUESTIONS[qtype].format(x=target), answer, target)
 
 
 def _pool(passages: Iterable[_Passage], attr: str, max_share: float) -> list[str]:
@@ -187,7 +186,6 @@ def generate(
     seed: int = DEFAULT_SEED,
     config: SyntacticConfig | None = None,
     types: Sequence[str] = TYPES,
-    where: str = PASSAGE,
 ) -> tuple[list[SyntacticQA], Counter[str]]:
     """Five exact QA pairs per passage (one per type, in ``TYPES`` order), and counted skips.
 
@@ -197,7 +195,6 @@ def generate(
         seed: the run seed.
         config: draw settings (defaults: the 10% rarity bar, half the occurs-questions absent).
         types: the question types to ask.
-        where: what the questions name (``PASSAGE``, or ``DOCUMENTS`` for a context of documents).
 
     Returns:
         The questions, passage by passage, and a counter of skipped ``<type>:<reason>``
@@ -207,7 +204,7 @@ def generate(
         ValueError: on an unknown type or a repeated passage id.
     """
     config = config or SyntacticConfig()
-    unknown = [t for t in types if t not in _QUESTIONS]
+    unknown = [t for t in types if t not in QUESTIONS]
     if unknown:
         raise ValueError(f"unknown syntactic question type(s) {unknown}; known: {list(TYPES)}")
     parsed: list[_Passage] = []
@@ -223,7 +220,7 @@ def generate(
     skipped: Counter[str] = Counter()
     for p in parsed:
         for qtype in types:
-            qa = _one(p, qtype, seed, config, word_pool, phrase_pool, where)
+            qa = _one(p, qtype, seed, config, word_pool, phrase_pool)
             if qa is None:
                 skipped[f"{qtype}:no_rare_target"] += 1
             else:
