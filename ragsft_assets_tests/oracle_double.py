@@ -50,6 +50,11 @@ class Oracle:
         if '"b_only_candidate"' in text:  # bridge_judge: the oracle's bridge is B alone
             reply = {"analysis": "oracle", "descriptor": "", "candidates": [], "b_only_candidate": True}
             return orjson.dumps({**reply, "a_states_relation": True, "question_names_b": False}).decode()
+        if '"publishability"' in text:  # publishability_score (train): publishable as it is
+            return orjson.dumps({"analysis": "oracle", "publishability": 5}).decode()
+        if '"descriptor_in_question"' in text:  # descriptor_check (train)
+            checks = ("descriptor_in_question", "descriptor_hides_bridge", "descriptor_stated_by_a")
+            return orjson.dumps({"analysis": "oracle", **{c: True for c in checks}}).decode()
         if '"no_meta_wording"' in text:  # language_judge
             checks = ("fluent", "unique_referents", "no_meta_wording", "answer_type_and_scope")
             return orjson.dumps({"analysis": "oracle", **{c: True for c in checks}}).decode()

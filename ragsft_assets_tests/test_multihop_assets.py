@@ -121,6 +121,11 @@ def targeted_reply(text: str) -> str:
 
 def judge_responder(messages) -> str:
     text = messages[-1]["content"]
+    if '"publishability"' in text:  # publishability_score (train): publishable as it is
+        return orjson.dumps({"analysis": "a", "publishability": 5}).decode()
+    if '"descriptor_in_question"' in text:  # descriptor_check (train)
+        checks = ("descriptor_in_question", "descriptor_hides_bridge", "descriptor_stated_by_a")
+        return orjson.dumps({"analysis": "a", **dict.fromkeys(checks, True)}).decode()
     if '"b_only_candidate"' in text or '"no_meta_wording"' in text:  # bridge_judge, language_judge
         return targeted_reply(text)
     if "points to an entity" in text:  # first_hop: A alone, name the entity
@@ -335,8 +340,9 @@ def test_funnel_exact_counts(run):
     }
     assert funnel == expected
     # the ablations, one first_hop call per released question, bridge_judge on the 10 of filtered_qwen,
-    # language_judge on the 9 bridge_judge keeps
-    assert len(judge.calls) == 67 + 13 + 10 + 9
+    # language_judge on the 9 bridge_judge keeps, publishability_score then descriptor_check on the
+    # 5 train questions of its 8 keeps ("(train)" in the card)
+    assert len(judge.calls) == 67 + 13 + 10 + 9 + 5 + 5
     assert len(generator.calls) == 13
     rows = store.read(PARTITION, "multihop_questions")
     assert rows.num_rows == 13
@@ -360,6 +366,7 @@ def test_ledger_rows_per_stage_queryable_with_duckdb(run):
         ("bridge_judge", "kept", 9),
         ("criteria_annotation", "dropped", 3),
         ("criteria_annotation", "kept", 10),
+        ("descriptor_check", "kept", 5),
         ("distractors", "dropped", 6),  # 2 too few distractors, 2 near duplicates, 2 caps
         ("distractors", "kept", 19),
         ("first_hop", "dropped", 4),
@@ -368,6 +375,7 @@ def test_ledger_rows_per_stage_queryable_with_duckdb(run):
         ("language_judge", "kept", 8),
         ("mechanical_rules", "kept", 9),
         ("multihop_questions", "kept", 13),
+        ("publishability_score", "kept", 5),
         ("question_checks", "dropped", 9),
         ("question_checks", "kept", 25),
         ("question_drafts", "dropped", 2),
@@ -488,7 +496,8 @@ def test_cascade_order_and_judge_limit_from_config(tmp_path):
     assert not any("points to an entity" in c[-1]["content"] for c in judge.calls)
     assert set(store.read(PARTITION, "first_hop")["verdict"].to_pylist()) == {"unreadable"}
     assert _metadata(result, "first_hop")["first_hop/role"] == "annotator"
-    filters = ("points to an entity", '"b_only_candidate"', '"no_meta_wording"')  # not ablation calls
+    filters = ("points to an entity", '"b_only_candidate"', '"no_meta_wording"', '"publishability"')
+    filters += ('"descriptor_in_question"',)  # not ablation calls
     ablation_calls = [c for c in judge.calls if not any(f in c[-1]["content"] for f in filters)]
     assert funnel["judge calls"] == len(ablation_calls)
     first_round = {
@@ -577,8 +586,8 @@ def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monke
     ds = datasets.load_dataset(str(folder), "filtered", cache_dir=str(tmp_path / "hf"))
     default = datasets.load_dataset(str(folder), "default", cache_dir=str(tmp_path / "hf"))
     for split in ds:
-        rows = {r["id"]: r for r in default[split]}
-        assert all(rows[r["id"]] == r for r in ds[split])  # row for row, every field
+        rows = {r["_id"]: r for r in default[split]}  # the card's key (001, Schéma)
+        assert all(rows[r["_id"]] == r for r in ds[split])  # row for row, every field
     assert sum(ds[s].num_rows for s in ds) == 9
     body, _ = write_card(folder, PARTITION, {"gold_longest_rate": 0.1})
     assert (
@@ -656,7 +665,7 @@ def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["multihop_filtered_qwen_is_subset_of_default"] is True
+    assert checks["multihop_filtered_qwen_matches_default_on_shared_ids"] is True
     rows = store.read(PARTITION, "criteria_annotation").to_pylist()
     assert Counter(r["verdict"] for r in rows) == {"kept": 10, "fails_criteria": 2, "not_annotated": 1}
     md = _metadata(result, "criteria_annotation")
@@ -886,7 +895,8 @@ def test_card_shows_the_cards_funnel_rows_v2_corpus_roles_and_recipes(run, tmp_p
         "| judge calls, no document | 14 | 69,863 |",
         "| judge calls | 67 | 590,596 |",
         "| judge calls per judged question | 3.53 | 2.10 |",
-        "| kept | 13 | - |",
+        "| kept | 13 | 65,565 |",
+        "| pairs drawn | 13 | 200,000 |",
     ):
         assert row in body, row
     assert "Judge calls per judged question: **3.53** (the card: 2.10)." in body

@@ -44,7 +44,10 @@ def test_each_config_names_its_filters_and_parent() -> None:
         "default": ((), None),
         "filtered": (("first_hop", "mechanical_rules"), "default"),
         "filtered_qwen": (("criteria_annotation",), "default"),
-        "filtered_qwen_v2": (("bridge_judge", "language_judge"), "filtered_qwen"),
+        "filtered_qwen_v2": (
+            ("bridge_judge", "language_judge", "publishability_score", "descriptor_check"),
+            "filtered_qwen",
+        ),
         "corpus": ((), None),
         "corpus_filtered_qwen_v2": ((), "filtered_qwen_v2"),
     }

@@ -142,12 +142,51 @@ def test_release_verifies_and_loads(oracle_home: Path) -> None:
         loaded[config] = ds = load_dataset(str(folder), config)
         assert sum(len(split) for split in ds.values()) > 0, config
     # issue 13: every filtered config is a subset of the config it filters, row for row, with its
-    # filters' verdicts in its provenance folder
+    # filters' verdicts in its provenance folder; filtered_qwen "n'est pas un sous-ensemble de la
+    # configuration par défaut [...] Pour ces identifiants communs le contenu est identique à l'octet
+    # près" (001): its rows that share an `_id` with default are default's rows
     for config, parent in FILTERED_PARENTS.items():
         assert (folder / "provenance" / config / "verdicts.parquet").is_file(), config
         for split, rows in loaded[config].items():
-            by_id = {r["id"]: r for r in loaded[parent][split]}
-            assert all(by_id.get(r["id"]) == r for r in rows), (config, split)
+            by_id = {r["_id"]: r for r in loaded[parent][split]}
+            if config == "filtered_qwen":
+                assert all(by_id.get(r["_id"], r) == r for r in rows), (config, split)
+            else:
+                assert all(by_id.get(r["_id"]) == r for r in rows), (config, split)
+
+
+# The HotpotQA-fr card's Schéma (001), field, type, in its order.
+CARD_SCHEMA = """_id	string	identifiant hexadécimal de 24 caractères
+question	string	la question
+answer	string	réponse extractive, reprise verbatim d'un document gold
+supporting_facts	list[[title, sent_id]]	phrases justificatives
+context	list[[title, list[sentence]]]	10 paragraphes, mélangés
+type	string	toujours bridge
+level	string	toujours hard, voir Limites"""
+
+
+def test_hotpotqa_fr_configs_have_the_cards_schema(oracle_home: Path) -> None:
+    """default, filtered, filtered_qwen and filtered_qwen_v2 of a release built with the oracle:
+    the card's fields in its order, `_id` of 24 hex characters, the nested pairs in the HF layout
+    (Parquet cannot mix a title and an int in one list: ``{title: [...], sent_id: [...]}``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.release import layout
+
+    folder = oracle_home / "releases" / KEY
+    files = layout.release_files(folder)
+    fields = [line.split("\t")[0] for line in CARD_SCHEMA.splitlines()]
+    for config in ("default", *FILTERED_PARENTS):
+        for rel in files[config].values():
+            t = pq.read_table(folder / rel)
+            assert t.column_names == fields, config
+            assert all(t.schema.field(f).type == pa.string() for f in ("_id", "question", "answer", "type"))
+            assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in t["_id"].to_pylist()), config
+            assert set(t["type"].to_pylist()) == {"bridge"} and set(t["level"].to_pylist()) == {"hard"}
+            sf = t.schema.field("supporting_facts").type
+            assert [f.name for f in sf] == ["title", "sent_id"], config
+            assert all(len(c["title"]) == 10 for c in t["context"].to_pylist()), config
 
 
 def test_rerun_gives_identical_bytes(oracle_home: Path, tmp_path: Path) -> None:
@@ -161,17 +200,21 @@ def test_rerun_gives_identical_bytes(oracle_home: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_full_job_with_the_embedded_model(embedded_model: object, tmp_path: Path) -> None:
-    result = run_full_job(
-        tmp_path, embedded_model, {"ops": {"question_drafts": {"config": {"max_pairs": 8}}}}
-    )
-    assert result.success
-    md = result.asset_materializations_for_node("question_drafts")[0].metadata
+def test_full_job_with_the_embedded_model() -> None:
+    """The session's one real `ragsft demo` (demo_run: the README's test reads it too)."""
+    from ragsft_assets_tests.demo_run import shared_demo_run
+
+    run = shared_demo_run()  # full_job with the embedded model, at the sample's size; it succeeded
+    home = run.home
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    event = instance.get_latest_materialization_event(dg.AssetKey("question_drafts"))
+    assert event is not None and event.asset_materialization is not None
+    md = event.asset_materialization.metadata
     # the engine really answered (a broken engine errors every call, and every slot is still ledgered)
     assert md["generator/errors"].value == 0 and md["generator/completion_tokens"].value > 0
-    con = ledger(tmp_path)
+    con = ledger(home)
     drafts = con.execute("SELECT count(*) FROM ledger WHERE stage = 'question_drafts'").fetchone()[0]
-    assert drafts == 8 * 3  # every draft slot of the 8 pairs has a ledger row, whatever the model said
+    assert drafts == rows(home, "bridge_pairs") * 3  # every draft slot of the pairs has a ledger row
     # Each slot exactly once (a duplicated or lost slot fails), and the kept ones are the drafts
     # that reached the next stage: two independent counts, not the same rows summed twice.
     slots = con.execute(
@@ -187,7 +230,7 @@ def test_full_job_with_the_embedded_model(embedded_model: object, tmp_path: Path
         "(SELECT candidate_id FROM ledger WHERE stage = 'question_drafts' AND verdict = 'kept')"
     ).fetchone()[0]
     assert downstream == kept  # every kept draft was decided downstream, the others never reached it
-    assert verify_release(tmp_path / "releases" / KEY).ok
+    assert verify_release(home / "releases" / KEY).ok
 
 
 def _ids(home: Path, asset: str, split: str | None = None) -> set[str]:

@@ -82,11 +82,17 @@ def round_calls(verdicts: pa.Table) -> dict[str, int]:
     return {kind: calls.get(kind, 0) for _, kind in order}
 
 
-# The HotpotQA-fr card's funnel (seed 001): its table's rows and numbers, beside which the
-# generated card shows a run's. The judge rounds decompose the calls exactly:
-# 281,119 + 144,144 + 95,470 + 69,863 = 590,596, and the 32,900 cap drops are inside the 43,722
-# questions removed before the judge.
+# The HotpotQA-fr card's funnel (seed 001): its table's rows and numbers ("Paires tirées 200 000",
+# "Questions générées 324 944", "Écartées avant le juge 43 722", "Jugées 281 119", "Retenues
+# 65 565", "Appels de juge 590 596"), beside which the generated card shows a run's. The rounds'
+# calls and the rejections are the card's sentence "l'ablation A+B qui échoue (136 975), B seul qui
+# suffit à répondre (48 674), [...] et A seul qui suffit à répondre (25 607)". derived: each round
+# judges what the one before passed, 281,119 - 136,975 = 144,144 (B alone), 144,144 - 48,674 =
+# 95,470 (A alone), 95,470 - 25,607 = 69,863 (no document), and 281,119 + 144,144 + 95,470 +
+# 69,863 = 590,596, the card's total. The card's 32,900 cap drops are inside the 43,722 questions
+# removed before the judge (derived: 281,119 + 43,722 = 324,944).
 CARD_FUNNEL: tuple[tuple[str, str | tuple[str, ...], int | float | None], ...] = (
+    ("pairs drawn", "pairs drawn", 200_000),
     ("questions generated", "questions generated", 324_944),
     ("removed before the judge", "dropped before judge", 43_722),
     ("of which per-bridge and per-source caps", ("dropped: bridge_cap", "dropped: source_cap"), 32_900),
@@ -97,8 +103,11 @@ CARD_FUNNEL: tuple[tuple[str, str | tuple[str, ...], int | float | None], ...] =
     ("judge calls, A alone", "judge calls: a", 95_470),
     ("judge calls, no document", "judge calls: none", 69_863),
     ("judge calls", "judge calls", 590_596),
+    ("rejected: A+B fails", "rejected: ab_fails", 136_975),
+    ("rejected: B alone suffices", "rejected: b_alone_suffices", 48_674),
+    ("rejected: A alone suffices", "rejected: a_alone_suffices", 25_607),
     ("judge calls per judged question", "judge calls per judged question", CARD_CALLS_PER_JUDGED),
-    ("kept", "kept", None),
+    ("kept", "kept", 65_565),
 )
 
 

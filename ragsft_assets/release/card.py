@@ -181,8 +181,10 @@ FILTER_NOTES = {
         "subset of `default` from the same production."
     ),
     "filtered_qwen_v2": (
-        "The HotpotQA-fr card lists two train-only steps it does not describe (a publishability score "
-        "and a descriptor check); they are left out here."
+        "The HotpotQA-fr card's two train-only steps, a publishability score and a descriptor check, "
+        "run on the train questions the two judges keep; the card gives neither prompt nor threshold, "
+        "so both are ours (a score of 1 to 5, kept from the recipe's `publishability_min_score`). "
+        "See docs/cards.md."
     ),
 }
 CRITERIA_FILTER = "criteria_annotation"
@@ -227,7 +229,9 @@ def _topic_lines(con: duckdb.DuckDBPyConnection, kept_files: Sequence[Path], has
     A question's topic is that of its last verdict row; kept = its id is in the config's data files.
     """
     topics = "arg_max_null(topic, rn)" if has_topic else "NULL::VARCHAR"
-    kept = f"id IN (SELECT id FROM read_parquet({sql_list(kept_files)}))" if kept_files else "false"
+    # the HotpotQA-fr configs ship their question key as `_id` (the card's Schéma)
+    key = "_id" if kept_files and "_id" in pq.read_schema(kept_files[0]).names else "id"
+    kept = f"id IN (SELECT {key} FROM read_parquet({sql_list(kept_files)}))" if kept_files else "false"
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW q AS SELECT id, {topics} AS topic, {kept} AS kept FROM v GROUP BY id"
     )
@@ -327,7 +331,7 @@ def render_card(
     parts += [
         "Retrieval-augmented training data built from the Wikipedia snapshot "
         f"`{partition}` by ragsft (a Dagster asset graph). Every row has an "
-        "`id`; `provenance/<config>/lineage.parquet` maps it to its question, bridge pair, "
+        "`id` (`_id` in the HotpotQA-fr configs, as their card names it); `provenance/<config>/lineage.parquet` maps it to its question, bridge pair, "
         "documents and article revisions, and `provenance/<config>/manifest.json` lists the "
         "SHA-256 of every file (`ragsft verify FOLDER`).",
         "",

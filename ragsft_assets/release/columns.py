@@ -21,6 +21,8 @@ _MESSAGES_RAG = (
 # The HotpotQA card's fields, in the Hugging Face `hotpot_qa` layout (the HotpotQA-fr configs keep it).
 HOTPOTQA: dict[str, str] = {
     "id": "Question id: 24 hex characters of SHA-256 of (source document id, bridge document id, draft index).",
+    # the card's name of the key in the published configs ("_id string identifiant hexadécimal de 24 caractères")
+    "_id": "Question id (the card's `_id`): 24 hex characters of SHA-256 of (source document id, bridge document id, draft index).",
     "question": "The question: its first hop goes through the source document A, its answer is in the bridge document B.",
     "answer": "The answer: a short span that appears verbatim in the bridge document.",
     "type": "The question type: `bridge` (through a bridge entity) or `comparison`; this project writes bridge questions.",

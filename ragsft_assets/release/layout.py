@@ -48,6 +48,12 @@ class ReleaseConfig:
     family: str
     description: str
     columns: tuple[str, ...] = ()  # the shipped columns, in order; () ships every column of the asset
+    # (asset column, shipped name): the asset keeps its name, the data file the card's
+    renames: tuple[tuple[str, str], ...] = ()
+
+    def published_name(self, column: str) -> str:
+        """The name ``column`` of the asset ships under."""
+        return dict(self.renames).get(column, column)
 
 
 # The HotpotQA-fr card's corpus columns (its recipes hold them); url, revision and links stay in
@@ -56,6 +62,11 @@ CORPUS_COLUMNS = ("id", "title", "text", "sentences", "qid")
 # The Luciole RAG card: "Each row has three fields" (messages, supporting_facts_titles,
 # chunks_total); the rows' ids and twin pairs stay in provenance/<config>/ids.parquet and the lineage.
 RAG_SFT_COLUMNS = ("messages", "supporting_facts_titles", "chunks_total")
+# The HotpotQA-fr card's Schéma, its fields in its order: "_id string identifiant hexadécimal de 24
+# caractères", question, answer, supporting_facts, context, type, level. The question assets keep
+# `id` (every stage, the lineage and `ragsft explain` read it); the published file names it `_id`.
+HOTPOTQA_COLUMNS = ("id", "question", "answer", "supporting_facts", "context", "type", "level")
+HOTPOTQA_RENAMES = (("id", "_id"),)
 # Order matters: the first present config is the one `load_dataset(folder)` opens without a name.
 RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
     ReleaseConfig(
@@ -63,24 +74,33 @@ RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
         "multihop_questions",
         "multihop",
         "Multi-hop bridge questions in the HotpotQA (hotpot_qa) layout: 2 gold + distractor paragraphs.",
+        HOTPOTQA_COLUMNS,
+        HOTPOTQA_RENAMES,
     ),
     ReleaseConfig(
         "filtered",
         "multihop_filtered",
         "multihop",
         "The rows of `default` kept by the first-hop judge and the mechanical rules, unchanged.",
+        HOTPOTQA_COLUMNS,
+        HOTPOTQA_RENAMES,
     ),
     ReleaseConfig(
         "filtered_qwen",
         "multihop_filtered_qwen",
         "multihop",
         "The rows of `default` whose six criteria all hold for the annotator (same production as `default`).",
+        HOTPOTQA_COLUMNS,
+        HOTPOTQA_RENAMES,
     ),
     ReleaseConfig(
         "filtered_qwen_v2",
         "multihop_filtered_qwen_v2",
         "multihop",
-        "The rows of `filtered_qwen` that the bridge judge and then the language judge keep.",
+        "The rows of `filtered_qwen` that the bridge judge and then the language judge keep, less the "
+        "train questions the publishability score and the descriptor check drop.",
+        HOTPOTQA_COLUMNS,
+        HOTPOTQA_RENAMES,
     ),
     ReleaseConfig(
         "corpus_filtered_qwen_v2",
@@ -134,7 +154,7 @@ def release_configs(names: Mapping[str, str] | None = None) -> tuple[ReleaseConf
         desc = c.description
         for old, new in names.items():  # backquoted config names in the description follow the renames
             desc = desc.replace(f"`{old}`", f"`{new}`")
-        out.append(ReleaseConfig(names.get(c.name, c.name), c.asset, c.family, desc, c.columns))
+        out.append(ReleaseConfig(names.get(c.name, c.name), c.asset, c.family, desc, c.columns, c.renames))
     taken = [c.name for c in out]
     twice = sorted({n for n in taken if taken.count(n) > 1})
     if twice:
@@ -164,9 +184,9 @@ def read_configs(folder: Path) -> dict[str, ReleaseConfig]:
     path = folder / PROVENANCE / CONFIGS_FILE
     if not path.is_file():
         return dict(CONFIGS_BY_NAME)
-    defaults = {c.asset: c.columns for c in RELEASE_CONFIGS}
+    defaults = {c.asset: (c.columns, c.renames) for c in RELEASE_CONFIGS}
     return {
-        n: ReleaseConfig(n, d["asset"], d["family"], d["description"], defaults.get(d["asset"], ()))
+        n: ReleaseConfig(n, d["asset"], d["family"], d["description"], *defaults.get(d["asset"], ((), ())))
         for n, d in orjson.loads(path.read_bytes()).items()
     }
 

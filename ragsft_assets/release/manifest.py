@@ -237,10 +237,9 @@ def review_sample_rows(
         for split, rel in sorted(data_files.items()):
             pf = pq.ParquetFile(folder / rel)
             i = 0
-            if "id" in pf.schema_arrow.names:
-                batches = (
-                    b.column(0).to_pylist() for b in pf.iter_batches(batch_size=65_536, columns=["id"])
-                )
+            key = next((k for k in ("id", "_id") if k in pf.schema_arrow.names), None)  # _id: HotpotQA-fr
+            if key is not None:
+                batches = (b.column(0).to_pylist() for b in pf.iter_batches(batch_size=65_536, columns=[key]))
             else:
                 batches = iter([range(pf.metadata.num_rows)])
             for ids in batches:

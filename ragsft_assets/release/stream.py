@@ -201,6 +201,20 @@ class SplitSource:
     split: str | None  # rows where the `split` column equals this; None: every row
     schema: pa.Schema  # the shipped schema: no `split` column, no metadata
     rows: int = 0
+    # (asset column, shipped name), ``ReleaseConfig.renames``: applied as the data file is written
+    renames: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def published_schema(self) -> pa.Schema:
+        """The data file's schema: ``schema`` with the renamed columns under their shipped names."""
+        names = dict(self.renames)
+        return pa.schema([f.with_name(names.get(f.name, f.name)) for f in self.schema])
+
+    def published(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` (in ``schema``) under the shipped names."""
+        names = self.published_schema.names
+        for batch in batches:
+            yield batch.rename_columns(names) if self.renames else batch
 
     def select_sql(
         self, columns: Sequence[str] | None = None, extra: Sequence[str] = (), condition: str = ""
@@ -319,6 +333,8 @@ def plan_configs(assets_root: Path, partition: str, configs: Sequence | None = N
             if not kept:
                 plan.notes.append(f"config {cfg.name!r} skipped: asset {cfg.asset!r} has no rows")
                 continue
+            for src in kept.values():
+                src.renames = tuple(getattr(cfg, "renames", ()))
             plan.configs[cfg.name] = kept
     finally:
         con.close()
@@ -338,7 +354,12 @@ def read_config_tables(
     """
     plan = plan_configs(assets_root, partition, configs)
     tables = {
-        name: {split: _release_table(_by_id(src.read()).select(src.schema.names)) for split, src in splits.items()}
+        name: {
+            split: _release_table(_by_id(src.read()).select(src.schema.names)).rename_columns(
+                src.published_schema.names
+            )
+            for split, src in splits.items()
+        }
         for name, splits in plan.configs.items()
     }
     return tables, plan.notes
@@ -382,7 +403,7 @@ def write_data_files(
             rel = data_file(config, split)
             if src.in_release_order():  # the usual case: upstream assets write sorted by id
                 rows = group_rows(src)
-                write_batches(src.batches(rows), folder / rel, src.schema, rows)
+                write_batches(src.published(src.batches(rows)), folder / rel, src.published_schema, rows)
             else:  # DuckDB ranks the keys; the rows are bucketed by rank on disk (write_sorted)
                 ranks = release_ranks(con, src)
                 rows = group_rows(src, ranks)
@@ -449,7 +470,7 @@ def write_sorted(
                     del t
                 bucket.unlink()
 
-        return write_batches(in_order(), path, src.schema, rows_per_group)
+        return write_batches(src.published(in_order()), path, src.published_schema, rows_per_group)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

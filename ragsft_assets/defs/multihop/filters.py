@@ -1,8 +1,8 @@
 """Filter assets on the released questions and the filtered configurations they make.
 
 ``first_hop`` then ``mechanical_rules`` make ``filtered``; ``criteria_annotation`` makes
-``filtered_qwen``; ``bridge_judge`` then ``language_judge`` make ``filtered_qwen_v2`` and its
-corpus. The four judges are built by one factory (``judged.judged_asset``) and the three configs by
+``filtered_qwen``; ``bridge_judge`` then ``language_judge``, and on the train split
+``publishability_score`` then ``descriptor_check``, make ``filtered_qwen_v2`` and its corpus. The four judges are built by one factory (``judged.judged_asset``) and the three configs by
 another (:func:`config_asset`): each piece below says only what it selects and how it decides.
 
 No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
@@ -45,6 +45,7 @@ from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import mechanical_rules as mr
 from ragsft_assets.multihop import targeted_judges as tj
 from ragsft_assets.multihop import topics as tp
+from ragsft_assets.multihop import train_checks as tc
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, write_parquet
@@ -158,6 +159,57 @@ def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall],
     return run_judge
 
 
+class TrainCheckConfig(RecipeConfig):
+    """Recipe ``filtered_qwen_v2`` by default: ``publishability_role`` / ``descriptor_check_role``,
+    ``publishability_min_score`` and ``train_only_splits``."""
+
+
+def _train_items(run: JudgeCall, after: str) -> list[tc.TrainItem]:
+    """The questions of the recipe's train-only splits that ``after`` keeps, with the descriptor the
+    bridge judge copied."""
+    passed = {r["id"] for r in run.store.read(run.partition, after).to_pylist() if r["verdict"] == tj.KEPT}
+    rows = run.store.read(run.partition, "multihop_questions").select(["id", "split"]).to_pylist()
+    splits = {r["id"]: r["split"] for r in rows}
+    descriptors = {
+        r["id"]: tc.descriptor_of(r["raw"])
+        for r in run.store.read(run.partition, "bridge_judge").select(["id", "raw"]).to_pylist()
+    }
+    docs, drafts = pair_documents(run.store, run.partition)
+    items = []
+    for q in questions(run.store, run.partition):
+        if q["id"] in passed and splits.get(q["id"]) in run.recipe.train_only_splits:
+            d = drafts[q["id"]]
+            a, b = docs[d["a_id"]], docs[d["b_id"]]
+            items.append(
+                tc.TrainItem(
+                    q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text,
+                    descriptors.get(q["id"], ""),
+                )
+            )  # fmt: skip
+    return items
+
+
+def _train_judged(table: pa.Table, verdicts: tuple[str, ...], splits: tuple[str, ...]) -> Judged:
+    rows = table.to_pylist()
+    rejections = rejection_counts([r["verdict"] for r in rows], verdicts, tc.KEPT)
+    md = {**funnel_metadata(rejections, "rejections"), "splits": ", ".join(splits)}
+    return Judged(table, verdict_decisions(rows, tc.KEPT), md, ("id", "verdict", "score", "analysis"))
+
+
+def _publishability(run: JudgeCall) -> Judged:
+    items = _train_items(run, "language_judge")
+    table = tc.run_publishability(
+        items, run.model, run.template, run.recipe.publishability_min_score, log=run.log
+    )
+    return _train_judged(table, tc.PUBLISHABILITY_VERDICTS, run.recipe.train_only_splits)
+
+
+def _descriptor(run: JudgeCall) -> Judged:
+    items = _train_items(run, "publishability_score")
+    table = tc.run_descriptor_check(items, run.model, run.template, log=run.log)
+    return _train_judged(table, tc.DESCRIPTOR.verdicts, run.recipe.train_only_splits)
+
+
 first_hop = judged_asset(
     JudgedStage(
         "first_hop",
@@ -206,6 +258,34 @@ language_judge = judged_asset(
         TargetedJudgeConfig,
         ("bridge_judge", *QUESTION_DEPS),
         _targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
+    )
+)
+
+
+publishability_score = judged_asset(
+    JudgedStage(
+        tc.PUBLISHABILITY_STAGE,
+        "filtered_qwen_v2's train-only publishability score (the card's \"score de publiabilité "
+        '(train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
+        "kept at the recipe's publishability_min_score (ours: 4) or more.",
+        tc.PUBLISHABILITY_TASK,
+        "publishability_role",
+        TrainCheckConfig,
+        ("language_judge", "bridge_judge", *QUESTION_DEPS),
+        _publishability,
+    )
+)
+descriptor_check = judged_asset(
+    JudgedStage(
+        tc.DESCRIPTOR_STAGE,
+        "filtered_qwen_v2's train-only descriptor check (the card's \"contrôle des descripteurs "
+        "(train)\"): on what publishability_score keeps, the bridge judge's descriptor is a part of "
+        "the question, does not give B away, and says nothing A does not state.",
+        tc.DESCRIPTOR_TASK,
+        "descriptor_check_role",
+        TrainCheckConfig,
+        ("publishability_score", "bridge_judge", *QUESTION_DEPS),
+        _descriptor,
     )
 )
 
@@ -312,16 +392,34 @@ def _filtered_qwen_v2(store: ArtifactStore, partition: str) -> tuple[set[str], P
     crit = store.read(partition, "criteria_annotation").to_pylist()
     bridge = store.read(partition, "bridge_judge").to_pylist()
     lang = store.read(partition, "language_judge").to_pylist()
-    kept = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
+    score = store.read(partition, tc.PUBLISHABILITY_STAGE).to_pylist()
+    desc = store.read(partition, tc.DESCRIPTOR_STAGE).to_pylist()
+    judged = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
+    # a question the train-only steps scored (a train one) must pass both; the others keep the
+    # judges' verdict
+    kept = tc.train_only_kept(
+        judged, {r["id"] for r in score}, {r["id"] for r in desc if r["verdict"] == tc.KEPT}
+    )
     provenance = {
         **_criteria_provenance(crit),
         "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
         "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
+        tc.PUBLISHABILITY_STAGE: [
+            (r["id"], r["verdict"], r["verdict"] == tc.KEPT, None if r["score"] is None else str(r["score"]))
+            for r in score
+        ],
+        tc.DESCRIPTOR_STAGE: [(r["id"], r["verdict"], r["verdict"] == tc.KEPT, r["analysis"]) for r in desc],
     }
     funnel = {
         "filtered_qwen": sum(r["verdict"] == cr.KEPT for r in crit),
         "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
-        "language_judge kept": len(kept),
+        "language_judge kept": len(judged),
+        "publishability_score judged (train)": len(score),
+        "publishability_score dropped (train)": sum(r["verdict"] == tc.BELOW_THRESHOLD for r in score),
+        "publishability_score unreadable (train)": sum(r["verdict"] == tc.UNREADABLE for r in score),
+        "descriptor_check dropped (train)": sum(r["verdict"] not in (tc.KEPT, tc.UNREADABLE) for r in desc),
+        "descriptor_check no verdict (train)": sum(r["verdict"] == tc.UNREADABLE for r in desc),
+        "kept": len(kept),
     }
     return kept, provenance, funnel
 
@@ -386,11 +484,20 @@ multihop_filtered_qwen = config_asset(
 )
 multihop_filtered_qwen_v2 = config_asset(
     FILTERED_QWEN_V2_ASSET,
-    "`filtered_qwen_v2`: the rows of `filtered_qwen` that bridge_judge then language_judge keep. The "
-    "card's two train-only steps (a publishability score, a descriptor check) are left out.",
-    ["language_judge", "bridge_judge", "criteria_annotation", "multihop_questions", FILTERED_QWEN_ASSET],
+    "`filtered_qwen_v2`: the rows of `filtered_qwen` that bridge_judge then language_judge keep, "
+    "less the train questions the card's two train-only steps (publishability_score, then "
+    "descriptor_check) do not keep.",
+    [
+        "descriptor_check",
+        "publishability_score",
+        "language_judge",
+        "bridge_judge",
+        "criteria_annotation",
+        "multihop_questions",
+        FILTERED_QWEN_ASSET,
+    ],
     _filtered_qwen_v2,
-    "3",
+    "4",
 )
 
 
@@ -438,7 +545,11 @@ def corpus_filtered_qwen_v2(
 
 
 def _subset_check(
-    store: ArtifactStore, key: str, asset: str, parent_asset: str = "multihop_questions"
+    store: ArtifactStore,
+    key: str,
+    asset: str,
+    parent_asset: str = "multihop_questions",
+    own_rows_allowed: bool = False,
 ) -> dg.AssetCheckResult:
     parents = _split_tables(store, key, parent_asset)
     failures: list[tuple[str, str]] = []
@@ -449,7 +560,8 @@ def _subset_check(
         if parent is None:
             failures.append(("split_not_in_parent", split))
             continue
-        failures += fc.subset_violations(child, parent)
+        check = fc.shared_id_violations if own_rows_allowed else fc.subset_violations
+        failures += check(child, parent)
     return dg.AssetCheckResult(
         passed=not failures,
         metadata={
@@ -462,15 +574,16 @@ def _subset_check(
 
 
 def subset_check(
-    asset: dg.AssetsDefinition, name: str, parent: str, description: str
+    asset: dg.AssetsDefinition, name: str, parent: str, description: str, own_rows_allowed: bool = False
 ) -> dg.AssetChecksDefinition:
-    """The blocking check that ``asset``'s rows are rows of ``parent``, same split, unchanged, no duplicates."""
+    """The blocking check that ``asset``'s rows are rows of ``parent``, same split, unchanged, no
+    duplicates; ``own_rows_allowed``: only the rows whose id ``parent`` has must be its rows."""
 
     @dg.asset_check(
         asset=asset, name=name, description=description, blocking=True, partitions_def=snapshot_partitions
     )
     def _check(context: dg.AssetCheckExecutionContext, store: ArtifactStore) -> dg.AssetCheckResult:
-        return _subset_check(store, context.partition_key, asset.key.path[-1], parent)
+        return _subset_check(store, context.partition_key, asset.key.path[-1], parent, own_rows_allowed)
 
     return _check
 
@@ -481,11 +594,15 @@ multihop_filtered_is_subset_of_default = subset_check(
     "multihop_questions",
     "Every row of `filtered` is a row of `default`, same split, byte-identical; no duplicates.",
 )
-multihop_filtered_qwen_is_subset_of_default = subset_check(
+# The card: filtered_qwen "n'est pas un sous-ensemble de la configuration par défaut", but "Pour ces
+# identifiants communs le contenu est identique à l'octet près".
+multihop_filtered_qwen_matches_default_on_shared_ids = subset_check(
     multihop_filtered_qwen,
-    "multihop_filtered_qwen_is_subset_of_default",
+    "multihop_filtered_qwen_matches_default_on_shared_ids",
     "multihop_questions",
-    "Every row of `filtered_qwen` is a row of `default`, same split, byte-identical; no duplicates.",
+    "Every row of `filtered_qwen` whose id is in `default` is that row of `default`, same split, "
+    "byte-identical; no duplicates (the card's filtered_qwen is not a subset of default).",
+    own_rows_allowed=True,
 )
 multihop_filtered_qwen_v2_is_subset_of_filtered_qwen = subset_check(
     multihop_filtered_qwen_v2,
@@ -496,10 +613,11 @@ multihop_filtered_qwen_v2_is_subset_of_filtered_qwen = subset_check(
 
 filter_assets = [
     first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen,
-    bridge_judge, language_judge, multihop_filtered_qwen_v2, corpus_filtered_qwen_v2,
+    bridge_judge, language_judge, publishability_score, descriptor_check, multihop_filtered_qwen_v2,
+    corpus_filtered_qwen_v2,
 ]  # fmt: skip
 filter_checks = [
     multihop_filtered_is_subset_of_default,
-    multihop_filtered_qwen_is_subset_of_default,
+    multihop_filtered_qwen_matches_default_on_shared_ids,
     multihop_filtered_qwen_v2_is_subset_of_filtered_qwen,
 ]
