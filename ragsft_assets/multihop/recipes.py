@@ -27,7 +27,15 @@ CORPUS, CORPUS_V2 = "corpus", "corpus_filtered_qwen_v2"
 ABLATIONS = ("ab", "a", "b", "none")
 RETRIEVALS = ("tfidf", "bm25")
 ROLES = ("judge", "annotator")
-FILTERS = ("first_hop", "mechanical_rules", "criteria_annotation", "bridge_judge", "language_judge")
+FILTERS = (
+    "first_hop",
+    "mechanical_rules",
+    "criteria_annotation",
+    "bridge_judge",
+    "language_judge",
+    "publishability_score",
+    "descriptor_check",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +76,17 @@ class MultihopRecipe:
     criteria_role: str = "annotator"
     bridge_judge_role: str = "judge"
     language_judge_role: str = "judge"
+    # -- filtered_qwen_v2's train-only steps: "Écartées par le score de publiabilité (train) 17 197",
+    # "Écartées par le contrôle des descripteurs (train) 1 512" (multihop/train_checks.py)
+    # ours: the card names no model for them; the judge role, as the two targeted judges
+    publishability_role: str = "judge"
+    descriptor_check_role: str = "judge"
+    # ours: the card gives no scale nor threshold; a score of 1 to 5, kept from 4 (publishable, at
+    # most a minor flaw of style, in our prompt). The card's share, for comparison: derived: 29,080
+    # + 17,197 + 1,512 + 46 = 47,835 train questions scored, 17,197 / 47,835 = 36.0% dropped there
+    publishability_min_score: int = 4
+    # "(train)": the splits the two steps judge; validation and test keep the two judges' verdicts
+    train_only_splits: tuple[str, ...] = ("train",)
     # the filters whose keeps make this config, in the order they run, and the config it filters
     filters: tuple[str, ...] = ()
     parent: str | None = None  # None: the production itself (``default``)
@@ -90,6 +109,8 @@ class MultihopRecipe:
             "criteria_role",
             "bridge_judge_role",
             "language_judge_role",
+            "publishability_role",
+            "descriptor_check_role",
         ):
             if getattr(self, field) not in ROLES:
                 raise ValueError(f"recipe {self.name!r}: {field} must be one of {ROLES}")
@@ -101,6 +122,8 @@ class MultihopRecipe:
                 raise ValueError(f"recipe {self.name!r}: {field} must be at least 1")
         if self.max_per_bridge < 1 or self.max_per_source < 1:
             raise ValueError(f"recipe {self.name!r}: the caps must be at least 1")
+        if not 1 <= self.publishability_min_score <= 5:
+            raise ValueError(f"recipe {self.name!r}: publishability_min_score must be a score of 1 to 5")
         if not 0.0 < self.near_dup_jaccard <= 1.0:
             raise ValueError(f"recipe {self.name!r}: near_dup_jaccard must be in (0, 1]")
 
@@ -122,9 +145,13 @@ RECIPES: dict[str, MultihopRecipe] = {
     FILTERED_QWEN: dataclasses.replace(
         _DEFAULT, name=FILTERED_QWEN, filters=("criteria_annotation",), parent=DEFAULT
     ),
-    # "two targeted judges, run one after the other on filtered_qwen"
+    # "deux juges ciblés sont appliqués l'un après l'autre", then the card's two train-only steps
+    # ("score de publiabilité (train)", "contrôle des descripteurs (train)")
     FILTERED_QWEN_V2: dataclasses.replace(
-        _DEFAULT, name=FILTERED_QWEN_V2, filters=("bridge_judge", "language_judge"), parent=FILTERED_QWEN
+        _DEFAULT,
+        name=FILTERED_QWEN_V2,
+        filters=("bridge_judge", "language_judge", "publishability_score", "descriptor_check"),
+        parent=FILTERED_QWEN,
     ),
     # "the retrieval corpus": every kept abstract, the card's five columns
     CORPUS: dataclasses.replace(_DEFAULT, name=CORPUS),
@@ -147,6 +174,8 @@ ASSET_RECIPE = {
     "review_labels": FILTERED_QWEN,
     "bridge_judge": FILTERED_QWEN_V2,
     "language_judge": FILTERED_QWEN_V2,
+    "publishability_score": FILTERED_QWEN_V2,
+    "descriptor_check": FILTERED_QWEN_V2,
     "corpus_filtered_qwen_v2": CORPUS_V2,
 }
 
