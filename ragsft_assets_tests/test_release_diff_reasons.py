@@ -133,6 +133,7 @@ def new_edit(store: ArtifactStore, partition: str) -> None:
         r | {"split": "test" if r["split"] != "test" else "train"} if r["id"] == first else r
         for r in sft.to_pylist()
     ]
+    rows.sort(key=lambda r: r["id"])  # the assets write their rows in id order
     store.write_splits(pa.Table.from_pylist(rows, sft.schema), partition, "rag_sft")
 
 

@@ -140,12 +140,14 @@ def _label_sql(family: str, names: set[str]) -> str:
     return f"left(CAST({expr} AS VARCHAR), {LABEL_CHARS})"
 
 
-def _rows_sql(side: Release | None, config: str, common: Sequence[str]) -> str:
-    """``(key, split, h, t, label)`` of every row of a config's splits: ``h`` hashes the columns both
-    releases ship (the key aside), ``t`` the text; nothing when the release lacks the config."""
+def _rows_sql(side: Release | None, config: str, common: Sequence[str], labels: bool = False) -> str:
+    """``(key, split, h, t)`` of every row of a config's splits: ``h`` hashes the columns both
+    releases ship (the key aside), ``t`` the text; nothing when the release lacks the config.
+    ``labels``: ``(key, split, label)`` instead (a title or question, for the examples)."""
     empty = (
-        "SELECT NULL::VARCHAR AS key, NULL::VARCHAR AS split, NULL::UBIGINT AS h, NULL::UBIGINT AS t, "
-        "NULL::VARCHAR AS label WHERE false"
+        "SELECT NULL::VARCHAR AS key, NULL::VARCHAR AS split, NULL::VARCHAR AS label WHERE false"
+        if labels
+        else "SELECT NULL::VARCHAR AS key, NULL::VARCHAR AS split, NULL::UBIGINT AS h, NULL::UBIGINT AS t WHERE false"
     )
     if side is None or config not in side.files:
         return empty
@@ -173,9 +175,13 @@ def _rows_sql(side: Release | None, config: str, common: Sequence[str]) -> str:
             )
         cols = ", ".join(quote(c) if c in names else "NULL" for c in common)
         h = f"hash({cols})" if common else "0::UBIGINT"
+        values = (
+            f"{_label_sql(family, names)} AS label"
+            if labels
+            else f"{h} AS h, {_text_sql(family, names)} AS t"
+        )
         parts.append(
-            f"SELECT CAST({quote(key)} AS VARCHAR) AS key, {sql_literal(split)} AS split, {h} AS h, "
-            f"{_text_sql(family, names)} AS t, {_label_sql(family, names)} AS label FROM {data}"
+            f"SELECT CAST({quote(key)} AS VARCHAR) AS key, {sql_literal(split)} AS split, {values} FROM {data}"
         )
     return " UNION ALL ".join(parts) or empty
 
@@ -328,12 +334,15 @@ def diff_config(
                 f"{(rel or new).folder}: config {config!r} holds key(s) {[d[0] for d in dup]} more than "
                 "once; rows are matched by key, so the diff would be wrong (rebuild the release)"
             )
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {side}_lin AS {_lineage_sql(rel, config)}")
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {side}_dec AS {_decisions_sql(rel)}")
+        # Lineage and decisions stay views over their files: only the rows a query joins are read.
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {side}_lin AS {_lineage_sql(rel, config)}")
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {side}_dec AS {_decisions_sql(old if side == 'o' else new)}"
+        )
     con.execute(
         """CREATE OR REPLACE TEMP TABLE j AS
            SELECT coalesce(n.key, o.key) AS key, o.split AS o_split, n.split AS n_split,
-                  coalesce(n.split, o.split) AS split, coalesce(n.label, o.label) AS label,
+                  coalesce(n.split, o.split) AS split,
                   CASE WHEN o.key IS NULL THEN 'added' WHEN n.key IS NULL THEN 'removed'
                        WHEN o.h = n.h AND o.split = n.split THEN 'unchanged' ELSE 'changed' END AS kind,
                   o.t IS DISTINCT FROM n.t AS text_changed
@@ -372,24 +381,53 @@ def diff_config(
         for kind in ("added", "removed"):
             for r in _fetch(
                 con,
-                f"SELECT '{kind}' AS kind, key AS id, split, label, stage, verdict, reason, "
+                f"SELECT '{kind}' AS kind, key AS id, split, stage, verdict, reason, "
                 f"was_stage, was_verdict, was_reason FROM {kind}_by ORDER BY key LIMIT {int(limit)}",
             ):
                 rows.append({k: v for k, v in r.items() if v is not None})
         for r in _fetch(
             con,
-            "SELECT 'changed' AS kind, key AS id, split, o_split AS old_split, label, reasons FROM chg "
+            "SELECT 'changed' AS kind, key AS id, split, o_split AS old_split, reasons FROM chg "
             f"ORDER BY key LIMIT {int(limit)}",
         ):
             rows.append(
                 {k: v for k, v in r.items() if v is not None and (k != "old_split" or v != r["split"])}
             )
+    _add_labels(con, rows, o, n, config)
     out: dict[str, Any] = {**counts, "changed_reasons": reasons, "rows": rows}
     out["splits"] = splits
     out["added_by"], out["removed_by"] = by_stage["added"], by_stage["removed"]
     if columns["added"] or columns["removed"]:
         out["columns"] = columns
     return out
+
+
+def _add_labels(
+    con: duckdb.DuckDBPyConnection,
+    rows: list[dict[str, Any]],
+    old: Release | None,
+    new: Release | None,
+    config: str,
+) -> None:
+    """Give each example row its label (title, question), read for those keys only (new side first)."""
+    keys = sorted({r["id"] for r in rows})
+    if not keys:
+        return
+    found: dict[str, str] = {}
+    for side in (new, old):
+        sql = _rows_sql(side, config, (), labels=True)
+        found = (
+            dict(
+                con.execute(
+                    f"SELECT key, label FROM ({sql}) WHERE key IN (SELECT unnest($keys))", {"keys": keys}
+                ).fetchall()
+            )
+            | found
+        )
+    for r in rows:
+        label = found.get(r["id"])
+        if label is not None:
+            r["label"] = label
 
 
 def _decided(con: duckdb.DuckDBPyConnection, kind: str) -> None:
@@ -419,7 +457,7 @@ def _decided(con: duckdb.DuckDBPyConnection, kind: str) -> None:
         was = "SELECT NULL::VARCHAR AS key, NULL::VARCHAR AS stage, NULL::VARCHAR AS verdict, NULL::VARCHAR AS reason WHERE false"
     con.execute(
         f"""CREATE OR REPLACE TEMP TABLE {kind}_by AS
-            SELECT j.key, j.split, j.label, a.stage, a.verdict, a.reason,
+            SELECT j.key, j.split, a.stage, a.verdict, a.reason,
                    w.stage AS was_stage, w.verdict AS was_verdict, w.reason AS was_reason
             FROM j LEFT JOIN ({now}) a USING (key) LEFT JOIN ({was}) w USING (key)
             WHERE j.kind = '{kind}'"""
@@ -433,7 +471,7 @@ def _changed_reasons(
     config: str,
     databases: Sequence[Path],
 ) -> str:
-    """The SQL of ``(key, split, o_split, label, reasons)`` for every changed row (temp tables ``j``,
+    """The SQL of ``(key, split, o_split, reasons)`` for every changed row (temp tables ``j``,
     ``o_lin``, ``n_lin``, ``o_dec``, ``n_dec`` defined)."""
     con.execute("CREATE OR REPLACE TEMP TABLE ck AS SELECT key FROM j WHERE kind = 'changed'")
     for side, rel in (("o", old), ("n", new)):
@@ -494,7 +532,7 @@ def _changed_reasons(
     }
     listed = ", ".join(f"CASE WHEN {cond} THEN '{name}' END" for name, cond in flags.items())
     return f"""
-        SELECT j.key, j.split, j.o_split, j.label,
+        SELECT j.key, j.split, j.o_split,
                coalesce(nullif(list_filter([{listed}], lambda x: x IS NOT NULL), []), ['content']) AS reasons
         FROM j LEFT JOIN o_lin ol USING (key) LEFT JOIN n_lin nl USING (key)
         LEFT JOIN o_vsig ov USING (key) LEFT JOIN n_vsig nv USING (key)
