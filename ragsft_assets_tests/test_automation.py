@@ -38,7 +38,7 @@ def _add_snapshot(root: Path, key: str, name: str = "frwiki_namespace_0_0.jsonl"
     folder = root / key
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_text("{}\n")
-    write_added_manifest(folder, key, folder)
+    write_added_manifest(folder, key)
 
 
 @dg.asset(partitions_def=snapshot_partitions, group_name="corpus")

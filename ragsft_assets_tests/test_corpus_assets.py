@@ -233,6 +233,6 @@ def test_install_snapshot_brings_the_topic_files(tmp_path: Path) -> None:
     (folder / "topics.tsv").write_text("Alpha\tScience\n", encoding="utf-8")
     (folder / "notes.txt").write_text("not part of the snapshot\n", encoding="utf-8")
     target = install_snapshot("topics.fr", folder, tmp_path / "home")
-    # and the hidden manifest `snapshots add` writes last (the sensor's sign of a complete folder)
-    assert sorted(p.name for p in target.iterdir()) == [".ragsft-added.json", "dump.jsonl", "topics.tsv"]
+    # and the manifest `snapshots add` writes last (the sensor's sign of a complete folder)
+    assert sorted(p.name for p in target.iterdir()) == ["dump.jsonl", "snapshot-added.json", "topics.tsv"]
     assert (target / "topics.tsv").read_text(encoding="utf-8") == "Alpha\tScience\n"

@@ -36,7 +36,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 
 def _hidden(root: Path) -> list[str]:
-    return sorted(str(p) for p in root.rglob(".*") if p.name != ".ragsft-added.json")
+    return sorted(str(p) for p in root.rglob(".*"))
 
 
 @pytest.mark.parametrize("value", ["", "  ", "abc", "g" * 64])

@@ -93,7 +93,7 @@ def test_a_manifest_that_is_not_json_is_not_ready(tmp_path: Path) -> None:
     folder = tmp_path / KEY
     folder.mkdir()
     (folder / "frwiki_namespace_0_0.jsonl").write_text("{}\n", encoding="utf-8")
-    (folder / ".ragsft-added.json").write_text('{"files": {"frwiki_namespace_0_0', encoding="utf-8")
+    (folder / "snapshot-added.json").write_text('{"files": {"frwiki_namespace_0_0', encoding="utf-8")
     assert list_snapshot_folders(tmp_path) == []
 
 

@@ -53,11 +53,12 @@ def _state(files: list[Path]) -> dict[str, tuple[int, int]]:
     return {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in files}
 
 
-def write_added_manifest(folder: Path, key: str, source: Path) -> Path:
+def write_added_manifest(folder: Path, key: str) -> Path:
     """Write the folder's ``ADDED_MANIFEST`` (every file's name and size), atomically and last.
 
     The new-snapshot sensor takes a folder holding it, with those very files, as complete
-    (``automation.discovery``): ``snapshots add`` writes it once every file is in place.
+    (``automation.discovery``): ``snapshots add`` writes it once every file is in place. Its bytes
+    depend on the files only (no path, no time), like everything a release lists.
     """
     import json
 
@@ -67,9 +68,9 @@ def write_added_manifest(folder: Path, key: str, source: Path) -> Path:
     files = {
         p.name: p.stat().st_size
         for p in sorted(folder.iterdir())
-        if p.is_file() and not p.name.startswith(".")
+        if p.is_file() and not p.name.startswith(".") and p.name != ADDED_MANIFEST
     }
-    body = {"key": key, "from": str(source), "files": files}
+    body = {"key": key, "files": files}
     return atomic_write_bytes(folder / ADDED_MANIFEST, (json.dumps(body, indent=2) + "\n").encode())
 
 
@@ -88,6 +89,7 @@ def install_snapshot(
         ValueError: an invalid key; ``source`` holds no dump file (or an empty one); the key's
             folder holds other data and ``replace`` is false.
     """
+    from ragsft_assets.corpus.snapshot_layout import ADDED_MANIFEST
     from ragsft_assets.defs.partitions import validate_snapshot_key
     from ragsft_assets.multihop.topics import TOPIC_FILES
     from ragsft_assets.storage import staging_folder, swap_folder
@@ -98,16 +100,16 @@ def install_snapshot(
     target = snapshots_dir(home) / key
     here = target.resolve()
     if (source if source.is_dir() else source.parent) == here:  # the key's own folder: register in place
-        write_added_manifest(target, key, target)
+        write_added_manifest(target, key)
         return target
     # snapshot.json and the topic categories (the card's keep rate by topic) travel with the dumps.
     extra = [
         source / n for n in (SNAPSHOT_CONFIG, *TOPIC_FILES) if source.is_dir() and (source / n).is_file()
     ]
     if target.is_dir():
-        held = [p for p in target.iterdir() if not p.name.startswith(".")]
+        held = [p for p in target.iterdir() if not p.name.startswith(".") and p.name != ADDED_MANIFEST]
         if held and _state([*files, *extra]) == _state([p for p in held if p.is_file()]):
-            write_added_manifest(target, key, source)  # the same files again: nothing to replace
+            write_added_manifest(target, key)  # the same files again: nothing to replace
             return target
         if held and not replace:
             raise ValueError(
@@ -123,7 +125,7 @@ def install_snapshot(
                 (staging / f.name).symlink_to(f)
             else:
                 shutil.copy2(f, staging / f.name)
-        write_added_manifest(staging, key, source)  # last: the folder is complete
+        write_added_manifest(staging, key)  # last: the folder is complete
         swap_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -37,8 +37,8 @@ PARTIAL_SUFFIXES = (".part", ".partial", ".tmp", ".crdownload", ".incomplete", "
 
 HUB_DATASET = "wikimedia/structured-wikipedia"
 # Written by `ragsft snapshots add`, atomically and after every other file: the folder is complete
-# (its files, with these sizes). Hidden, so never taken for a dump or data file.
-ADDED_MANIFEST = ".ragsft-added.json"
+# (its files, with these sizes). Not hidden: hidden names are the project's temporary files.
+ADDED_MANIFEST = "snapshot-added.json"
 
 
 class CorruptDumpError(ValueError):
