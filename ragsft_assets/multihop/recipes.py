@@ -6,7 +6,8 @@ the shared mechanism (``ragsft_assets.recipes``). Every config carries every val
 built from the same production: ``filtered`` is ``default``'s questions seen by two more filters.
 A run names a recipe (by default the config the asset builds: :data:`ASSET_RECIPE`) and overrides
 some fields; the stages receive the resolved object and read nothing else. Each value's comment
-names the card sentence it comes from ("ours" where the card gives no number). Dagster-free.
+says "the card:" with its words (001, quoted), "ours:" with the reason where the card gives no
+value, or "derived:" with the arithmetic from the card's figures. Dagster-free.
 """
 
 from __future__ import annotations
@@ -44,53 +45,81 @@ class MultihopRecipe:
 
     name: str
     # -- generation
-    # "from each (source a, bridge b) pair, an LLM writes 3 bridge questions"
+    # the card: "La génération utilise Mistral-Small-3.2-24B-Instruct-2506-FP8, avec trois questions
+    # demandées par paire."
     drafts_per_pair: int = 3
-    # "answer at most 10 words and 70 characters" (local check and the generation's JSON schema)
+    # the card: "réponse d'au plus dix mots et soixante-dix caractères" (a local check, and the
+    # generation's JSON schema)
     answer_max_words: int = 10
+    # the card: "réponse d'au plus dix mots et soixante-dix caractères"
     answer_max_chars: int = 70
-    generation_temperature: float = 0.7  # ours: the card names no sampling parameters
+    # ours: the card names no sampling parameter for the generation; 0.7 varies the three questions
+    # of a pair
+    generation_temperature: float = 0.7
     # -- distractors
-    # "the 8 best documents by bigram tf-idf over the corpus of the same split"
+    # the card: "Les huit distracteurs sont les meilleurs résultats d'un tf-idf de bigrammes calculé
+    # sur les abstracts du corpus, la question servant de requête."
     retrieval: str = "tfidf"
+    # the card: "Les huit distracteurs sont les meilleurs résultats d'un tf-idf de bigrammes"
     distractors_k: int = 8
-    # -- before the judge: "near-duplicate questions removed, capped at 2 questions per bridge
-    # entity and 3 per source document"; the card's arithmetic puts the 32,900 cap drops inside the
-    # 43,722 questions removed before the judge
+    # -- before the judge
+    # the card: "les plafonds de deux questions par entité-pont et trois par document source
+    # (32 900)"; derived: run before the judge, since 281,119 judged + 43,722 removed before the
+    # judge = 324,944 generated leaves the 32,900 cap drops among the 43,722
     max_per_bridge: int = 2
+    # the card: "les plafonds de deux questions par entité-pont et trois par document source (32 900)"
     max_per_source: int = 3
-    near_dup_jaccard: float = 0.8  # ours: the card removes near duplicates without giving a threshold
+    # ours: the card says "une déduplication est appliquée avant le juge" without a measure; questions
+    # whose word sets overlap at 0.8 (Jaccard) or more are one question
+    near_dup_jaccard: float = 0.8
     # -- the ablation judge
-    # "A+B, then B alone, then A alone, then none": 281,119 + 144,144 + 95,470 + 69,863 = 590,596
+    # derived: "Les ablations sont exécutées en cascade"; only this order gives the card's "Appels de
+    # juge 590 596": 281,119 + (281,119 - 136,975) + (144,144 - 48,674) + (95,470 - 25,607) =
+    # 281,119 + 144,144 + 95,470 + 69,863 = 590,596
     cascade_order: tuple[str, ...] = ("ab", "b", "a", "none")
-    # "A alone -> IMPOSSIBLE; B alone -> IMPOSSIBLE; no document -> IMPOSSIBLE": a wrong guess fails too
+    # the card: "Une question n'est retenue que si les quatre ablations se comportent comme attendu."
+    # (A seul, B seul, aucun: IMPOSSIBLE), so a wrong guess without both documents fails too
     strict_impossible: bool = True
-    ablation_role: str = "judge"  # "four ablations judged by the judge model"
-    # "590,596 judge calls for 281,119 judged questions: 2.10" (a reference the run is compared with)
+    # the card: "Elle est ensuite soumise à quatre ablations indépendantes, jugées par le même modèle."
+    # (the generator's: our judge role)
+    ablation_role: str = "judge"
+    # derived: "Appels de juge 590 596" / "Jugées 281 119" = 2.10 (the reference a run is shown beside)
     card_judge_calls_per_judged: float = 2.10
-    # -- audit: "a surface classifier ... reported against the 0.62 bar"
+    # -- audit
+    # the card: "pour un seuil d'acceptation fixé à 0,62 avant la production"
     surface_auc_bar: float = 0.62
-    # -- filters (roles: "the card uses a different model per filter"; ours: judge, except the
-    # six-criteria annotation by the annotator)
+    # -- filters
+    # the card: "Juge Mistral-Small-3.2-24B-Instruct-2506-FP8, température 0, un appel par question."
+    # (the generation's model: our judge role)
     first_hop_role: str = "judge"
+    # ours: the card's annotator is another model ("annotées une par une par Qwen3.8-27B"): the
+    # annotator role
     criteria_role: str = "annotator"
+    # ours: the card's "Qwen3.8-27B pour pont sur 37 915 questions et Qwen3.5-35B-A3B-FP8 sur les
+    # autres" is two models; one role, the judge
     bridge_judge_role: str = "judge"
+    # ours: the card's "Qwen3.5-35B-A3B-FP8 pour langue" is one model; the judge role
     language_judge_role: str = "judge"
-    # -- filtered_qwen_v2's train-only steps: "Écartées par le score de publiabilité (train) 17 197",
-    # "Écartées par le contrôle des descripteurs (train) 1 512" (multihop/train_checks.py)
-    # ours: the card names no model for them; the judge role, as the two targeted judges
+    # -- filtered_qwen_v2's train-only steps (multihop/train_checks.py)
+    # ours: the card counts "Écartées par le score de publiabilité (train) 17 197" and names no model;
+    # the judge role, as the two targeted judges
     publishability_role: str = "judge"
+    # ours: the card counts "Écartées par le contrôle des descripteurs (train) 1 512" and names no
+    # model; the judge role, as the two targeted judges
     descriptor_check_role: str = "judge"
     # ours: the card gives no scale nor threshold; a score of 1 to 5, kept from 4 (publishable, at
-    # most a minor flaw of style, in our prompt). The card's share, for comparison: derived: 29,080
-    # + 17,197 + 1,512 + 46 = 47,835 train questions scored, 17,197 / 47,835 = 36.0% dropped there
+    # most a minor flaw of style, in our prompt). For comparison, derived: 29,080 + 17,197 + 1,512 +
+    # 46 = 47,835 train questions scored by the card, 17,197 / 47,835 = 36.0% dropped there
     publishability_min_score: int = 4
-    # "(train)": the splits the two steps judge; validation and test keep the two judges' verdicts
+    # the card: "Écartées par le score de publiabilité (train) 17 197": the splits the two steps
+    # judge; validation and test keep the two judges' verdicts
     train_only_splits: tuple[str, ...] = ("train",)
-    # the filters whose keeps make this config, in the order they run, and the config it filters
+    # ours: none in the production itself; each filtered config names its own (the card's sections)
     filters: tuple[str, ...] = ()
-    parent: str | None = None  # None: the production itself (``default``)
-    # -- corpus configs: "id, title, text, sentences, qid" (the card's five columns)
+    # ours: None for the production itself (``default``); each filtered config names its parent
+    parent: str | None = None
+    # the card: "id string 24 premiers caractères hexadécimaux du SHA-256 du titre", then title,
+    # text, sentences and qid (its corpus schema)
     corpus_columns: tuple[str, ...] = ("id", "title", "text", "sentences", "qid")
 
     def __post_init__(self) -> None:
@@ -129,33 +158,37 @@ class MultihopRecipe:
 
     @property
     def context_size(self) -> int:
-        """Paragraphs per question: "2 gold + 8 distractors" (10)."""
+        """Paragraphs per question: "Chaque contexte contient dix paragraphes : les deux abstracts
+        nécessaires à la réponse et huit distracteurs." (10)."""
         return 2 + self.distractors_k
 
 
 _DEFAULT = MultihopRecipe(DEFAULT)
 RECIPES: dict[str, MultihopRecipe] = {
     DEFAULT: _DEFAULT,
-    # "the first-hop judge then the mechanical rules (a year answer with one year; no question that
-    # names the document)": filtered is default's rows those two keep
+    # the card: "La configuration filtered est un sous-ensemble strict de la configuration par défaut,
+    # obtenu par deux filtres décrits plus bas." (Filtre 1, the first hop; Filtre 2, two rules)
     FILTERED: dataclasses.replace(
         _DEFAULT, name=FILTERED, filters=("first_hop", "mechanical_rules"), parent=DEFAULT
     ),
-    # "six binary criteria ... kept only if all six hold"
+    # the card: "Une question n'est retenue que si les six critères sont satisfaits." ours: on default's
+    # production (the card's "provient d'une production ultérieure et plus large")
     FILTERED_QWEN: dataclasses.replace(
         _DEFAULT, name=FILTERED_QWEN, filters=("criteria_annotation",), parent=DEFAULT
     ),
-    # "deux juges ciblés sont appliqués l'un après l'autre", then the card's two train-only steps
-    # ("score de publiabilité (train)", "contrôle des descripteurs (train)")
+    # the card: "Plutôt qu'un juge généraliste, deux juges ciblés sont appliqués l'un après l'autre.",
+    # then its two train-only steps ("score de publiabilité (train)", "contrôle des descripteurs")
     FILTERED_QWEN_V2: dataclasses.replace(
         _DEFAULT,
         name=FILTERED_QWEN_V2,
         filters=("bridge_judge", "language_judge", "publishability_score", "descriptor_check"),
         parent=FILTERED_QWEN,
     ),
-    # "the retrieval corpus": every kept abstract, the card's five columns
+    # the card: "La configuration corpus contient les 822 270 abstracts dont sont tirés tous les
+    # documents gold et distracteurs du jeu."
     CORPUS: dataclasses.replace(_DEFAULT, name=CORPUS),
-    # "the abstracts that appear in its contexts (golds and distractors), per split"
+    # the card: "Sous-ensemble de corpus réduit aux abstracts qui apparaissent dans les contextes de
+    # filtered_qwen_v2, documents gold et distracteurs, avec le même schéma."
     CORPUS_V2: dataclasses.replace(_DEFAULT, name=CORPUS_V2, parent=FILTERED_QWEN_V2),
 }
 recipes.register(FAMILY, RECIPES)
