@@ -5,6 +5,7 @@ of one build (``-sft`` is derived row for row from ``-full``), so they share one
 ``recall_oasst1``. Each value carries the card's sentence it comes from. A run names the recipe
 (``recipe``, default this one) and overrides fields (``overrides``, e.g. ``{"j_e": 3}``); the
 resolved recipe goes down to the stages, and the release records it (``recipes.record``).
+Every value's comment says "the card:" with its words (003, quoted), or "ours:" with the reason.
 Dagster-free.
 """
 
@@ -47,33 +48,35 @@ class RecallRecipe:
 
 RECALL_OASST1 = RecallRecipe(
     name=PRODUCT_RECIPE,
-    # "OASST1 (Köpf et al., 2023), English, first turn of each conversation tree, highest-ranked
-    # response: 3,468 prompt–response pairs."
+    # the card: "OASST1 (Köpf et al., 2023), English, first turn of each conversation tree,
+    # highest-ranked response: 3,468 prompt–response pairs."
     dataset="OpenAssistant/oasst1",
-    language="en",  # "OASST1 (Köpf et al., 2023), English, ..."
-    # "The dataset is released under CC BY-SA 4.0." (Hugging Face's identifier of that license)
+    language="en",  # the card: "OASST1 (Köpf et al., 2023), English"
+    # the card: "The dataset is released under CC BY-SA 4.0." (Hugging Face's identifier for it)
     license="cc-by-sa-4.0",
-    # the card's License section, its first two sentences word for word
+    # the card: its License section's first two sentences, word for word
     license_notice=(
         "The dataset is released under CC BY-SA 4.0. The prompts and original responses come from "
         "OASST1 (Köpf et al., 2023, Apache-2.0)."
     ),
-    # "each knowledge-dependent claim is turned into five probing questions"
+    # the card: "each knowledge-dependent claim is turned into five probing questions"
     num_probes=5,
-    # "the base model answers each question twice"
+    # the card: "the base model answers each question twice"
     answers_per_probe=2,
-    # "Probe answers: 2 samples per question from the base model (temperature 0.5, few-shot QA prompt)"
+    # the card: "Probe answers: 2 samples per question from the base model (temperature 0.5,
+    # few-shot QA prompt)"
     answer_temperature=0.5,
     # ours: the card gives no length; one short QA answer, cut at the next few-shot item anyway
     answer_max_tokens=96,
     # ours: the card gives no length; room for a long response's claims whole (no cap on claims)
     claims_max_tokens=2048,
-    # "The released rewrites use the paper default 2/1/2/1." (thresholds j_e/k_e/j_c/k_c)
+    # the card: "The released rewrites use the paper default 2/1/2/1." (thresholds j_e/k_e/j_c/k_c)
     j_e=2,
-    k_e=1,
-    j_c=2,
-    k_c=1,
-    # "the response becomes the fixed refusal "I cannot answer as I have insufficient information.""
+    k_e=1,  # the card: "The released rewrites use the paper default 2/1/2/1."
+    j_c=2,  # the card: "The released rewrites use the paper default 2/1/2/1."
+    k_c=1,  # the card: "The released rewrites use the paper default 2/1/2/1."
+    # the card: "If too little information remains, the response becomes the fixed refusal" (this
+    # string, quoted there word for word)
     refusal="I cannot answer as I have insufficient information.",
 )
 
