@@ -70,6 +70,7 @@ def test_release_diff_against_the_previous_snapshot_then_the_previous_build(home
     folder = store.home_path / "releases" / NEW
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert f"## Changes since `{OLD}`" in card and "| `corpus` | 0 | 0 | 1 |" in card
+    assert card.index("| `default` |") < card.index("| `corpus` |")  # release order, not sorted by name
     assert verify_release(folder).ok  # the summary lives beside the release, not in it
     # The key rebuilt on changed inputs: compared with the build it replaced.
     rewrite_article(store, NEW, "Article 3")

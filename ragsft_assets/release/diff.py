@@ -384,7 +384,8 @@ def diff_config(
                 f"SELECT '{kind}' AS kind, key AS id, split, stage, verdict, reason, "
                 f"was_stage, was_verdict, was_reason FROM {kind}_by ORDER BY key LIMIT {int(limit)}",
             ):
-                rows.append({k: v for k, v in r.items() if v is not None})
+                # stage None: no stage of the new release decided the row (its inputs no longer hold it)
+                rows.append({k: v for k, v in r.items() if v is not None or k == "stage"})
         for r in _fetch(
             con,
             "SELECT 'changed' AS kind, key AS id, split, o_split AS old_split, reasons FROM chg "
@@ -744,7 +745,8 @@ def write_changes(folder: Path, result: Mapping[str, Any]) -> Path:
     path = changes_path(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"stamp": release_stamp(folder), "diff": dict(result)}
-    return atomic_write_bytes(path, orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2))
+    # Keys keep their order (configs in release order, reasons most frequent first): the card reads it.
+    return atomic_write_bytes(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def clear_changes(folder: Path) -> None:
