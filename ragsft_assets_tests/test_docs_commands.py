@@ -57,6 +57,7 @@ RUN: list[str] = [
     "ragsft base-models add qwen3-4b-base --model Qwen/Qwen3-4B-Base --backend openai --base-urls http://gpu-3:8000/v1",
     "ragsft runs clean --dry-run",
     "ragsft runs clean",
+    "ragsft cache stats",
 ]
 
 _MODEL_RUN = "runs LLM stages: minutes with the embedded model, or a served model"
@@ -79,7 +80,8 @@ NOT_RUNNABLE: list[tuple[str, str]] = [
     (r"^ragsft ui$", "serves the UI until stopped: test_ui_signal starts it"),
     (
         r"^ragsft demo\b",
-        f"full_job or a job of it: {_MODEL_RUN}; test_pipeline_e2e runs it with the oracle double",
+        f"full_job or a job of it: {_MODEL_RUN}; test_readme_demo_figures_match_a_real_demo_run runs"
+        " `ragsft demo` with the embedded model, test_pipeline_e2e the graph with the oracle double",
     ),
     (r"--hub\b", "streams a dataset from the Hugging Face hub (network)"),
     (r"^ragsft plan ", f"{_MODEL_RUN} on a sample of the partition; test_plan runs it with a double"),
@@ -88,7 +90,6 @@ NOT_RUNNABLE: list[tuple[str, str]] = [
         "a benchmark: minutes to an hour at its documented size; test_bench_* test each one small",
     ),
     (r"^ragsft recall run ", f"{_MODEL_RUN}; test_recall_job runs it headless with a double"),
-    (r"^ragsft cache stats$", "reads the LLM cache, which a model run creates: test_llm_cache runs it"),
     (r"^ragsft recall rule ", "needs a built Recall Rewrite release; test_recall_rule runs it"),
     (r"^python -c .*load_dataset\(\"releases/recall\"", "needs a built Recall Rewrite release"),
     (
@@ -422,3 +423,108 @@ def test_product_docs_name_no_issue() -> None:
         if re.search(r"\bissues?\s+#?\d+|(?<![\w&])#\d{1,3}\b", line, flags=re.IGNORECASE)
     ]
     assert not hits, hits
+
+
+# The README's copy of what `ragsft demo` prints at its end: the fenced block after this marker.
+DEMO_MARKER = "<!-- the demo's closing summary -->"
+MAX_DEMO_LINES = 80  # what a newcomer's terminal shows for the whole demo, at most
+
+
+def readme_demo_block() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert DEMO_MARKER in text, f"README.md lost the marker {DEMO_MARKER!r} before the demo's summary"
+    block = text.split(DEMO_MARKER, 1)[1].split("```", 2)[1]
+    return [line for line in block.splitlines()[1:] if line.strip()]  # [0]: the fence's language
+
+
+def demo_block_problems(readme: list[str], printed: list[str]) -> list[str]:
+    """Where the README's copy of the demo's summary differs from what a run printed.
+
+    The corpus figures and the draft slots do not depend on the model: they must be the run's, to
+    the digit. What the 135M model writes may vary with the CPU's arithmetic (bf16 or fp32): of
+    those lines the README must give the run's reasons, its most frequent one and its verdict on
+    the release; a different count of them is not a difference.
+    """
+    problems: list[str] = []
+    start = next((i for i, line in enumerate(printed) if line.startswith("funnel (")), None)
+    if start is None:
+        return ["the run printed no funnel"]
+    ran = printed[start : start + len(readme)]
+    if len(ran) != len(readme):
+        return [f"the run printed {len(ran)} summary lines, the README shows {len(readme)}"]
+    numbers = re.compile(r"\d[\d,]*")
+    family, in_funnel = "", False
+    for mine, theirs in zip(readme, ran, strict=True):
+        if mine.startswith("funnel ("):
+            in_funnel = True
+        elif not mine.startswith("  "):
+            in_funnel = False
+        elif in_funnel and mine[2] != " ":
+            family = mine.split()[0]  # a family's first line; its other segments follow, indented
+        if mine.startswith("funnel (") or (in_funnel and family == "corpus"):
+            exact = mine == theirs
+        elif in_funnel:  # a model-written family: the same stages and reasons, the slots to the digit
+            exact = numbers.sub("N", mine) == numbers.sub("N", theirs) and (
+                numbers.findall(mine)[:1] == numbers.findall(theirs)[:1]
+            )
+        elif mine.startswith("why one was dropped"):
+            exact = mine.split(": ", 1)[0] == theirs.split(": ", 1)[0]  # the id is the run's own
+        else:  # the most frequent reason, the release's configs and why
+            exact = numbers.sub("N", mine) == numbers.sub("N", theirs)
+        if not exact:
+            problems.append(f"README: {mine}\n   run: {theirs}")
+    return problems
+
+
+def test_demo_block_comparison_catches_a_wrong_readme() -> None:
+    """The comparison itself: what the README says that no run printed is found."""
+    printed = [
+        "  bridge_pairs   0s  24 bridge pairs",
+        "funnel (from the decision ledger):",
+        "  corpus    137 records -> 116 abstracts (5 too_short)",
+        "            216 links -> 189 link edges (27 enumeration)",
+        "  multihop  72 draft slots -> 43 drafts (29 generation_missing) -> 0 past the checks (43 answer_not_in_b)",
+        "most candidates were dropped by question_checks: answer_not_in_b (43)",
+        "the release holds only the corpus config: no candidate got through (multihop at question_checks)",
+        "  expected with a 135M model",
+        "why one was dropped (question_checks, answer_not_in_b): ragsft explain abc --partition sample.fr",
+    ]
+    good = printed[1:]
+    assert demo_block_problems(good, printed) == []
+    other_cpu = [*good[:3], good[3].replace("43", "40").replace("29", "32"), *good[4:]]
+    assert demo_block_problems(other_cpu, printed) == []  # the model's counts may differ
+    for i, wrong in (
+        (1, good[1].replace("116", "114")),  # a corpus figure
+        (2, good[2].replace("189", "188")),  # a corpus figure on a segment's own line
+        (3, good[3].replace("72 draft", "71 draft")),  # the slots
+        (3, good[3].replace("generation_missing", "unreadable")),  # a reason the run never gave
+        (4, good[4].replace("answer_not_in_b", "unreadable")),  # another most frequent reason
+        (5, good[5].replace("only the corpus config", "only the default config")),
+        (7, good[7].replace("(question_checks", "(question_drafts")),
+    ):
+        readme = [*good[:i], wrong, *good[i + 1 :]]
+        assert demo_block_problems(readme, printed), wrong
+    assert readme_demo_block()[0] == "funnel (from the decision ledger):"
+
+
+@pytest.mark.integration
+def test_readme_demo_figures_match_a_real_demo_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's demo figures are a real run's, and the run's console is a newcomer's: at most
+    80 lines, no Dagster DEBUG event, a summary that names the reason that dropped the most."""
+    from ragsft_assets_tests.demo_run import shared_demo_run
+
+    run = shared_demo_run()
+    printed = run.output.splitlines()
+    assert len(printed) <= MAX_DEMO_LINES, f"the demo printed {len(printed)} lines:\n{run.output}"
+    assert not [line for line in printed if " - DEBUG - " in line or "STEP_START" in line], run.output
+    assert not [line for line in printed if "Attempted to load weight" in line or "FutureWarning" in line]
+    top = next((line for line in printed if line.startswith("most candidates were dropped by ")), None)
+    assert top is not None, run.output
+    problems = demo_block_problems(readme_demo_block(), printed)
+    assert not problems, "README.md's demo summary is not what the demo printed:\n" + "\n".join(problems)
+    # the explain command it gives answers for that dropped candidate
+    explain_line = next(line for line in printed if line.startswith("why one was dropped"))
+    argv = shlex.split(explain_line.split(": ", 1)[1])[1:]
+    monkeypatch.setenv("RAGSFT_HOME", str(run.home))
+    out = CliRunner().invoke(main, argv)
+    assert out.exit_code == 0 and "dropped at " in out.output, out.output

@@ -128,10 +128,16 @@ def _write_demo_like_ledger(assets_root: Path) -> dict[str, list[str]]:
     drafts += [Decision(q, DROPPED, "generation_missing", {"error": "no JSON"}) for q in missing]
     checks = [Decision(q, DROPPED, "answer_not_in_b", {"reasons": ["answer_not_in_b"]}) for q in drafted]
     abstracts = [Decision(f"d{i}", KEPT) for i in range(5)] + [Decision("d9", DROPPED, "too_short")]
+    # the corpus stage drops more than the checks, by design (pairs not drawn at the demo's size)
+    pairs = [
+        Decision(f"p{i:03d}", KEPT if i < 10 else DROPPED, "" if i < 10 else "not_drawn") for i in range(110)
+    ]
     for product, stage, rows in (
         ("multihop", "question_drafts", drafts),
         ("multihop", "question_checks", checks),
-        ("a_family_with_a_long_name", "abstracts", abstracts),
+        ("corpus", "abstracts", abstracts),
+        ("corpus", "bridge_pairs", pairs),
+        ("a_family_with_a_long_name", "rag_sft", abstracts),
     ):
         write_ledger(ledger_table(PART, product, stage, rows), PART, stage, assets_root)
     return {"drafted": drafted, "missing": missing}
@@ -145,12 +151,20 @@ def test_summary_is_a_funnel_per_family_with_the_top_reason_and_one_explain(tmp_
     )
     text = summary_lines(summary, small_model=True)
     assert text[0] == "funnel (from the decision ledger):"
-    family_lines = text[1:3]
-    # aligned: the funnels start in the same column whatever the family's name
-    assert family_lines[0].index("6 records") == family_lines[1].index("72 draft slots")
+    assert text[1:5] == [
+        "  a_family_with_a_long_name  6 examples -> 5 SFT examples (1 too_short)",
+        "  corpus                     6 records -> 5 abstracts (1 too_short)",
+        "                             110 edges -> 10 bridge pairs (100 not_drawn)",  # its own line, aligned
+        "  multihop                   72 draft slots -> 43 drafts (29 generation_missing)"
+        " -> 0 past the checks (43 answer_not_in_b)",
+    ]
+    # the question families' most frequent drop, not the corpus stage's pairs left undrawn
     assert "most candidates were dropped by question_checks: answer_not_in_b (43)" in text
-    only_corpus = next(line for line in text if line.startswith("the release holds only the corpus config"))
-    assert "multihop at question_checks" in only_corpus and "expected with a 135M model" in only_corpus
+    at = next(i for i, line in enumerate(text) if line.startswith("the release holds only the corpus config"))
+    assert text[at].endswith(
+        "no candidate got through (multihop at question_checks)"
+    )  # the family that stopped
+    assert "expected with a 135M model" in text[at + 1]
     explain_line = text[-1]
     assert explain_line.endswith(f"ragsft explain {ids['drafted'][0]} --partition {PART}")
     # the command it gives answers: the stages the candidate passed, the one that dropped it, its calls
@@ -270,3 +284,60 @@ def test_card_counts_the_links_that_ship_in_provenance(tmp_path: Path) -> None:
     rows, _ = config_stats("corpus", [data], prov)
     links = next(r for r in rows if r[0] == "links per abstract")
     assert links[1:] == (2.0, 2.0, 3, 3)  # median, mean, p90, max of 3 and 1 links
+
+
+# -- the UI's metadata -----------------------------------------------------------------------------
+
+
+def test_preview_leads_with_the_question_and_answer_even_for_a_verdict_table(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.table_stats import reviewer_preview
+
+    part = tmp_path / "assets" / PART
+    (part / "question_drafts").mkdir(parents=True)
+    (part / "question_checks").mkdir()
+    pq.write_table(
+        pa.table(
+            {
+                "id": ["q1", "q2"],
+                "question": ["Qui ?", "Où ?"],
+                "answer": ["Lui", "Là"],
+                "split": ["train"] * 2,
+            }
+        ),
+        part / "question_drafts" / "all.parquet",
+    )
+    checks = part / "question_checks" / "all.parquet"
+    pq.write_table(pa.table({"id": ["q2"], "verdict": ["dropped"], "reason": ["answer_not_in_b"]}), checks)
+    text = reviewer_preview([checks], ["id", "verdict", "reason"])
+    assert text.splitlines()[0] == "| question | answer | id | verdict | reason |"
+    assert "| Où ? | Là | q2 | dropped | answer_not_in_b |" in text
+    drafts = reviewer_preview([part / "question_drafts" / "all.parquet"], ["id", "split"])
+    assert drafts.splitlines()[0] == "| question | answer | id | split |"
+
+
+def test_rows_per_split_names_every_split_of_an_empty_asset() -> None:
+    from ragsft_assets.table_stats import counts_per_split
+
+    assert counts_per_split([], "split", ("train", "validation", "test")) == {
+        "train": 0,
+        "validation": 0,
+        "test": 0,
+    }
+
+
+def test_funnel_is_a_table_in_the_metadata() -> None:
+    import dagster as dg
+
+    from ragsft_assets.defs.metadata import funnel_metadata
+
+    md = funnel_metadata({"lines_read": 138, "too_short": 5, "kept": 116})
+    table = md["funnel_table"]
+    assert isinstance(table, dg.TableMetadataValue)
+    assert [(r.data["step"], r.data["count"]) for r in table.records] == [
+        ("lines_read", 138),
+        ("too_short", 5),
+        ("kept", 116),
+    ]
+    assert "| too_short | 5 |" in md["funnel"].value  # the markdown stays for what reads it

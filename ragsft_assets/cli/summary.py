@@ -4,7 +4,8 @@ One funnel per family (ledger ``product``), for instance::
 
     multihop  72 draft slots -> 43 drafts (29 generation_missing) -> 0 past the checks (43 answer_not_in_b)
 
-then the reason that dropped the most candidates, why the release holds only the corpus config
+then the reason that dropped the most candidates (of the question families, when there are any:
+the corpus stage drops by design), why the release holds only the corpus config
 when no question got through, and one real ``ragsft explain`` command for a dropped candidate.
 Every number names what it counts: ``UNITS`` says what one row of each asset is, so that a line
 never calls 43 dropped candidates and 7 audit measures both "rows".
@@ -45,6 +46,8 @@ UNITS: dict[str, str] = {
     "rag_responses": "responses",
     "rag_verdicts": "verdicts",
     "rag_sft": "SFT examples",
+    "publishability_score": "publishability replies",
+    "descriptor_check": "descriptor-check replies",
     "release": "rows shipped",
 }
 
@@ -110,8 +113,11 @@ def read_summary(assets_root: Path, partition: str, released_configs: list[str] 
             summary.funnels.setdefault(product, []).append(
                 StageCount(stage, int(entered), int(kept), tuple(by_stage.get((product, stage), ())))
             )
-        if drops:
-            product, stage, reason, n = drops[0]
+        # The question families' drops first: the corpus stage's (pairs not drawn at the demo's
+        # size, edges of enumerations) are by design and say nothing of what the model wrote.
+        ranked = [d for d in drops if d[0] != CORPUS_CONFIG] or drops
+        if ranked:
+            product, stage, reason, n = ranked[0]
             summary.top_reason = (stage, reason, int(n))
             example = con.execute(
                 """SELECT candidate_id FROM l WHERE product = $p AND stage = $s
@@ -134,23 +140,29 @@ def _reasons(dropped: tuple[tuple[str, int], ...], most: int = 3) -> str:
     return f" ({', '.join(shown)})" if shown else ""
 
 
-def funnel_line(stages: list[StageCount]) -> str:
-    """``72 draft slots -> 43 drafts (29 generation_missing) -> 0 past the checks (43 ...)``.
+def funnel_segments(stages: list[StageCount]) -> list[str]:
+    """The funnel of one family, one segment per chain of stages that decide the same candidates.
 
-    A stage whose candidates are the previous stage's kept ones continues the chain; one that
-    decides other things (link edges after abstracts) starts a new segment, after ``;``.
+    A stage whose candidates are the previous stage's kept ones continues the chain
+    (``72 draft slots -> 43 drafts (29 generation_missing) -> 0 past the checks (43 ...)``); one
+    that decides other things (link edges after abstracts) starts a new segment.
     """
-    parts: list[str] = []
+    segments: list[str] = []
     previous_kept: int | None = None
     for s in stages:
         entering, kept_word = STAGE_WORDS.get(s.stage, ("candidates", f"kept by {s.stage}"))
         kept = f"{s.kept:,} {kept_word}{_reasons(s.dropped)}"
-        if previous_kept is not None and s.entered == previous_kept:
-            parts.append(f"-> {kept}")
+        if segments and s.entered == previous_kept:
+            segments[-1] += f" -> {kept}"
         else:
-            parts.append(("; " if parts else "") + f"{s.entered:,} {entering} -> {kept}")
+            segments.append(f"{s.entered:,} {entering} -> {kept}")
         previous_kept = s.kept
-    return " ".join(parts).replace(" ; ", "; ")
+    return segments
+
+
+def funnel_line(stages: list[StageCount]) -> str:
+    """:func:`funnel_segments` on one line, ``; ``-separated."""
+    return "; ".join(funnel_segments(stages))
 
 
 def summary_lines(summary: RunSummary, small_model: bool = False, cli: str = "ragsft") -> list[str]:
@@ -160,20 +172,24 @@ def summary_lines(summary: RunSummary, small_model: bool = False, cli: str = "ra
         return [*lines, "  (no ledger rows: no stage decided a candidate)"]
     width = max(len(p) for p in summary.funnels)
     for product, stages in summary.funnels.items():
-        lines.append(f"  {product:<{width}}  {funnel_line(stages)}")
+        for i, segment in enumerate(funnel_segments(stages)):  # long families: one line per segment
+            lines.append(f"  {product if i == 0 else '':<{width}}  {segment}")
     if summary.top_reason:
         stage, reason, n = summary.top_reason
         lines.append(f"most candidates were dropped by {stage}: {reason} ({n})")
     question_families = [p for p in summary.funnels if p != CORPUS_CONFIG]
     if summary.released_configs == [CORPUS_CONFIG] and question_families:
         stopped = [
-            f"{p} at {next((s.stage for s in st if s.kept == 0), st[-1].stage)}"
+            f"{p} at {next(s.stage for s in st if s.kept == 0)}"
             for p, st in summary.funnels.items()
-            if p != CORPUS_CONFIG
+            if p != CORPUS_CONFIG and any(s.kept == 0 for s in st)
         ]
-        why = f"no candidate got through ({', '.join(stopped)})"
-        note = f"; {SMALL_MODEL_NOTE}" if small_model else ""
-        lines.append(f"the release holds only the {CORPUS_CONFIG} config: {why}{note}")
+        why = (
+            f"no candidate got through ({', '.join(stopped)})" if stopped else "no question config was built"
+        )
+        lines.append(f"the release holds only the {CORPUS_CONFIG} config: {why}")
+        if small_model:
+            lines.append(f"  {SMALL_MODEL_NOTE}")
     if summary.example:
         cid, stage, reason = summary.example
         lines.append(

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ragsft_assets import table_stats
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.release import columns
+from ragsft_assets.storage import SPLITS
 
 
 def file_sha256(path: Path) -> str:
@@ -62,15 +63,35 @@ def table_metadata(
         "path": dg.MetadataValue.path(str(files[0].parent) if files else ""),
         "files_sha256": dg.MetadataValue.json({f.name: file_sha256(f) for f in files}),
     }
-    if split_column:
-        md["rows_per_split"] = dg.MetadataValue.json(table_stats.counts_by(files, split_column))
-    if preview_columns:
-        md["preview"] = dg.MetadataValue.md(table_stats.preview_markdown(files, preview_columns))
+    if split_column:  # every split named, 0 where it has no row (an empty asset shows 0s, not {})
+        md["rows_per_split"] = dg.MetadataValue.json(
+            table_stats.counts_per_split(files, split_column, SPLITS)
+        )
+    if preview_columns:  # led by what a reviewer reads first: the question and answer where known
+        md["preview"] = dg.MetadataValue.md(table_stats.reviewer_preview(files, preview_columns))
     return md
 
 
+FUNNEL_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn(
+            "step", "string", description="a stage's input, a reason it dropped rows, or what it kept"
+        ),
+        dg.TableColumn("count", "int"),
+    ]
+)
+
+
 def funnel_metadata(funnel: Mapping[str, int], key: str = "funnel") -> dict[str, object]:
-    return {key: dg.MetadataValue.md(table_stats.funnel_markdown(funnel))}
+    """The funnel as markdown under ``key`` and as a table under ``<key>_table``.
+
+    The UI shows a table value in place, where markdown hides behind "[Show Markdown]".
+    """
+    records = [dg.TableRecord({"step": str(k), "count": int(v)}) for k, v in funnel.items()]
+    return {
+        key: dg.MetadataValue.md(table_stats.funnel_markdown(funnel)),
+        f"{key}_table": dg.MetadataValue.table(records, schema=FUNNEL_SCHEMA),
+    }
 
 
 def model_metadata(model: object, prefix: str) -> dict[str, object]:
