@@ -186,3 +186,20 @@ def test_every_key_check_uses_fullmatch() -> None:
         assert check(good) == good
         with pytest.raises(ValueError, match="invalid|use lowercase"):
             check(good + "\n")
+
+
+def test_the_same_bytes_again_need_no_replace_and_the_bundled_sample_is_refreshed(
+    tmp_home: Path, tmp_path: Path
+) -> None:
+    first = _dump_folder(tmp_path, "first", '{"a": 1}\n')
+    install_snapshot(KEY, first)
+    copy = tmp_path / "copy"
+    shutil.copytree(first, copy, copy_function=shutil.copy)  # same bytes, other times
+    assert install_snapshot(KEY, copy) == tmp_home / "snapshots" / KEY
+    # the bundled sample is the project's data: a changed copy of it is put back without --replace
+    assert _cli("snapshots", "add", "sample.fr", "--sample").exit_code == 0
+    installed = tmp_home / "snapshots" / "sample.fr" / "snapshot.json"
+    installed.write_text("{}\n", encoding="utf-8")
+    again = _cli("snapshots", "add", "sample.fr", "--sample")
+    assert again.exit_code == 0, again.output
+    assert installed.read_bytes() == (sample_folder() / "snapshot.json").read_bytes()

@@ -48,9 +48,21 @@ def _dump_files_of(source: Path) -> list[Path]:
     return files
 
 
-def _state(files: list[Path]) -> dict[str, tuple[int, int]]:
-    """Name -> (size, mtime in ns) of files: a copy (``shutil.copy2``) keeps both."""
-    return {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in files}
+def same_files(new: list[Path], held: list[Path]) -> bool:
+    """Whether ``held`` are the files ``new`` would install: same names and sizes, and each pair has
+    the same modification time (``shutil.copy2`` keeps it) or, failing that, the same bytes."""
+    import filecmp
+
+    by_name = {p.name: p for p in held if p.is_file()}
+    if sorted(by_name) != sorted(p.name for p in new) or len(held) != len(new):
+        return False
+    for f in new:
+        a, b = f.stat(), by_name[f.name].stat()
+        if a.st_size != b.st_size:
+            return False
+        if a.st_mtime_ns != b.st_mtime_ns and not filecmp.cmp(f, by_name[f.name], shallow=False):
+            return False
+    return True
 
 
 def write_added_manifest(folder: Path, key: str) -> Path:
@@ -83,7 +95,8 @@ def install_snapshot(
     the files go to a staging folder beside the key's folder, which is then swapped in
     (``storage.swap_folder``). ``source`` being the key's own folder (where deploy/README.md has
     users copy dumps) registers it in place. A key whose folder already holds other data is
-    replaced only with ``replace``; the same files again (names, sizes, times) are left as they are.
+    replaced only with ``replace`` (or by the bundled sample, the project's own data); the same
+    files again (names, sizes, then times or bytes) are left as they are.
 
     Raises:
         ValueError: an invalid key; ``source`` holds no dump file (or an empty one); the key's
@@ -106,9 +119,11 @@ def install_snapshot(
     extra = [
         source / n for n in (SNAPSHOT_CONFIG, *TOPIC_FILES) if source.is_dir() and (source / n).is_file()
     ]
+    # The bundled sample is the project's own data, the same on every machine: a newer one replaces it.
+    replace = replace or source == sample_folder().resolve()
     if target.is_dir():
         held = [p for p in target.iterdir() if not p.name.startswith(".") and p.name != ADDED_MANIFEST]
-        if held and _state([*files, *extra]) == _state([p for p in held if p.is_file()]):
+        if held and same_files([*files, *extra], held):
             write_added_manifest(target, key)  # the same files again: nothing to replace
             return target
         if held and not replace:

@@ -78,17 +78,14 @@ def _refuse_existing(
 ) -> None:
     """ValueError when the folder of ``key`` already holds data and ``replace`` is false.
 
-    The same data ``files`` again (names, sizes, times: ``shutil.copy2`` keeps them) replace nothing.
+    The same data ``files`` again (names, sizes, then times or bytes) replace nothing.
     """
+    from ragsft_assets.cli.snapshots import same_files
     from ragsft_assets.sources.read import HUB_STATE, SOURCE_CONFIG
 
     held = [p for p in target.iterdir() if not p.name.startswith(".")] if target.is_dir() else []
     data = [p for p in held if p.name not in (SOURCE_CONFIG, HUB_STATE)]
-
-    def state(fs: list[Path]) -> dict[str, tuple[int, int]]:
-        return {f.name: (f.stat().st_size, f.stat().st_mtime_ns) for f in fs if f.is_file()}
-
-    if files is not None and len(data) == len(files) and state(data) == state(files):
+    if files is not None and data and same_files(files, data):
         return
     if held and not replace:
         raise ValueError(
