@@ -136,3 +136,16 @@ def test_sensor_tags_its_runs_for_review(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(diff.PUBLISH_ENV, "later")
     with pytest.raises(ValueError, match="RAGSFT_PUBLISH"):
         diff.publish_mode()
+
+
+def test_an_unreadable_baseline_does_not_block_the_release(home) -> None:
+    store, instance = home
+    build(store, instance, OLD)
+    old_folder = store.home_path / "releases" / OLD
+    next(old_folder.glob("corpus/*.parquet")).write_bytes(b"not parquet")  # a damaged old release
+    md = build(store, instance, NEW)  # card and manifests still built: materialize asserts success
+    assert md["baseline"] == OLD and "ragsft diff" in md["error"]
+    folder = store.home_path / "releases" / NEW
+    assert verify_release(folder).ok and "Changes since" not in (folder / "README.md").read_text(
+        encoding="utf-8"
+    )

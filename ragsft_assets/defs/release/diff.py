@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 
 from ragsft_assets.defs.partitions import snapshot_partitions
 from ragsft_assets.release import diff
@@ -42,7 +43,15 @@ def release_diff(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.
             metadata={"baseline": "none: no earlier release of this key or language", "path": str(folder)}
         )
     old, label = found
-    result = diff.diff_releases(diff.Release.open(old, label), diff.Release.open(folder, partition))
+    try:
+        result = diff.diff_releases(diff.Release.open(old, label), diff.Release.open(folder, partition))
+    except (OSError, ValueError, KeyError, duckdb.Error) as e:
+        # A baseline this code cannot read (an old layout, a damaged folder) must not keep the new
+        # release from its card and manifests: said loudly here, and the card shows no changes.
+        diff.clear_changes(folder)
+        message = f"diff against {old} failed: {e}; compare by hand with `ragsft diff {old} {folder}`"
+        context.log.error(message)
+        return dg.MaterializeResult(metadata={"baseline": label, "error": message, "path": str(folder)})
     diff.write_changes(folder, result)
     table, examples = diff.metadata_tables(result, EXAMPLES)
     totals = {k: sum(c[k] for c in result["configs"].values()) for k in diff.COUNTS}
