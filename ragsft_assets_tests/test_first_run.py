@@ -203,6 +203,7 @@ def test_catalog_offers_its_own_sql_not_a_missing_duckdb_cli(tmp_home: Path) -> 
     out = CliRunner().invoke(main, ["catalog"])
     assert out.exit_code == 0, out.output
     assert "duckdb -readonly" not in out.output and "ragsft catalog --sql" in out.output
+    assert f"RAGSFT_HOME={tmp_home} (from $RAGSFT_HOME)" in out.output  # which home it opened
 
 
 def test_the_home_says_how_it_was_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,9 +244,9 @@ def test_ui_starts_dagster_dev_where_its_warnings_do_not_apply(
     assert argv[1:3] == ["-W", "ignore::FutureWarning"] and "dev" in argv
     assert seen["cwd"] == Path(env["DAGSTER_HOME"]) == tmp_home / "dagster"  # the condition of the warning
     assert (seen["cwd"] / "dagster.yaml").is_file()
-    assert env["RAGSFT_HOME"] == str(
-        tmp_home
-    )  # absolute: the code server does not start in the user's folder
+    # absolute: the code server does not start in the user's folder
+    assert env["RAGSFT_HOME"] == str(tmp_home)
+    assert "ignore:Specifying a partitions_def on an AssetCheckSpec" in env["PYTHONWARNINGS"]
 
 
 # -- the card ----------------------------------------------------------------------------------------

@@ -61,7 +61,9 @@ def catalog(rebuild: bool, query: str | None) -> None:
             for row in cur.fetchall():
                 click.echo("\t".join(str(v) for v in row))
             return
-        click.echo(f"catalog: {catalog_path()}")
+        from ragsft_assets.home import describe_home
+
+        click.echo(f"catalog: {catalog_path()}  ({describe_home()})")
         click.echo('  query it with: ragsft catalog --sql "SELECT ..."  (read-only), or from Python:')
         click.echo(f"  duckdb.connect('{catalog_path()}', read_only=True)")
         for schema, view in list_views(con):
@@ -88,44 +90,6 @@ def explain(row_id: str, partition: str | None) -> None:
     except KeyError as e:
         raise click.ClickException(f"{e.args[0]}\n  home: {describe_home()}") from e
     click.echo(format_trace(trace))
-
-
-@click.group("release")
-def release_group() -> None:
-    """Releases built for review (RAGSFT_PUBLISH=review): ``ragsft release promote KEY``."""
-
-
-@release_group.command()
-@click.argument("key")
-def promote(key: str) -> None:
-    """Swap the release of KEY that waits for review (releases/.pending/KEY) into releases/KEY.
-
-    The pending release must verify (every SHA-256 of its manifests); the release it replaces is
-    kept as releases/.previous/KEY, and the new root digest is recorded for ``verify --catalog``.
-    """
-    from ragsft_assets.home import releases_dir
-    from ragsft_assets.release.catalog import record_release_digest
-    from ragsft_assets.release.diff import pending_dir, previous_dir
-    from ragsft_assets.release.diff import promote as promote_release
-    from ragsft_assets.release.manifest import root_digest
-    from ragsft_assets.release.verify import verify_release
-
-    target = releases_dir() / key
-    pending = pending_dir(target)
-    if not pending.is_dir():
-        raise click.ClickException(
-            f"no release of {key!r} waits for review at {pending} (a run with RAGSFT_PUBLISH=review builds one)"
-        )
-    report = verify_release(pending)
-    if not report.ok:
-        lines = "\n".join(report.lines())
-        raise click.ClickException(f"{pending} does not verify, not promoted:\n{lines}")
-    had = (target / "README.md").is_file()
-    promote_release(target)
-    digest = root_digest(target)
-    record_release_digest(target, key, digest, "promote")
-    kept = f"; the release it replaced is kept at {previous_dir(target)}" if had else ""
-    click.echo(f"promoted {key}: {target} (root digest {digest}){kept}")
 
 
 @click.group("release")
