@@ -342,3 +342,33 @@ def test_funnel_is_a_table_in_the_metadata() -> None:
         ("kept", 116),
     ]
     assert "| too_short | 5 |" in md["funnel"].value  # the markdown stays for what reads it
+
+
+def test_card_of_a_corpus_only_release_names_no_skipped_config_twice(tmp_path: Path) -> None:
+    """The recipes section lists only shipped configs, the notes say each skipped config once, the
+    card links nowhere it cannot, and the corpus funnel counts every shipped abstract as kept."""
+    from ragsft_assets import recipes
+    from ragsft_assets.multihop.card_section import release_sections
+    from ragsft_assets.multihop.recipes import RECIPES
+    from ragsft_assets.release import build
+    from ragsft_assets.resources.store import ArtifactStore
+    from ragsft_assets_tests.release_fixtures import PARTITION as WORLD
+    from ragsft_assets_tests.release_fixtures import write_world
+
+    store = ArtifactStore(home=str(tmp_path))
+    write_world(store)
+    # a recipe record for a shipped config (default) and one for a config this release skips
+    recipes.write_record(store.root / WORLD / "multihop_questions", recipes.record(RECIPES["default"]))
+    recipes.write_record(store.root / WORLD / "language_judge", recipes.record(RECIPES["filtered_qwen_v2"]))
+    folder = tmp_path / "releases" / WORLD
+    build.build_release(store.root, WORLD, folder)
+    body, _ = build.write_card(folder, WORLD, sections=release_sections(store.root, WORLD, folder))
+    recipe_part = body.split("### Recipes", 1)[1].split("##", 1)[0]
+    assert "`default`" in recipe_part and "filtered_qwen_v2" not in recipe_part
+    assert "https://github.com/)" not in body
+    notes = [line for line in body.split("Notes:", 1)[1].split("##", 1)[0].splitlines() if line]
+    assert notes == [
+        "- configs skipped, their asset is not materialized: `filtered` (multihop_filtered), `filtered_qwen`"
+        " (multihop_filtered_qwen), `filtered_qwen_v2` (multihop_filtered_qwen_v2), `corpus_filtered_qwen_v2`"
+        " (corpus_filtered_qwen_v2)"
+    ]
