@@ -630,7 +630,7 @@ class OpenAIBackend:
                     fleet.pushback(u, epoch, wait_s, now)
                     last = f"HTTP {status} from {u.shown}"
                 elif status and status not in RETRY_STATUS and status < 500:
-                    u.fails = 0  # it answered: the request is wrong, not the server
+                    u.fails, u.failing_since = 0, None  # it answered: the request is wrong, not the server
                     text = mask_text(content[:300].decode("utf-8", "replace"))
                     raise Refused(f"HTTP {status} from {u.shown}: {text}")
                 elif status:
