@@ -113,3 +113,17 @@ def test_the_share_is_a_setting(tmp_path: Path) -> None:
     strict = ChatClient(_Failing({"q1"}), LLMCache(tmp_path / "b"), max_error_share=0.0)
     with pytest.raises(TransportErrors):
         strict.chat(_convs(names), SamplingParams())
+
+
+class _Leaky(_Failing):
+    """A backend (any: a registered kind, a custom one) whose error quotes a URL with credentials."""
+
+    def generate(self, requests: Sequence[Request], on_result: OnResult) -> None:
+        for i, _ in enumerate(requests):
+            on_result(i, Completion(error="ConnectionError: http://user:PASS1@h/v1?api_key=KEY1 refused"))
+
+
+def test_the_client_masks_every_backends_error_text(tmp_path: Path) -> None:
+    client = ChatClient(_Leaky(set()), LLMCache(tmp_path), max_error_share=1.0)
+    batch = client.chat(_convs(["q"]), SamplingParams())
+    assert batch.results[0].error == "ConnectionError: http://***@h/v1?api_key=*** refused"

@@ -53,6 +53,7 @@ from ragsft_assets.llm.types import (
     Message,
     SamplingParams,
 )
+from ragsft_assets.masking import mask_text
 from ragsft_assets.recipes import MAX_TRANSPORT_ERROR_SHARE
 
 _log = logging.getLogger(__name__)
@@ -354,7 +355,8 @@ class ChatClient:
                             text="",
                             status=STATUS_ERROR,
                             cache_key=key,
-                            error=completion.error,
+                            # masked again here, whatever the backend: it reaches Parquet and the ledger
+                            error=mask_text(completion.error),
                             reason="error",
                         )
                         stats.errors += 1
