@@ -52,7 +52,9 @@ def _monitor(context) -> None:  # noqa: ANN001 - a WorkspaceProcessContext
         assert error is None, error
 
 
-def test_monitoring_fails_a_killed_daemon_launched_run_and_frees_its_slot(tmp_path: Path) -> None:
+def test_monitoring_fails_a_killed_daemon_launched_run_and_frees_its_slot(
+    tmp_path: Path, monkeypatch
+) -> None:
     assert not dg.DefaultRunLauncher().supports_check_run_worker_health  # dagster's own cannot see them
     marker = tmp_path / "holding"
     with dg.DagsterInstance.from_config(str(_instance_yaml(tmp_path))) as instance:
@@ -83,6 +85,15 @@ def test_monitoring_fails_a_killed_daemon_launched_run_and_frees_its_slot(tmp_pa
 
             _monitor(context)  # a live worker is left alone
             assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+            assert instance.get_run_by_id(run.run_id).tags.get(hygiene.TAG_WORKER_TICKS)
+
+            # The wall clock stepped 30 s forward (NTP, a resumed VM): psutil's create_time moves
+            # with the boot time, the worker's start in ticks since boot does not. Still alive.
+            real_create_time = hygiene._create_time
+            monkeypatch.setattr(hygiene, "_create_time", lambda pid: (real_create_time(pid) or 0) + 30.0)
+            _monitor(context)
+            assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.STARTED
+            monkeypatch.setattr(hygiene, "_create_time", real_create_time)
 
             worker = psutil.Process(_worker_pid(instance, run.run_id))
             server = worker.parent()  # the code server that spawned it: killed too, so nobody notices

@@ -45,6 +45,8 @@ TAG_PID_START = "ragsft/pid_start"  # process create time: a pid reused by anoth
 # The start in clock ticks since boot (/proc/PID/stat field 22), what liveness compares: the create
 # time above is ticks plus the current boot time, which moves when the wall clock is stepped.
 TAG_PID_TICKS = "ragsft/pid_start_ticks"
+# The start ticks of a code-server-launched worker, recorded the first time monitoring sees it alive.
+TAG_WORKER_TICKS = "ragsft/worker_start_ticks"
 # Where the pid means something: two containers with one host name (``--network host``) and their
 # own pid namespaces, or a host after a reboot, see other processes behind the same pid.
 TAG_BOOT_ID = "ragsft/boot_id"
@@ -543,11 +545,21 @@ def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[boo
     if not pid_text.isdigit():
         return None, "the worker's start event holds no pid"
     pid = int(pid_text)
+    # Once seen alive, the worker is known by its start in ticks since boot (kept as a run tag):
+    # a wall-clock comparison would fail a live worker after the clock is stepped forward (NTP, a
+    # resumed VM), since psutil's create_time moves with the boot time.
+    recorded = run.tags.get(TAG_WORKER_TICKS)
+    ticks = start_ticks(pid)
+    if recorded is not None and ticks is not None:
+        alive = process_alive(pid) and str(ticks) == recorded
+        return alive, f"run worker pid {pid} on {this_host()} (start {recorded} ticks since boot)"
     try:
         created = _create_time(pid)
     except psutil.AccessDenied:  # it exists, someone else's: alive, never failed on a guess
         return True, f"run worker pid {pid} on {this_host()} exists (not inspectable)"
     alive = process_alive(pid) and created is not None and created <= event.timestamp + 1.0
+    if alive and ticks is not None:
+        instance.add_run_tags(run.run_id, {TAG_WORKER_TICKS: str(ticks)})
     return alive, f"run worker pid {pid} on {this_host()} (its start event)"
 
 
