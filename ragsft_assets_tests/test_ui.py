@@ -6,7 +6,8 @@ whole group is ended), against a temporary DAGSTER_HOME and RAGSFT_HOME. Adds th
 with ``ragsft snapshots add sample.fr --sample``, launches ``corpus_job`` on it through GraphQL (the
 run goes through the run queue and the daemon), checks asset nodes, partitions and the latest
 materialization metadata through GraphQL, then loads the asset graph page in headless Chromium,
-saves a screenshot under ``$RAGSFT_CI_ARTIFACTS`` (default ``./ci_artifacts/``) and checks the DOM.
+saves a screenshot under ``$RAGSFT_CI_ARTIFACTS`` (default ``./ci_artifacts/``) and checks the DOM,
+and saves screenshots of an asset's page and of the run's page (docs/ui.md shows the three).
 """
 
 from __future__ import annotations
@@ -245,11 +246,41 @@ def test_ui_corpus_run_graphql_and_chromium(tmp_path: Path) -> None:
             assert entries["dagster/row_count"]["intValue"] > 0
             assert "dagster/column_schema" in entries
             assert any(e["__typename"] == "MarkdownMetadataEntry" for e in entries.values())
+            # the funnel shows as a table in place, not only behind "[Show Markdown]"
+            assert entries["funnel_table"]["__typename"] == "TableMetadataEntry", sorted(entries)
 
         _check_asset_graph_page(server.url, tmp_path)
+        # the pages docs/ui.md shows: an asset's page (its metadata) and the run's page (its events)
+        page = f"{server.url}/assets/abstracts?view=partitions&partition={PARTITION}"
+        _screenshot(page, tmp_path, "ui_asset_page.png", height=1900)
+        _screenshot(f"{server.url}/runs/{run_id}", tmp_path, "ui_run_page.png")
     finally:
         server.stop()
     assert server.proc.poll() is not None
+
+
+def _screenshot(page: str, tmp_path: Path, name: str, height: int = 1000) -> Path:
+    """A headless Chromium screenshot of ``page`` in the artifacts folder (docs/ui.md shows them)."""
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("chromium is not installed: no screenshot")
+    shot = _artifacts_dir() / name
+    subprocess.run(
+        [
+            chromium,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            f"--window-size=1600,{height}",
+            "--virtual-time-budget=30000",
+            f"--screenshot={shot}",
+            page,
+        ],
+        capture_output=True,
+        timeout=180,
+        start_new_session=True,
+    )
+    assert shot.is_file() and shot.stat().st_size > 10_000, f"no screenshot of {page}"
+    return shot
 
 
 def _check_asset_graph_page(url: str, tmp_path: Path) -> None:
