@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from ragsft_assets.masking import mask_url
 from ragsft_assets.recall import registry
 
 
@@ -45,7 +46,9 @@ def add(key: str, model: str, backend: str | None, base_urls: str) -> None:
     urls = [u.strip() for u in base_urls.split(",") if u.strip()]
     if backend is None:
         backend, default_urls = registry.default_backend()
-        urls = urls or default_urls
+        if not urls and not any(registry.has_credentials(u) for u in default_urls):
+            urls = default_urls
+        # else: the role's URLs hold a secret; the entry keeps none and they are read at run time
     try:
         new = registry.add(key, registry.BaseModelEntry(model=model, backend=backend, base_urls=urls))
     except ValueError as exc:
@@ -65,4 +68,7 @@ def list_() -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     for key, e in entries.items():
-        click.echo(f"{key}\t{e.model}\t{e.backend}\t{','.join(e.base_urls)}")
+        urls = ",".join(mask_url(u) for u in e.base_urls)
+        if not urls and e.backend == "openai":
+            urls = "(RAGSFT_BASE_MODEL_BASE_URLS)"
+        click.echo(f"{key}\t{e.model}\t{e.backend}\t{urls}")

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from ragsft_assets.home import ragsft_home
+from ragsft_assets.masking import mask_url
 
 REGISTRY_FILE = "base_models.json"
 PARTITIONS_NAME = "base_model"
@@ -41,6 +42,11 @@ def default_backend() -> tuple[str, list[str]]:
 
 def registry_path(home: Path | None = None) -> Path:
     return (home or ragsft_home()) / REGISTRY_FILE
+
+
+def has_credentials(url: str) -> bool:
+    """Whether ``url`` carries a secret (user:password, an API key in its query, a hook path)."""
+    return mask_url(url) != url
 
 
 def check_key(key: str) -> str:
@@ -75,8 +81,15 @@ def add(key: str, entry: BaseModelEntry, home: Path | None = None) -> bool:
         raise ValueError(f"backend {entry.backend!r}: expected one of {', '.join(BACKENDS)}")
     if not entry.model.strip():
         raise ValueError("--model must name a model (an HF id or a local path)")
-    if entry.backend == "openai" and not entry.base_urls:
-        raise ValueError("backend openai needs --base-urls")
+    secret = [mask_url(u) for u in entry.base_urls if has_credentials(u)]
+    if secret:
+        # The registry is a plain file in the home: it never holds a secret.
+        raise ValueError(
+            f"base URL {secret[0]} carries credentials, which the registry (a plain file) never "
+            "stores: put the URLs in RAGSFT_BASE_MODEL_BASE_URLS and register without --base-urls"
+        )
+    if entry.backend == "openai" and not entry.base_urls and not default_backend()[1]:
+        raise ValueError("backend openai needs --base-urls (or RAGSFT_BASE_MODEL_BASE_URLS)")
     entries = load(home)
     new = key not in entries
     entries[key] = entry
@@ -106,5 +119,7 @@ def resource_for_key(default: Any, key: str, home: Path | None = None) -> Any:
     if entry is None:
         return default
     fields = {name: getattr(default, name) for name in type(default).model_fields}
-    fields.update(model=entry.model, backend=entry.backend, base_urls=list(entry.base_urls))
+    fields.update(model=entry.model, backend=entry.backend)
+    if entry.base_urls:  # none registered: the role's own (RAGSFT_BASE_MODEL_BASE_URLS, maybe secret)
+        fields.update(base_urls=list(entry.base_urls))
     return type(default)(**fields)
