@@ -372,3 +372,34 @@ def test_card_of_a_corpus_only_release_names_no_skipped_config_twice(tmp_path: P
         " (multihop_filtered_qwen), `filtered_qwen_v2` (multihop_filtered_qwen_v2), `corpus_filtered_qwen_v2`"
         " (corpus_filtered_qwen_v2)"
     ]
+
+
+def test_each_stage_shows_the_recipe_fields_it_reads_beside_the_cards() -> None:
+    import dataclasses
+
+    from ragsft_assets import recipes
+    from ragsft_assets.definitions import defs
+    from ragsft_assets.multihop.recipes import RECIPES, MultihopRecipe
+    from ragsft_assets.multihop.stage_fields import STAGE_FIELDS, stage_field_rows
+
+    fields = {f.name for f in dataclasses.fields(MultihopRecipe)}
+    assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    for stage, names in STAGE_FIELDS.items():
+        assert stage in assets, f"{stage}: no such asset"
+        assert set(names) <= fields, f"{stage}: {set(names) - fields} are not recipe fields"
+    changed = dataclasses.replace(RECIPES["default"], answer_max_words=12)
+    rows = stage_field_rows("question_checks", recipes.record(changed))
+    assert rows == [
+        {"field": "answer_max_words", "value": 12, "card": 10, "as_card": False},
+        {"field": "answer_max_chars", "value": 70, "card": 70, "as_card": True},
+    ]
+    assert (
+        len(stage_field_rows("a_stage_not_listed", recipes.record(changed))) == len(fields) - 1
+    )  # all but name
+    from ragsft_assets.defs.multihop.common import recipe_fields_table
+
+    table = recipe_fields_table("question_checks", recipes.record(changed))  # what the asset's page shows
+    assert [(r.data["field"], r.data["value"], r.data["card"], r.data["as_card"]) for r in table.records] == [
+        ("answer_max_words", "12", "10", False),
+        ("answer_max_chars", "70", "70", True),
+    ]

@@ -4,6 +4,7 @@ No ``from __future__ import annotations``: Dagster resolves config and resource 
 decoration time.
 """
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from ragsft_assets.ledger import Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import recipes as mh_recipes
+from ragsft_assets.multihop.stage_fields import stage_field_rows
 from ragsft_assets.resources.store import ArtifactStore
 
 GROUP = "multihop"
@@ -57,7 +59,31 @@ def recipe_metadata(
     """Write the recipe record beside the asset's files and return it as the ``recipe`` metadata."""
     rec = recipes.record(recipe)
     recipes.write_record(store.root / partition / asset, rec)
-    return {"recipe": dg.MetadataValue.json(rec), "recipe_card": recipes.card_sentence(rec)}
+    return {
+        # first: the fields this stage reads, each beside the card's value (the record has them all)
+        "recipe_fields": recipe_fields_table(asset, rec),
+        "recipe": dg.MetadataValue.json(rec),
+        "recipe_card": recipes.card_sentence(rec),
+    }
+
+
+RECIPE_FIELDS_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("field", "string"),
+        dg.TableColumn("value", "string", description="what this run used"),
+        dg.TableColumn("card", "string", description="the card's value"),
+        dg.TableColumn("as_card", "bool", description="whether the run used the card's value"),
+    ]
+)
+
+
+def recipe_fields_table(asset: str, rec: dict[str, Any]) -> dg.TableMetadataValue:
+    """The recipe fields ``asset`` reads (``multihop.stage_fields``) as a table value."""
+    rows = [
+        dg.TableRecord({**r, "value": json.dumps(r["value"]), "card": json.dumps(r["card"])})
+        for r in stage_field_rows(asset, rec)
+    ]
+    return dg.MetadataValue.table(rows, schema=RECIPE_FIELDS_SCHEMA)
 
 
 def write_ledger(
