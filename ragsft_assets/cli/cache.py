@@ -50,7 +50,9 @@ def stats(cache_dir: str | None) -> None:
     from ragsft_assets.llm.cache import DB_NAME
 
     folder = Path(cache_dir) if cache_dir else llm_cache_dir()
-    if not (folder / DB_NAME).exists():  # a fresh home: no model call made yet, nothing is wrong
+    # The home's cache on a fresh home: no model call made yet, nothing is wrong. A --cache-dir
+    # without a cache is a wrong folder, which _open reports.
+    if cache_dir is None and not (folder / DB_NAME).exists():
         click.echo(f"the LLM cache is empty: no call cached yet at {folder} ({describe_home()})")
         click.echo("total entries: 0")
         return
