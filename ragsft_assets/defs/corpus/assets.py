@@ -41,7 +41,8 @@ GROUP = "corpus"
 PRODUCT = "corpus"
 # Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
 # v2: sentence splitting (etc., art/col/vol/cap before an opener) and the month-year / index-page filters.
-ABSTRACTS_VERSION = "abstracts-v2"
+# v3: the ledger names a dropped record whose title's id is also kept `<id>~<reason>` (corpus.ledgers).
+ABSTRACTS_VERSION = "abstracts-v3"
 SNAPSHOT_FILES_VERSION = "snapshot_files-v1"
 # v2: the over-cited cap counts in-degree over the whole corpus, not within one split.
 LINK_GRAPH_VERSION = "link_graph-v2"
