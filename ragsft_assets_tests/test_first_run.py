@@ -38,6 +38,7 @@ def test_stage_lines_say_what_each_number_counts() -> None:
     lines.step_ended("question_checks", True, 12.4)
     lines.step_started("question_checks_ids_unique", 0.0)  # an asset check's step: no line of its own
     lines.check_failed("question_checks_ids_unique", "ids_unique", "question_checks", "ERROR", PART)
+    lines.check_failed("question_checks_ids_unique", "not_empty", "question_checks", "WARN", PART)
     lines.step_ended("question_checks_ids_unique", True, 0.1)
     lines.step_started("release", 0.0)
     lines.materialized("release", "release", 116)
@@ -49,7 +50,10 @@ def test_stage_lines_say_what_each_number_counts() -> None:
         "    boom",
     ]
     assert lines.failed == ["release"]
-    assert lines.warning_lines() == ["  question_checks: 1 warning(s), first: one thing worth a look"]
+    assert lines.warning_lines() == [
+        "  question_checks: 1 warning(s), first: one thing worth a look",
+        "  question_checks: 1 check(s) warn: not_empty",  # a WARN check: named once, at the end
+    ]
 
 
 def test_live_line_shows_calls_and_eta_on_a_terminal() -> None:

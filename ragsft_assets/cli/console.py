@@ -101,6 +101,7 @@ class StageLines:
     warnings: Counter = field(default_factory=Counter)
     first_warning: dict[str, str] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
+    warned_checks: dict[str, list[str]] = field(default_factory=dict)  # asset -> checks that warned
     done: int = 0
 
     def step_started(self, step: str, at: float) -> None:
@@ -126,6 +127,11 @@ class StageLines:
         stage.rows[asset] = rows
 
     def check_failed(self, step: str, check: str, asset: str, severity: str, partition: str | None) -> None:
+        """A failed ERROR check is printed at once (it blocks what follows); a WARN one is named
+        with the others of its asset at the end."""
+        if severity == "WARN":
+            self.warned_checks.setdefault(asset, []).append(check)
+            return
         where = f" [{partition}]" if partition else ""
         self._clear_live()
         self.echo(f"  ! check {check} on {asset}{where} failed ({severity})")
@@ -154,10 +160,15 @@ class StageLines:
 
     def warning_lines(self) -> list[str]:
         """One line per stage that logged warnings: how many and the first one."""
-        return [
+        lines = [
             f"  {step}: {n} warning(s), first: {self.first_warning.get(step, '')}"
             for step, n in sorted(self.warnings.items())
         ]
+        lines += [
+            f"  {asset}: {len(checks)} check(s) warn: {', '.join(checks)}"
+            for asset, checks in sorted(self.warned_checks.items())
+        ]
+        return lines
 
     def _live(self, stage: _Stage) -> None:
         if not self.live:
