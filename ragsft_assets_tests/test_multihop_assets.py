@@ -447,9 +447,13 @@ def test_rerun_is_byte_identical(run, tmp_path):
             assert a.read_bytes() == b.read_bytes(), a
 
 
-def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
-    store = ArtifactStore(home=str(tmp_path))
+def _unreadable_run(home: Path, snapshot_settings: dict | None = None):
+    store = ArtifactStore(home=str(home))
     write_corpus(store)
+    if snapshot_settings is not None:
+        folder = home / "snapshots" / PARTITION
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "snapshot.json").write_bytes(orjson.dumps(snapshot_settings))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [PARTITION])
     garbage = ScriptedChatModel(lambda m: "<think>hmm")  # unclosed think block: empty answer
@@ -457,7 +461,7 @@ def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
         [*multihop_assets, *[dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]],
         resources={
             "store": store,
-            "snapshots": SnapshotSource(home=str(tmp_path)),
+            "snapshots": SnapshotSource(home=str(home)),
             "generator": garbage,
             "judge": garbage,
             "annotator": garbage,
@@ -465,12 +469,38 @@ def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
         partition_key=PARTITION,
         instance=instance,
         selection=[a.key for a in multihop_assets],
+        raise_on_error=False,
     )
-    assert result.success
+    checks = [c for c in result.get_asset_check_evaluations() if c.asset_key.path[-1] == "multihop_questions"]
+    return result, store, checks
+
+
+def test_all_unreadable_models_record_verdicts_not_crash(tmp_path):
+    """Every reply unreadable: recorded verdicts, no crash, and no question released from 39 draft
+    slots. Empty data is no pass: the five blocking invariant checks fail and say why."""
+    result, store, checks = _unreadable_run(tmp_path)
     funnel = _metadata(result, "multihop_questions")["funnel_json"]
     assert funnel["generation unreadable"] == 39 and funnel["judged"] == 0 and funnel["kept"] == 0
     ledger = store.read(PARTITION, "_ledger", "question_drafts")
     assert set(ledger["verdict"].to_pylist()) == {"unreadable"}
+    assert len(checks) == 5 and not any(c.passed for c in checks)
+    assert {c.severity for c in checks} == {dg.AssetCheckSeverity.ERROR}
+    for c in checks:
+        md = {k: v.value for k, v in c.metadata.items()}
+        assert md["questions"] == 0 and md["inputs"] == 39 and md["allow_empty_output"] is False
+        assert md["empty_output"].startswith("multihop_questions produced no row from 39 draft slots")
+        assert "not allowed" in c.description
+    assert not result.success  # the blocking checks stop the run: nothing downstream of no data
+
+
+def test_empty_output_warns_where_the_snapshot_allows_it(tmp_path):
+    """The demo's case: snapshot.json's allow_empty_output turns the empty release into warnings
+    (WARN), which say so, and the run goes on."""
+    result, _, checks = _unreadable_run(tmp_path, {"allow_empty_output": True})
+    assert len(checks) == 5 and not any(c.passed for c in checks)
+    assert {c.severity for c in checks} == {dg.AssetCheckSeverity.WARN}
+    assert all("allowed by allow_empty_output" in c.description for c in checks)
+    assert result.success
 
 
 def test_cascade_order_and_judge_limit_from_config(tmp_path):
@@ -918,3 +948,34 @@ def test_card_shows_the_cards_funnel_rows_v2_corpus_roles_and_recipes(run, tmp_p
     for config in ("corpus", "corpus_filtered_qwen_v2"):
         for f in sorted((folder / config).glob("*.parquet")):
             assert pq.read_schema(f).names == ["id", "title", "text", "sentences", "qid"]
+
+
+def test_a_stage_override_reaches_its_checks_and_the_card(tmp_path):
+    """Overrides on `distractors` alone: the questions' contexts hold 2 + 5 paragraphs, which the
+    blocking context_size check reads from the distractors stage's recipe (not its own 2 + 8), and
+    the dataset card reads every asset that made `default`: not "as the card"."""
+    from ragsft_assets.multihop.card_section import release_sections
+    from ragsft_assets.release.build import build_release, write_card
+
+    overrides = {"max_per_bridge": 3, "distractors_k": 5}
+    result, store, _, _ = materialize(
+        tmp_path / "home", {"ops": {"distractors": {"config": {"overrides": overrides}}}}
+    )
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert result.success and checks["context_size"].passed
+    assert checks["context_size"].metadata["context_size"].value == 7
+    rows = store.read(PARTITION, "multihop_questions").to_pylist()
+    assert rows and all(len(r["context"]["title"]) == 7 for r in rows)
+    audit = {r["measure"]: r for r in store.read(PARTITION, "multihop_audit").to_pylist()}
+    assert audit["invariant:context_size"]["ok"]
+    folder = tmp_path / "release"
+    build_release(store.root, PARTITION, folder)
+    body, _ = write_card(folder, PARTITION, sections=release_sections(store.root, PARTITION, folder))
+    line = next(x for x in body.splitlines() if x.startswith("- `default`: "))
+    assert "as the card" not in line, line
+    assert "`max_per_bridge` 3 (card: 2) in distractors" in line
+    assert "`distractors_k` 5 (card: 8) in distractors" in line
+    # the filtered configs are built on default's questions: the same differences show there
+    assert "`max_per_bridge` 3 (card: 2) in distractors" in next(
+        x for x in body.splitlines() if x.startswith("- `filtered_qwen_v2`: ")
+    )

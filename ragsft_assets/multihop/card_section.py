@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ragsft_assets import recipes
+from ragsft_assets.multihop.config_recipes import config_sentence
 from ragsft_assets.multihop.funnel import build_funnel, card_rows
 from ragsft_assets.multihop.recipes import CORPUS_V2, FILTERED_QWEN_V2, RECIPES
 from ragsft_assets.storage import SPLITS, asset_files
@@ -95,13 +96,14 @@ def corpus_lines(folder: Path, files: Mapping[str, Mapping[str, str]], names: Ma
 
 
 def recipe_lines(assets_root: Path, partition: str, names: Mapping[str, str]) -> list[str]:
-    """One line per multihop config whose asset recorded a recipe: "as the card" or the differences."""
+    """One line per multihop config whose assets recorded a recipe: "as the card" or the differences
+    of every asset that made it (``config_recipes``)."""
     records = recipes.read_records(assets_root / partition)
     lines = []
-    for config, asset in RECORD_ASSET.items():
-        rec = records.get(asset)
-        if rec is not None and config in names:
-            lines.append(f"- `{names[config]}`: {recipes.card_sentence(rec)}")
+    for config in RECORD_ASSET:
+        sentence = config_sentence(records, config)
+        if sentence is not None and config in names:
+            lines.append(f"- `{names[config]}`: {sentence}")
     return ["### Recipes", "", *lines, ""] if lines else []
 
 

@@ -44,6 +44,11 @@ class MultihopRecipe:
     """Every value the HotpotQA-fr card fixes for one configuration (defaults: the card's)."""
 
     name: str
+    # -- the draw
+    # the card: "Il reste 1 778 280 arêtes, dont 200 000 paires ont été tirées pour ce jeu."
+    # bridge_pairs draws this many (fewer when the graph has fewer) and question_drafts takes them
+    # all; a snapshot's snapshot.json ``max_pairs`` (the sample's quick demo) or a run config caps it
+    pairs_drawn: int = 200_000
     # -- generation
     # the card: "La génération utilise Mistral-Small-3.2-24B-Instruct-2506-FP8, avec trois questions
     # demandées par paire."
@@ -85,6 +90,10 @@ class MultihopRecipe:
     ablation_role: str = "judge"
     # derived: "Appels de juge 590 596" / "Jugées 281 119" = 2.10 (the reference a run is shown beside)
     card_judge_calls_per_judged: float = 2.10
+    # ours: the card's production released 65,565 questions; one that released none from its drafts
+    # failed somewhere, so the blocking checks fail on it. True turns that into a warning (a quick
+    # demo on a tiny model; the sample snapshot's snapshot.json sets it the same way)
+    allow_empty_output: bool = False
     # -- audit
     # the card: "pour un seuil d'acceptation fixé à 0,62 avant la production"
     surface_auc_bar: float = 0.62
@@ -146,7 +155,13 @@ class MultihopRecipe:
         unknown = sorted(set(self.filters) - set(FILTERS))
         if unknown:
             raise ValueError(f"recipe {self.name!r}: unknown filters {unknown}; filters: {FILTERS}")
-        for field in ("drafts_per_pair", "answer_max_words", "answer_max_chars", "distractors_k"):
+        for field in (
+            "pairs_drawn",
+            "drafts_per_pair",
+            "answer_max_words",
+            "answer_max_chars",
+            "distractors_k",
+        ):
             if getattr(self, field) < 1:
                 raise ValueError(f"recipe {self.name!r}: {field} must be at least 1")
         if self.max_per_bridge < 1 or self.max_per_source < 1:
@@ -224,3 +239,9 @@ def resolve(asset: str, name: str | None, overrides: dict | None = None) -> Mult
     if not isinstance(recipe, MultihopRecipe):
         raise ValueError(f"recipe {recipe.name!r} is not a multihop recipe: one of {recipes.names(FAMILY)}")
     return recipe
+
+
+def default_pairs_drawn() -> int:
+    """How many pairs ``bridge_pairs`` draws when neither the run nor the snapshot says: the
+    ``default`` recipe's ``pairs_drawn`` (the card's 200,000)."""
+    return RECIPES[DEFAULT].pairs_drawn

@@ -34,6 +34,7 @@ from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
+from ragsft_assets.multihop.recipes import default_pairs_drawn
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
@@ -72,7 +73,8 @@ class LinkGraphAssetConfig(dg.Config):
 
 
 class BridgePairsAssetConfig(dg.Config):
-    """Seed and number of pairs drawn (``max_pairs`` 0 = snapshot.json's value, else every pair)."""
+    """Seed and number of pairs drawn (``max_pairs`` 0 = snapshot.json's value, else the recipe's
+    ``pairs_drawn``: the card's 200,000, or every pair when fewer exist)."""
 
     seed: int = DEFAULT_SEED
     max_pairs: int = 0
@@ -313,7 +315,9 @@ def bridge_pairs(
     started = time.perf_counter()
     key = context.partition_key
     graph = store.read(key, "link_graph")
-    max_pairs = config.max_pairs or snapshots.config(key).get("max_pairs") or None
+    # the card's draw ("200 000 paires ont été tirées", the recipe's pairs_drawn) unless the run
+    # config or the snapshot's snapshot.json (the sample's quick demo) sets another; capped at what exists
+    max_pairs = config.max_pairs or snapshots.config(key).get("max_pairs") or default_pairs_drawn()
     table, funnel, not_drawn = draw_bridge_pairs(
         graph, BridgePairsConfig(seed=config.seed, max_pairs=max_pairs)
     )

@@ -13,6 +13,7 @@ from typing import Any
 import dagster as dg
 import pyarrow as pa
 
+from ragsft_assets import recipes
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
 from ragsft_assets.defs.multihop.common import (
@@ -26,10 +27,19 @@ from ragsft_assets.defs.multihop.common import (
 from ragsft_assets.ids import DEFAULT_SEED, item_uniform
 from ragsft_assets.ledger import Decision
 from ragsft_assets.llm.types import ChatModel
-from ragsft_assets.multihop import ablations, audit, caps, distractors, generation, hotpot_format
+from ragsft_assets.multihop import (
+    ablations,
+    audit,
+    caps,
+    config_recipes,
+    distractors,
+    generation,
+    hotpot_format,
+)
 from ragsft_assets.multihop import question_checks as checks_logic
 from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
 from ragsft_assets.prompts import load_prompt, templates_version
+from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -38,9 +48,10 @@ class MultihopConfig(RecipeConfig):
     (``default`` unless ``recipe`` names another; ``overrides`` changes fields of it)."""
 
     seed: int = DEFAULT_SEED
-    # the first N pairs of bridge_pairs' seeded bridge-first order; None: every pair. 24 keeps the
-    # default sample run within minutes on the embedded model
-    max_pairs: int | None = 24
+    # the first N pairs of bridge_pairs' seeded bridge-first order; None: every pair bridge_pairs
+    # drew (its draw is the recipe's ``pairs_drawn``, the card's 200,000, or a snapshot.json's
+    # ``max_pairs``: the sample's quick demo). A quick run sets N here, never as a default
+    max_pairs: int | None = None
     max_judged: int | None = None  # per-stage limit on questions sent to the judge; None: no limit
     # search processes for distractors (forkserver, never fork); None: min(2, CPUs this process may
     # use), the pool `ragsft bench distractors` times; the hits are the same for any value
@@ -71,13 +82,15 @@ def question_drafts(
     context: Context, config: MultihopConfig, store: ArtifactStore, generator: Model
 ) -> Result:
     """Bridge-question drafts written by the generator, several per (source a, bridge b) pair, for
-    the first ``max_pairs`` pairs of bridge_pairs' seeded bridge-first order (no new draw)."""
+    every pair bridge_pairs drew (at most the recipe's ``pairs_drawn``; ``max_pairs`` takes the
+    first N of its seeded bridge-first order, no new draw)."""
     partition = context.partition_key
     started = time.monotonic()
     recipe = config.resolved("question_drafts")
     by_id = docs(store, partition)
     pairs_table = store.read(partition, "bridge_pairs")
-    pairs, missing = generation.first_pairs(pairs_table, by_id, config.max_pairs)
+    limit = config.max_pairs if config.max_pairs is not None else recipe.pairs_drawn
+    pairs, missing = generation.first_pairs(pairs_table, by_id, limit)
     template = load_prompt("multihop_question", language(partition, config.language))
     params = dataclasses.replace(
         generation.GENERATION_PARAMS, seed=config.seed, temperature=recipe.generation_temperature
@@ -116,6 +129,7 @@ def question_drafts(
             "pairs_available": pairs_table.num_rows,
             "pairs_missing_documents": missing,
             "pairs_drawn": len(pairs),
+            "pairs_limit": limit,
             "drafts_by_status": dg.MetadataValue.json(status_counts),
             "wall_s": round(time.monotonic() - started, 3),
             **_llm_metadata(generator, stats, "generator", template),
@@ -279,7 +293,9 @@ def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactS
     deps=["ablation_verdicts", "distractors", "question_checks", "question_drafts", "abstracts"],
     check_specs=invariant_check_specs,
 )
-def multihop_questions(context: Context, config: MultihopConfig, store: ArtifactStore) -> Result:
+def multihop_questions(
+    context: Context, config: MultihopConfig, store: ArtifactStore, snapshots: SnapshotSource
+) -> Result:
     """HotpotQA-format bridge questions (HF layout Parquet + original-layout JSON lines) per split:
     every question that passed the four ablations (the caps ran before the judge)."""
     partition = context.partition_key
@@ -333,7 +349,12 @@ def multihop_questions(context: Context, config: MultihopConfig, store: Artifact
     md["seed"] = config.seed
     md["jsonl"] = dg.MetadataValue.json({s: str(p.with_suffix(".jsonl")) for s, p in sorted(paths.items())})
     md.update(recipe_metadata(store, partition, "multihop_questions", recipe))
-    checks = invariant_check_results(table.to_pylist(), recipe.context_size)
+    # the contexts are the distractors stage's: its recipe's distractors_k, whatever this one's says
+    size = config_recipes.context_size(recipes.read_records(store.root / partition), recipe.context_size)
+    allow_empty = recipe.allow_empty_output or bool(snapshots.config(partition).get("allow_empty_output"))
+    checks = invariant_check_results(
+        table.to_pylist(), size, inputs=drafts_t.num_rows, allow_empty=allow_empty
+    )
     return dg.MaterializeResult(metadata=md, check_results=checks)
 
 
@@ -348,7 +369,8 @@ def multihop_audit(context: Context, config: MultihopConfig, store: ArtifactStor
         else []
     )
     graph = store.read(partition, "link_graph") if store.files(partition, "link_graph") else None
-    inv = audit.check_invariants(rows, recipe.context_size)
+    size = config_recipes.context_size(recipes.read_records(store.root / partition), recipe.context_size)
+    inv = audit.check_invariants(rows, size)
     x, y, groups = audit.paragraph_features(rows, audit.in_degree_map(graph))
     auc, aucs = audit.surface_auc(x, y, groups, repeats=5, seed=config.seed)
     longest, chance = audit.gold_longest_rate(rows)

@@ -5,6 +5,11 @@ yielded by the materialization itself: that works for partitioned assets on ever
 Dagster version (separate partitioned asset checks are still a preview feature).
 A failing check has ERROR severity and is blocking, so nothing downstream of the
 release runs on data that breaks an invariant.
+
+Empty data is no pass: when the production had input (draft slots) and released no question, every
+invariant holds vacuously, so each check fails instead (ERROR, blocking) and says so; where the
+recipe or the snapshot allows empty output (``allow_empty_output``: the sample's quick demo on a
+tiny model, whose questions rarely survive), each warns (WARN, nothing blocked) and says which.
 """
 
 from collections.abc import Mapping, Sequence
@@ -15,8 +20,13 @@ import dagster as dg
 from ragsft_assets.multihop import audit
 
 ASSET = "multihop_questions"
+EMPTY = (
+    " With no question released from a production that had drafts, it fails (ERROR), or warns where "
+    "the recipe or snapshot.json allows empty output (allow_empty_output)."
+)
 DESCRIPTIONS = {
-    "context_size": "Every context holds 10 paragraphs (2 golds + 8 distractors).",
+    "context_size": "Every context holds 2 golds + the distractors stage's distractors_k paragraphs "
+    "(the card: 2 + 8 = 10).",
     "no_duplicate_document": "No document appears twice in one context.",
     "golds_present": "Both gold documents are in the context and every supporting sentence exists.",
     "answer_in_no_distractor": "The answer occurs in no distractor paragraph (normalized match).",
@@ -24,22 +34,56 @@ DESCRIPTIONS = {
 }
 
 invariant_check_specs = [
-    dg.AssetCheckSpec(name, asset=ASSET, description=DESCRIPTIONS[name], blocking=True)
+    dg.AssetCheckSpec(name, asset=ASSET, description=DESCRIPTIONS[name] + EMPTY, blocking=True)
     for name in audit.INVARIANTS
 ]
 
 
+def empty_output(stage: str, inputs: int, outputs: int, allowed: bool, what: str = "input items") -> str:
+    """Why a check over ``stage``'s output must not pass ("" when it may): the stage had ``inputs``
+    and produced nothing. Says whether the recipe allows it (a warning) or not (a failure)."""
+    if inputs <= 0 or outputs > 0:
+        return ""
+    verdict = (
+        "allowed by allow_empty_output (a warning)"
+        if allowed
+        else "not allowed: see the stage's funnel and ledger for where every candidate was dropped"
+    )
+    return f"{stage} produced no row from {inputs} {what}: {verdict}"
+
+
 def invariant_check_results(
-    rows: Sequence[Mapping[str, Any]], context_size: int = audit.CONTEXT_SIZE
+    rows: Sequence[Mapping[str, Any]],
+    context_size: int = audit.CONTEXT_SIZE,
+    *,
+    inputs: int = 0,
+    allow_empty: bool = False,
 ) -> list[dg.AssetCheckResult]:
-    """One result per invariant over the released rows (HF layout, with ``split``)."""
-    return [
-        dg.AssetCheckResult(
-            asset_key=ASSET,
-            check_name=r.name,
-            passed=r.passed,
-            severity=dg.AssetCheckSeverity.ERROR,
-            metadata={"questions": len(rows), "failures": r.failures, "examples": ", ".join(r.examples)},
+    """One result per invariant over the released rows (HF layout, with ``split``).
+
+    ``inputs`` are the production's draft slots: with some and no row, no invariant passes
+    vacuously: each fails (ERROR), or warns (WARN) when ``allow_empty`` (the recipe's or the
+    snapshot's ``allow_empty_output``), its metadata saying which.
+    """
+    empty = empty_output(ASSET, inputs, len(rows), allow_empty, "draft slots")
+    out = []
+    for r in audit.check_invariants(rows, context_size):
+        md: dict[str, Any] = {
+            "questions": len(rows),
+            "failures": r.failures,
+            "examples": ", ".join(r.examples),
+            "context_size": context_size,
+        }
+        if empty:
+            md.update({"empty_output": empty, "allow_empty_output": allow_empty, "inputs": inputs})
+        out.append(
+            dg.AssetCheckResult(
+                asset_key=ASSET,
+                check_name=r.name,
+                passed=r.passed and not empty,
+                severity=dg.AssetCheckSeverity.WARN if empty and allow_empty else dg.AssetCheckSeverity.ERROR,
+                description=empty or None,
+                metadata=md,
+            )
         )
-        for r in audit.check_invariants(rows, context_size)
-    ]
+    return out
