@@ -62,6 +62,7 @@ def test_live_line_shows_calls_and_eta_on_a_terminal() -> None:
     stream = io.StringIO()
     lines = StageLines(echo=lambda s: None, live=True, stream=stream)
     lines.step_started("question_drafts", 0.0)
+    assert stream.getvalue().endswith("question_drafts            ... running\x1b[K")  # before any call
     lines.log("question_drafts", logging.INFO, "generator: 19/24 calls (79%), 0.5 calls/s, 9 tok/s, ETA 10s")
     assert "question_drafts" in stream.getvalue() and "19/24 calls ETA 10s" in stream.getvalue()
 

@@ -105,7 +105,8 @@ class StageLines:
     done: int = 0
 
     def step_started(self, step: str, at: float) -> None:
-        self.stages[step] = _Stage(step, at)
+        self.stages[step] = stage = _Stage(step, at, progress="running")
+        self._live(stage)  # on a terminal: which stage runs, before its first progress line
 
     def log(self, step: str | None, level: int, message: str) -> None:
         if step is None:
