@@ -82,13 +82,58 @@ def test_wilson_interval() -> None:
     assert fc.wilson(0, 0) == (0.0, 1.0)
 
 
-def test_wall_time_scales_with_the_fleet() -> None:
+def test_wall_time_comes_from_the_measured_throughput() -> None:
+    """An engine whose speed depends on load gains nothing from more slots: the wall time is the
+    sample's throughput (100 requests in 8 LLM seconds), whatever ``slots`` says; Little's law
+    with the slots is only the fast end of the range (``stage_wall_s_low``)."""
     s = fc.StageSample("judge", None, 100, 50, 100, 1000, 100, wall_s=10.0)  # 100 calls at once in 10 s
-    assert fc.stage_wall_s(1000, s, slots=100) == pytest.approx(100.0)  # ten waves of 100
-    assert fc.stage_wall_s(1000, s, slots=1000) == pytest.approx(10.0)
-    # Little's law: 100 calls kept 50 in flight on average for 8 s of a 10 s step: 4 s each
+    assert fc.stage_wall_s(1000, s, slots=100) == pytest.approx(100.0)
+    assert fc.stage_wall_s(1000, s, slots=1000) == pytest.approx(100.0)  # not 10 s: no free speed-up
+    assert fc.stage_wall_s_low(1000, s, slots=1000) == pytest.approx(10.0)
+    # 100 calls kept 50 in flight on average for 8 s of a 10 s step: 4 s each by Little's law
     s = fc.StageSample("judge", None, 100, 50, 100, 1000, 100, wall_s=10.0, llm_wall_s=8.0, request_s=400.0)
-    assert fc.stage_wall_s(1000, s, slots=200) == pytest.approx(1000 * 4.0 / 200 + 2.0 * 10)
+    assert fc.stage_wall_s(1000, s, slots=256) == pytest.approx(1000 * 8.0 / 100 + 2.0 * 10)
+    assert fc.stage_wall_s_low(1000, s, slots=200) == pytest.approx(1000 * 4.0 / 200 + 2.0 * 10)
+    # the issue's case: a 6-draft sample took 5 min 41 s on the embedded engine; 189 drafts at that
+    # throughput take about half an hour, not Little's law's 5.7 min over 256 slots
+    drafts = fc.StageSample("question_drafts", None, 6, 6, 6, 600, 600, wall_s=341.0, llm_wall_s=341.0)
+    assert fc.stage_wall_s(189, drafts, slots=256) == pytest.approx(189 * 341.0 / 6)
+    plan = fc.forecast([drafts], sample_items=6, input_items=189, fleet=fc.Fleet(slots=256))
+    assert plan.total["wall_s"] == pytest.approx(189 * 341.0 / 6)
+    assert plan.total["wall_s_low"] <= plan.total["wall_s"]
+
+
+def test_cache_hits_are_counted_not_extrapolated() -> None:
+    """The sample's share of cached requests says nothing of the rest of the partition: a sample of
+    7 pairs that were all cached (a demo ran 24) forecasts 24 cached calls of 189, as counted."""
+    drafts = fc.StageSample("question_drafts", None, 7, 7, 7, 700, 70, cached_before=7, wall_s=7.0)
+    plan = fc.forecast([drafts], 7, 189, cache_hits={"question_drafts": 24})
+    d = plan.stages["question_drafts"]
+    assert d.calls == pytest.approx(189) and d.cache_hits == 24
+    # the 165 calls to make have no measured throughput (the sample made none): said, not "0 s"
+    assert any("wall time unknown for question_drafts" in w for w in plan.warnings)
+    measured = fc.StageSample("question_drafts", None, 7, 7, 7, 700, 70, cached_before=2, wall_s=5.0)
+    timed = fc.forecast([measured], 7, 189, cache_hits={"question_drafts": 24}).stages["question_drafts"]
+    assert timed.wall_s == pytest.approx(165 * 5.0 / 5)
+    # without a count, only the sample's own cached requests: never 189 of 189
+    assert fc.forecast([drafts], 7, 189).stages["question_drafts"].cache_hits == 7
+
+
+def test_unreached_stages_are_listed_with_a_range_and_empty_configs_warn() -> None:
+    samples = [
+        _stage("drafts", None, 30, 0, 30),  # nothing kept: no item reaches the judge
+        fc.StageSample("judge", "drafts", 0, 0, 0, 0, 0, max_calls_per_item=4.0),
+    ]
+    plan = fc.forecast(samples, 10, 1000, config_rows={"default": 0, "other": 3})
+    j = plan.stages["judge"]
+    assert not j.reached and j.calls == 0 and j.items == 0
+    high = plan.stages["drafts"].kept_high  # the drafts' Wilson high keep rate on 3000 drafts
+    assert high > 0 and j.items_high == pytest.approx(high) and j.calls_high == pytest.approx(4 * high)
+    assert plan.total["calls_high"] == pytest.approx(plan.stages["drafts"].calls_high + 4 * high)
+    assert any("no sample item reached judge" in w for w in plan.warnings)
+    assert any("default: 0 rows" in w for w in plan.warnings)
+    assert plan.to_json()["configs"]["default"]["rows"] == 0
+    assert "judge (unseen)" in plan_table(plan.to_json())
 
 
 def test_ledger_upstreams_nearest_stage_in_the_graph() -> None:
@@ -122,6 +167,29 @@ class PlanOracle(ScriptedBackend):
 
     def respond(self, messages):  # noqa: ANN001, ANN201
         return type(self).oracle(messages)
+
+
+class NoisyPlanOracle(PlanOracle):
+    """An engine that logs to stdout, as vLLM does: `ragsft plan --json` must keep stdout JSON."""
+
+    NAME = "plan-oracle-noisy"
+
+    def generate(self, requests, on_result):  # noqa: ANN001, ANN201
+        print(f"INFO engine: {len(requests)} requests")  # noqa: T201
+        return super().generate(requests, on_result)
+
+
+class DeadFleet(ScriptedBackend):
+    """A fleet that answers HTTP 500 to every request."""
+
+    NAME = "plan-dead-fleet"
+
+    def generate(self, requests, on_result):  # noqa: ANN001, ANN201
+        from ragsft_assets.llm.backends.base import Completion
+
+        for i, _ in enumerate(requests):
+            type(self).calls += 1
+            on_result(i, Completion(text="", prompt_tokens=0, completion_tokens=0, error="HTTP 500"))
 
 
 def _resources(home: Path) -> dict:
@@ -185,11 +253,17 @@ def test_forecast_counts_every_pair_of_the_partition(planned: tuple[Path, fc.Pla
 
 
 def test_a_second_plan_finds_the_calls_in_the_cache(planned: tuple[Path, fc.Plan]) -> None:
+    """The cache hits are the partition's own request keys found in the cache, counted: the 20
+    sampled pairs' drafts (the run asks them again), not the sample's share (100%) scaled to 24."""
     home, first = planned
     calls_before = PlanOracle.calls
     again = run_sample(KEY, resources=_resources(home), sample=20, home=home, fleet=fc.Fleet(slots=64))
     assert PlanOracle.calls == calls_before  # every sample call was cached
-    assert again.total["cache_hits"] == pytest.approx(again.total["calls"])
+    pairs = ArtifactStore(home=str(home)).read(KEY, "bridge_pairs").num_rows
+    for plan in (first, again):  # the first plan's sample put its calls in the cache too
+        drafts = plan.stages["question_drafts"]
+        assert drafts.calls == pytest.approx(pairs) and drafts.cache_hits == 20 < pairs
+    assert again.total["cache_hits"] < again.total["calls"]
     assert again.total["calls"] == pytest.approx(first.total["calls"])
 
 
@@ -213,17 +287,18 @@ def test_cli_plan_json_and_compare(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
     from ragsft_assets.cli import main
 
-    engines.register_backend(PlanOracle.NAME, PlanOracle)
+    engines.register_backend(NoisyPlanOracle.NAME, NoisyPlanOracle)
     monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
     for role in ("GENERATOR", "JUDGE", "ANNOTATOR", "BASE_MODEL"):
-        monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", PlanOracle.NAME)
+        monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", NoisyPlanOracle.NAME)
         monkeypatch.setenv(f"RAGSFT_{role}_MODEL", role.lower())
     install_snapshot(KEY, sample_folder(), tmp_path)
     out = CliRunner().invoke(
         main, ["plan", KEY, "--sample", "8", "--json", "--budget-calls", "10"], catch_exceptions=False
     )
     assert out.exit_code == 0, out.output
-    plan = orjson.loads(out.stdout)
+    plan = orjson.loads(out.stdout)  # the JSON alone: the engine's log lines went to stderr
+    assert "INFO engine:" in out.stderr and "INFO engine:" not in out.stdout
     assert plan["total"]["calls"] > 10 and any("budget_calls=10" in w for w in plan["warnings"])
     assert (tmp_path / "plans" / KEY / "plan.json").exists()
     assert record.plan_tags(KEY, tmp_path) == {record.PLAN_TAG: plan["digest"]}
@@ -366,3 +441,47 @@ def test_plan_of_a_base_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert plan.stages["claims"].upstream is None and plan.stages["claims"].items == pytest.approx(pairs)
     assert plan.stages["probe_answers"].calls > plan.stages["claims"].calls  # ten answers per claim
     assert not (tmp_path / "assets" / f"recall-{MODEL_KEY}").exists()
+
+
+def test_a_dead_fleet_is_refused_not_planned_as_zero_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sample call fails (HTTP 500): `ragsft plan` exits non-zero and says why."""
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    engines.register_backend(DeadFleet.NAME, DeadFleet)
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+    for role in ("GENERATOR", "JUDGE", "ANNOTATOR", "BASE_MODEL"):
+        monkeypatch.setenv(f"RAGSFT_{role}_BACKEND", DeadFleet.NAME)
+        monkeypatch.setenv(f"RAGSFT_{role}_MODEL", role.lower())
+    install_snapshot(KEY, sample_folder(), tmp_path)
+    DeadFleet.calls = 0
+    out = CliRunner().invoke(main, ["plan", KEY, "--sample", "3", "--json", "--job", "multihop_job"])
+    assert out.exit_code != 0 and DeadFleet.calls >= 3
+    assert out.stdout == ""  # no plan, not a plan of 0 rows
+    assert "question_drafts" in out.stderr and "failed" in out.stderr, out.stderr
+    assert not (tmp_path / "plans" / KEY / "plan.json").exists()
+
+
+def test_a_fleet_failing_every_call_is_refused_even_when_its_stages_tolerate_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Roles that tolerate every transport error (``max_error_share=1``) still give a dead fleet
+    away: the plan counts the sample's calls and errors, and refuses when none succeeded."""
+    engines.register_backend(DeadFleet.NAME, DeadFleet)
+    monkeypatch.setenv("RAGSFT_HOME", str(tmp_path))
+    install_snapshot(KEY, sample_folder(), tmp_path)
+    cache = str(tmp_path / "llm_cache")
+    resources = {
+        **_resources(tmp_path),
+        **{
+            role: LLMResource(
+                backend=DeadFleet.NAME, model=role, cache_dir=cache, role=role, max_error_share=1.0
+            )
+            for role in ("generator", "judge", "annotator", "base_model")
+        },
+    }
+    with pytest.raises(RuntimeError, match=r"every LLM call of the sample failed \(3 of 3; generator"):
+        run_sample(KEY, resources=resources, job="multihop_job", sample=3, home=tmp_path)

@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import orjson
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what is written to stdout meanwhile to stderr: Python's ``sys.stdout`` and file
+    descriptor 1 (the engines' native logs), restored afterwards."""
+    sys.stdout.flush()
+    saved = None
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 (an embedding host): Python's stdout only
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 @click.command()
@@ -81,16 +105,19 @@ def plan(
         return
     run_config = yaml.safe_load(Path(config_path).read_text()) if config_path else {}
     try:
-        result = record.make_plan(
-            key,
-            job=job,
-            sample=sample,
-            run_config=run_config or {},
-            slots=slots,
-            gpus=gpus,
-            budgets={"budget_calls": budget_calls, "budget_tokens": budget_tokens},
-            log=lambda m: click.echo(m, err=True),
-        )
+        # everything but the plan goes to stderr (the engines' and Dagster's logs, C-level prints
+        # included), so `--json` output is one JSON object alone on stdout
+        with stdout_to_stderr():
+            result = record.make_plan(
+                key,
+                job=job,
+                sample=sample,
+                run_config=run_config or {},
+                slots=slots,
+                gpus=gpus,
+                budgets={"budget_calls": budget_calls, "budget_tokens": budget_tokens},
+                log=lambda m: click.echo(m, err=True),
+            )
     except (ValueError, RuntimeError) as exc:
         click.echo(f"ragsft plan: {exc}", err=True)
         sys.exit(2)

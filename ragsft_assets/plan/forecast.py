@@ -9,7 +9,16 @@ its upstream's forecast output and a stage that keeps nothing forecasts nothing 
 
 Ranges come from the keep rates' binomial uncertainty (Wilson interval, 95%), propagated down the
 tree: ``*_low`` uses every upstream's low keep rate, ``*_high`` the high ones. Fan-outs and
-per-item costs are taken as measured.
+per-item costs are taken as measured. A stage no sample item reached forecasts 0, its range up to
+its upstream's high output times the stage's most calls per item (``max_calls_per_item``).
+
+Cache hits are counted, not extrapolated: the caller gives, per stage, how many of the partition's
+own request keys are in the cache (the sample's, which the run makes again, and those a previous
+run of the partition recorded in its ledger). Wall time comes from the sample's measured
+throughput (requests per LLM second at the sample's load): an engine whose per-request speed falls
+as more requests run (the embedded engine, a ``vllm serve`` near capacity) gains nothing from more
+slots, so ``wall_s`` assumes none; ``wall_s_low`` is Little's law with the fleet's slots, what a
+fleet whose latency does not depend on load would take.
 """
 
 from __future__ import annotations
@@ -38,6 +47,9 @@ class StageSample:
     role: str = ""
     llm_wall_s: float = 0.0  # of ``wall_s``, the time its LLM batches ran
     request_s: float = 0.0  # request-seconds in flight during those batches (concurrency x time)
+    # the most requests one item may cost (an LLM stage 1, the four-ablation cascade 4): the high
+    # end of a stage no sample item reached
+    max_calls_per_item: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,8 @@ class StageForecast:
     items_high: float = 0.0
     kept_low: float = 0.0
     kept_high: float = 0.0
+    wall_s_low: float = 0.0  # Little's law with the fleet's slots: a load-independent fleet's time
+    reached: bool = True  # False: no sample item reached the stage (its figures are bounds only)
 
 
 @dataclass
@@ -93,6 +107,7 @@ class Plan:
             "completion_tokens",
             "cache_hits",
             "wall_s",
+            "wall_s_low",
         )
         out = {k: float(sum(getattr(s, k) for s in self.stages.values())) for k in keys}
         if self.fleet.gpus:
@@ -157,7 +172,28 @@ def _order(samples: Sequence[StageSample]) -> list[StageSample]:
 
 
 def stage_wall_s(calls: float, sample: StageSample, slots: int) -> float:
-    """A stage's wall time for ``calls`` requests on a fleet that serves ``slots`` at once.
+    """A stage's wall time for ``calls`` requests at the sample's measured throughput.
+
+    The sample made ``made`` requests in ``llm_wall_s`` seconds of LLM batches (the step's
+    ``wall_s`` when the stage reports no LLM time): that throughput, measured at the sample's own
+    load, is what the run gets. On an engine whose speed depends on load (the embedded engine runs
+    out of cores, a ``vllm serve`` shares its GPU between sequences) more requests in flight do not
+    make requests finish sooner, so no speed-up is assumed from ``slots``; only when the sample
+    itself was held below its in-flight level by ``slots`` is nothing lost either. The step's other
+    work (prompts, checks, writes) scales with the calls. See :func:`stage_wall_s_low` for the
+    load-independent bound.
+    """
+    made = max(sample.requests - sample.cached_before, 0)
+    if calls <= 0 or made <= 0 or sample.wall_s <= 0:
+        return 0.0
+    llm_wall = sample.llm_wall_s if sample.llm_wall_s > 0 else sample.wall_s
+    other = max(sample.wall_s - llm_wall, 0.0) * calls / made
+    return calls * llm_wall / made + other
+
+
+def stage_wall_s_low(calls: float, sample: StageSample, slots: int) -> float:
+    """A stage's wall time for ``calls`` requests on a fleet that serves ``slots`` at once, when a
+    request's latency does not grow with load (the fast end of the wall-time range).
 
     A request's latency comes from the sample by Little's law: request-seconds in flight over the
     requests made (``request_s / made``). The run keeps ``min(calls, slots)`` in flight, so its
@@ -188,6 +224,7 @@ def forecast(
     config_rows: Mapping[str, int] | None = None,
     budgets: Mapping[str, int | None] | None = None,
     keep_factors: Mapping[str, float] | None = None,
+    cache_hits: Mapping[str, int] | None = None,
 ) -> Plan:
     """Extrapolate ``samples`` (a sample run on ``sample_items`` inputs) to ``input_items`` inputs.
 
@@ -195,7 +232,10 @@ def forecast(
     range with the low/high input of the stages (the widest relative range of the leaf stages).
     ``budgets`` (``budget_calls``, ``budget_tokens``) add a warning when the forecast exceeds one.
     ``keep_factors`` scale the keep rate of stages whose rate depends on the run's size (the caps:
-    ``plan/scale.py``), with their range.
+    ``plan/scale.py``), with their range. ``cache_hits`` are, per stage, the partition's request
+    keys already in the cache (counted, never scaled); a stage it does not name counts the sample's
+    ``cached_before``. A config forecast to hold no row and a stage no sample item reached each add
+    a warning.
 
     Raises:
         ValueError: ``sample_items`` not positive, or stages that do not form a tree.
@@ -212,18 +252,25 @@ def forecast(
             u = out[s.upstream]
             up_kept, up_low, up_high = u.kept, u.kept_low, u.kept_high
             up_sample = float(next(x.kept for x in samples if x.name == s.upstream))
+        reached = s.items > 0 or up_sample > 0
         fan_out = s.items / up_sample if up_sample > 0 else 0.0
+        # not reached: nothing measured; at most one item per upstream item kept, each costing at
+        # most ``max_calls_per_item`` requests (the high end only)
+        fan_high = fan_out if reached else 1.0
         factor = (keep_factors or {}).get(s.name, 1.0)
         keep = min(1.0, factor * s.kept / s.items) if s.items else 0.0
-        k_low, k_high = wilson(s.kept, s.items) if s.items else (0.0, 0.0)
+        k_low, k_high = wilson(s.kept, s.items) if s.items else (0.0, 0.0 if reached else 1.0)
         k_low, k_high = min(1.0, k_low * factor), min(1.0, k_high * factor)
         per_item = s.requests / s.items if s.items else 0.0
-        items, items_low, items_high = up_kept * fan_out, up_low * fan_out, up_high * fan_out
+        per_item_high = per_item if reached else s.max_calls_per_item
+        items, items_low, items_high = up_kept * fan_out, up_low * fan_out, up_high * fan_high
         calls = items * per_item
         prompt_per = s.prompt_tokens / s.requests if s.requests else 0.0
         completion_per = s.completion_tokens / s.requests if s.requests else 0.0
-        cached_share = s.cached_before / s.requests if s.requests else 0.0
-        to_make = calls * (1 - cached_share)
+        hits = (cache_hits or {}).get(s.name, s.cached_before)
+        hits = min(float(hits), calls)
+        to_make = calls - hits
+        wall = stage_wall_s(to_make, s, fleet.slots)
         out[s.name] = StageForecast(
             name=s.name,
             upstream=s.upstream,
@@ -234,15 +281,17 @@ def forecast(
             keep_high=k_high,
             calls=calls,
             calls_low=items_low * per_item,
-            calls_high=items_high * per_item,
+            calls_high=items_high * per_item_high,
             prompt_tokens=calls * prompt_per,
             completion_tokens=calls * completion_per,
-            cache_hits=calls * cached_share,
-            wall_s=stage_wall_s(to_make, s, fleet.slots),
+            cache_hits=hits,
+            wall_s=wall,
             items_low=items_low,
             items_high=items_high,
             kept_low=items_low * k_low,
             kept_high=items_high * k_high,
+            wall_s_low=min(wall, stage_wall_s_low(to_make, s, fleet.slots)),
+            reached=reached,
         )
     plan = Plan(
         partition=partition,
@@ -262,6 +311,31 @@ def forecast(
             "rows_low": rows * scale * lo_ratio,
             "rows_high": rows * scale * hi_ratio,
         }
+    unmeasured = [
+        s.name
+        for s in samples
+        if s.requests and s.cached_before >= s.requests and out[s.name].calls > out[s.name].cache_hits
+    ]
+    if unmeasured:
+        plan.warnings.append(
+            f"wall time unknown for {', '.join(unmeasured)}: every request of the sample was already "
+            "cached, so no throughput was measured (their wall time shows 0); plan with a --sample "
+            "larger than what an earlier run cached"
+        )
+    unreached = [f for f in out.values() if not f.reached]
+    if unreached:
+        plan.warnings.append(
+            "no sample item reached "
+            + ", ".join(f"{f.name} (up to {f.calls_high:,.0f} calls)" for f in unreached)
+            + ": their forecast is 0 and their tokens unknown; a larger --sample measures them"
+        )
+    empty = sorted(n for n, c in plan.configs.items() if c["rows"] <= 0)
+    if empty:
+        plan.warnings.append(
+            "forecast empty: "
+            + ", ".join(f"{n}: 0 rows" for n in empty)
+            + " (no sample item reached them: the release would ship these configs without a row)"
+        )
     plan.warnings.extend(budget_warnings(plan, budgets or {}))
     return plan
 

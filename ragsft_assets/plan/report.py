@@ -28,6 +28,7 @@ def plan_table(plan: Mapping[str, Any]) -> str:
         f" {'prompt tok':>13s} {'compl. tok':>12s} {'cached':>9s} {'wall':>9s}",
     ]
     for name, s in plan["stages"].items():
+        name = name if s.get("reached", True) else name + " (unseen)"
         lines.append(
             f"{name:24s} {_n(s['items']):>10s} {s['keep_rate']:>6.2f} {_n(s['calls']):>11s}"
             f" {_n(s['calls_low']) + ' - ' + _n(s['calls_high']):>23s} {_n(s['prompt_tokens']):>13s}"
@@ -39,6 +40,11 @@ def plan_table(plan: Mapping[str, Any]) -> str:
         f" {_n(t['calls_low']) + ' - ' + _n(t['calls_high']):>23s} {_n(t['prompt_tokens']):>13s}"
         f" {_n(t['completion_tokens']):>12s} {_n(t['cache_hits']):>9s} {_duration(t['wall_s']):>9s}"
     )
+    if t.get("wall_s_low", t["wall_s"]) < t["wall_s"]:
+        lines.append(
+            f"wall: {_duration(t['wall_s'])} at the sample's measured throughput;"
+            f" {_duration(t['wall_s_low'])} if the fleet's latency does not grow with load"
+        )
     if "gpu_hours" in t:
         lines.append(f"GPU-hours: {t['gpu_hours']:,.1f} ({plan['fleet']['gpus']} GPUs)")
     if plan.get("configs"):

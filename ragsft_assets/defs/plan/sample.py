@@ -9,10 +9,12 @@ QA source's questions) run in the real home: they are cheap and the real run reu
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,6 +246,11 @@ def run_sample(
         if not result.success:
             raise RuntimeError(f"plan: the deterministic stages of {key} failed: {_failed(result)}")
     input_items = _input_items(real, kind, key, run_config)
+    if input_items == 0:
+        raise RuntimeError(
+            f"plan: {key} has no input item ({kind.input_asset} is empty, or the run config takes "
+            "none): a run would make no call and ship no row"
+        )
 
     # 2. the sample, in a fresh scratch home that sees the deterministic assets through hard links
     scratch = scratch_home(key, home)
@@ -266,6 +273,12 @@ def run_sample(
     }
     sample_job = build_definitions(sample_resources).resolve_job_def(job)
     sample_config = _merge(run_config, {"ops": {kind.sample_op: {"config": {kind.sample_field: sample}}}})
+    # a sample that releases no question is a forecast of 0 rows to show, not a failed plan: its
+    # blocking checks on empty output warn (a dead fleet is told apart by dead_fleet, below)
+    sample_config = _merge(
+        sample_config,
+        {"ops": {"multihop_questions": {"config": {"overrides": {"allow_empty_output": True}}}}},
+    )
     graph_parents = _asset_parents(sample_job)
     keys = [
         k
@@ -274,7 +287,11 @@ def run_sample(
     ]
     say(f"plan: sample run of {job} on {sample} input items of {key} (scratch: {scratch})")
     started = time.time()
-    result = _execute(sample_job, key, instance, sample_config, keys)
+    with no_step_retries():
+        result = _execute(sample_job, key, instance, sample_config, keys)
+    dead = dead_fleet(result)  # first: a dead fleet also fails the checks of the empty stages after it
+    if dead:
+        raise RuntimeError(f"plan: {dead}")
     if not result.success:
         raise RuntimeError(f"plan: the sample run failed: {_failed(result)}")
     sampled_inputs = min(sample, input_items) if input_items else sample
@@ -285,7 +302,9 @@ def run_sample(
     counts: dict[str, Any] = {}
     for folder in folders:
         counts.update(measure.ledger_counts(folder))
-    upstream = ledger_upstreams(graph_parents, counts, kind.skip_stages)
+    llm_stages = job_llm_stages(sample_job)
+    unreached = sorted(s for s in llm_stages if s not in counts and s not in kind.skip_stages)
+    upstream = ledger_upstreams(graph_parents, [*counts, *unreached], kind.skip_stages)
     samples = []
     for folder in folders:
         samples += measure.stage_samples(
@@ -297,8 +316,23 @@ def run_sample(
             llm_time=llm_time(result),
             skip=kind.skip_stages,
         )
+    samples += [
+        fc.StageSample(
+            stage, upstream[stage], 0, 0, 0, 0, 0, max_calls_per_item=MAX_CALLS_PER_ITEM.get(stage, 1.0)
+        )
+        for stage in unreached
+    ]
+    samples = [
+        dataclasses.replace(s, max_calls_per_item=MAX_CALLS_PER_ITEM.get(s.name, 1.0))
+        if s.name in llm_stages and not s.max_calls_per_item
+        else s
+        for s in samples
+    ]
+    real_folders = [home / "assets" / p.format(key=key) for p in (kind.store_partitions or ("{key}",))]
+    hits = partition_cache_hits(folders, real_folders, llm_cache_dir(), [s.name for s in samples])
     factors = _cap_factors(kind, key, home, scratch, sampled_inputs, input_items, run_config)
-    release = _release_rows(scratch / "releases" / key)
+    release = {name: 0 for name in job_configs(sample_job, scratch / "releases" / key)}
+    release.update(_release_rows(scratch / "releases" / key))
     if "corpus" in release:  # the whole corpus ships whatever the sample: its real size, not a scaling
         release.pop("corpus")
     plan = fc.forecast(
@@ -311,6 +345,7 @@ def run_sample(
         config_rows=release,
         budgets=budgets if budgets is not None else _budgets(base_resources),
         keep_factors=factors,
+        cache_hits=hits,
     )
     corpus_rows = _rows(home / "assets" / key / "abstracts") if kind.partition_set == "snapshot" else 0
     if corpus_rows:  # a corpus config holds documents of the corpus: never more than it
@@ -323,6 +358,91 @@ def run_sample(
             "rows_high": float(corpus_rows),
         }
     return plan
+
+
+# The most requests one item of an LLM stage may cost, for the high end of a stage no sample item
+# reached: the four-ablation cascade asks at most 4 (A+B, B, A, none); every other LLM stage 1.
+MAX_CALLS_PER_ITEM = {"ablation_verdicts": 4.0}
+
+
+def job_llm_stages(job_def: dg.JobDefinition) -> set[str]:
+    """The names of the job's LLM stages: its assets in the ``gpu`` pool (``multihop_asset(llm=True)``
+    and the other families' LLM stages), by the asset name's last part (the ledger's stage)."""
+    graph = job_def.asset_layer.asset_graph
+    out = set()
+    for key in graph.get_all_asset_keys():
+        assets_def = graph.assets_def_for_key(key)
+        if getattr(getattr(assets_def, "op", None), "pool", None) == "gpu":
+            out.add(key.path[-1])
+    return out
+
+
+def job_configs(job_def: dg.JobDefinition, release_folder: Path) -> list[str]:
+    """Every release config a run of the job ships, under the names the release gives them: the
+    sample release's ``provenance/configs.json``, else the configs whose asset the job builds."""
+    from ragsft_assets.release.layout import CONFIGS_FILE, PROVENANCE, RELEASE_CONFIGS, read_configs
+
+    if (release_folder / PROVENANCE / CONFIGS_FILE).is_file():
+        return sorted(read_configs(release_folder))
+    graph = job_def.asset_layer.asset_graph
+    names = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    if "release" not in names:
+        return []
+    return sorted(c.name for c in RELEASE_CONFIGS if c.asset in names)
+
+
+def partition_cache_hits(
+    sample_folders: Iterable[Path], real_folders: Iterable[Path], cache_dir: Path, stages: Iterable[str]
+) -> dict[str, int]:
+    """Per stage, the partition's own request keys that are in the cache: the sample's (the run
+    makes the same requests for those items) and those a previous run of the partition recorded in
+    its ledger. Counted, never extrapolated from the sample's share."""
+    keys: dict[str, set[str]] = {}
+    for folder in [*sample_folders, *real_folders]:
+        for stage, c in measure.ledger_counts(folder).items():
+            keys.setdefault(stage, set()).update(c["keys"])  # type: ignore[arg-type]
+    return {stage: measure.cache_tokens(cache_dir, sorted(keys.get(stage, ())))["found"] for stage in stages}
+
+
+@contextlib.contextmanager
+def no_step_retries() -> Iterator[None]:
+    """Steps run once meanwhile: the LLM stages' retry policy (30 s, 60 s, 120 s of backoff) would
+    make a plan on a dead fleet wait minutes before saying so; a plan run again resumes from the
+    cache. Dagster reads a step's policy from its job definition when the step fails (the subset
+    job of an asset selection included), so the lookup is replaced for the sample run only."""
+    original = dg.JobDefinition.get_retry_policy_for_handle
+    dg.JobDefinition.get_retry_policy_for_handle = lambda self, handle: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        dg.JobDefinition.get_retry_policy_for_handle = original  # type: ignore[method-assign]
+
+
+def dead_fleet(result: dg.ExecuteInProcessResult) -> str:
+    """Why the sample's fleet looks dead (every request that reached a model failed: HTTP 5xx,
+    refused connections, timeouts), or "" when at least one call succeeded or none was made."""
+    calls = errors = 0
+    roles = set()
+    for event in result.get_asset_materialization_events():
+        md = event.materialization.metadata
+        for name, value in md.items():
+            if not name.endswith("/errors"):
+                continue
+            prefix = name[: -len("/errors")]
+            made = int(getattr(md.get(f"{prefix}/calls"), "value", 0) or 0)
+            failed = int(getattr(value, "value", 0) or 0)
+            calls += made
+            errors += failed
+            if failed:
+                roles.add(f"{prefix} ({event.asset_key.to_user_string()}: {failed} of {made})")
+    if calls and errors >= calls:
+        return (
+            f"every LLM call of the sample failed ({errors} of {calls}; {', '.join(sorted(roles))}): "
+            "the fleet answered none (HTTP errors, refused connections or timeouts). A dead fleet is "
+            "not a plan of 0 rows: check the roles' RAGSFT_<ROLE>_BASE_URLS / backends and run "
+            "`ragsft plan` again"
+        )
+    return ""
 
 
 def _cap_factors(
@@ -401,23 +521,43 @@ def _execute(
 
 
 def _failed(result: dg.ExecuteInProcessResult) -> str:
-    steps = [e.step_key for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-    return ", ".join(sorted(set(filter(None, steps)))) or "see the run's log"
+    """The failed steps, each with the first line of its error (what the user must fix)."""
+    out: dict[str, str] = {}
+    for e in result.all_events:
+        if e.event_type_value != "STEP_FAILURE" or not e.step_key:
+            continue
+        error = getattr(getattr(e, "event_specific_data", None), "error", None)
+        message = (getattr(error, "message", "") or "").strip().splitlines()
+        out.setdefault(e.step_key, message[0] if message else "")
+    return "; ".join(f"{k}: {v}" if v else k for k, v in sorted(out.items())) or "see the run's log"
 
 
 def _store_partition(kind: JobKind, key: str) -> str:
     return kind.store_partitions[0].format(key=key) if kind.store_partitions else key
 
 
+def run_input_cap(kind: JobKind, run_config: Mapping[str, Any]) -> int | None:
+    """How many input items the run takes, resolved as the run resolves its config, defaults
+    included (None: every one). A snapshot's ``question_drafts`` builds its ``MultihopConfig``:
+    ``max_pairs`` when set, else its recipe's ``pairs_drawn`` (the card's 200,000); the other kinds'
+    ``max_questions`` / ``max_examples`` take every item at 0."""
+    op_config = ((run_config.get("ops") or {}).get(kind.sample_op) or {}).get("config") or {}
+    if kind.sample_op == "question_drafts":
+        from ragsft_assets.defs.multihop.assets import MultihopConfig
+
+        cfg = MultihopConfig(**op_config)
+        return cfg.max_pairs if cfg.max_pairs is not None else cfg.resolved("question_drafts").pairs_drawn
+    cap = op_config.get(kind.sample_field)
+    return int(cap) if cap else None
+
+
 def _input_items(store: Any, kind: JobKind, key: str, run_config: Mapping[str, Any]) -> int:
-    cap = (((run_config.get("ops") or {}).get(kind.sample_op) or {}).get("config") or {}).get(
-        kind.sample_field
-    )
+    cap = run_input_cap(kind, run_config)
     if not kind.input_asset:
         return int(cap or 0)
     folder = store.root / _store_partition(kind, key) / kind.input_asset
     n = _rows(folder)
-    return min(n, int(cap)) if cap else n
+    return min(n, cap) if cap is not None else n
 
 
 def _budgets(resources: Mapping[str, Any]) -> dict[str, int | None]:
