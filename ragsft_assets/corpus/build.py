@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -42,6 +43,7 @@ from ragsft_assets.corpus.abstracts import (
     KEPT,
     LINK_REASONS,
     REASONS,
+    SPLIT_NAMES,
     AbstractsConfig,
     ChunkResult,
     dedup_order,
@@ -49,6 +51,7 @@ from ragsft_assets.corpus.abstracts import (
     kept_rows,
     process_items,
 )
+from ragsft_assets.corpus.spill import ROW_GROUP_ROWS, MappedArrow, write_row_groups
 from ragsft_assets.corpus.structured_wikipedia import (
     is_parquet,
     is_xml_dump,
@@ -79,6 +82,9 @@ class AbstractsBuild:
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     # CPU seconds of the pool's workers (0 when the chunks ran in this process, whose own clock has them).
     worker_cpu_s: float = 0.0
+    # With ``out_paths`` (see build_abstracts): the split files written, and ``table`` holds only the
+    # ``id`` and ``split`` columns of their rows, in the same order.
+    paths: dict[str, Path] | None = None
 
     @property
     def records(self) -> int:
@@ -300,6 +306,55 @@ def merge_chunks(chunk_paths: Sequence[str]) -> tuple[pa.Table, list[tuple[str, 
     ), dropped
 
 
+def merge_chunks_to_files(
+    chunk_paths: Sequence[str], out_paths: dict[str, Path]
+) -> tuple[pa.Table, list[tuple[str, str, str]]]:
+    """:func:`merge_chunks` written straight to the split files ``out_paths``, a row group at a time.
+
+    Returns the ``id`` and ``split`` columns of the written rows (in file order) and the dropped
+    duplicates. Besides those narrow columns, memory holds one row group (:data:`spill.ROW_GROUP_ROWS`
+    rows) and the chunk files' pages it reads, dropped after each group.
+    """
+    chunks = MappedArrow(chunk_paths, ABSTRACTS_SCHEMA)
+    keys = chunks.table
+    dropped: list[tuple[str, str, str]] = []
+    if keys.num_rows:
+        order = dedup_order(keys)
+        rows = kept_rows(keys, order)
+        gone = order.filter(pc.invert(order.column("keep"))).column("row")
+        if len(gone):
+            lost = keys.select(["id", "title"]).take(gone)
+            dropped = [
+                (i, DUPLICATE_TITLE, t)
+                for i, t in zip(lost.column("id").to_pylist(), lost.column("title").to_pylist(), strict=True)
+            ]
+        del order, gone
+        rows_np = rows.to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        rows_np = np.zeros(0, np.int64)
+    narrow = chunks.gather(rows_np, ["id", "split"])
+    del keys
+    chunks.drop_pages()
+    pa.default_memory_pool().release_unused()
+    # kept_rows orders the rows by split (train, validation, test), then id: each split is a run.
+    rank = pc.index_in(narrow.column("split"), value_set=pa.array(SPLIT_NAMES)).fill_null(len(SPLIT_NAMES))
+    bounds = np.searchsorted(
+        rank.to_numpy(zero_copy_only=False), np.arange(len(SPLIT_NAMES) + 1), side="left"
+    )
+    for k, split in enumerate(SPLIT_NAMES):
+        mine = rows_np[bounds[k] : bounds[k + 1]]
+
+        def groups(mine: np.ndarray = mine) -> Iterator[pa.Table]:
+            for lo in range(0, len(mine), ROW_GROUP_ROWS):
+                group = chunks.gather(mine[lo : lo + ROW_GROUP_ROWS])
+                chunks.drop_pages()
+                yield group
+                pa.default_memory_pool().release_unused()
+
+        write_row_groups(out_paths[split], ABSTRACTS_SCHEMA, groups())
+    return narrow.slice(0, int(bounds[-1])), dropped
+
+
 _FORK_SERVER_UP = False
 
 
@@ -335,6 +390,7 @@ def build_abstracts(
     workers: int = 1,
     chunk_bytes: int = CHUNK_BYTES,
     tmp_dir: str | None = None,
+    out_paths: dict[str, Path] | None = None,
 ) -> AbstractsBuild:
     """Read every dump file and build the abstracts table (deduplicated, sorted by split then id).
 
@@ -345,6 +401,9 @@ def build_abstracts(
         chunk_bytes: size of a JSON-lines task.
         tmp_dir: where the per-chunk files go (a temporary folder in it, removed at the end, and
             the folders of killed builds removed at the start; default: the system's temporary folder).
+        out_paths: a Parquet path per split (train, validation, test): the rows are written there
+            a row group at a time (:func:`merge_chunks_to_files`) instead of returned, so memory
+            does not hold the table; ``table`` then holds only their ``id`` and ``split`` columns.
 
     Returns:
         The table and its funnel: ``lines_read`` (non-blank lines or Parquet rows), one count per
@@ -363,11 +422,16 @@ def build_abstracts(
         tempfile.TemporaryDirectory(prefix=leftovers.owned(CHUNKS_PREFIX), dir=parent) as out_dir,
         paused_gc(),
     ):
-        return _build_abstracts(files, cfg, workers, chunk_bytes, out_dir)
+        return _build_abstracts(files, cfg, workers, chunk_bytes, out_dir, out_paths)
 
 
 def _build_abstracts(
-    files: Sequence[Path], cfg: AbstractsConfig, workers: int, chunk_bytes: int, out_dir: str
+    files: Sequence[Path],
+    cfg: AbstractsConfig,
+    workers: int,
+    chunk_bytes: int,
+    out_dir: str,
+    out_paths: dict[str, Path] | None = None,
 ) -> AbstractsBuild:
     reasons: Counter[str] = Counter()
     link_reasons: Counter[str] = Counter()
@@ -390,7 +454,10 @@ def _build_abstracts(
         rejected.extend(res.rejected)
         if res.path is not None:
             chunk_paths.append(res.path)
-    table, duplicates = merge_chunks(chunk_paths)
+    if out_paths is None:
+        table, duplicates = merge_chunks(chunk_paths)
+    else:
+        table, duplicates = merge_chunks_to_files(chunk_paths, out_paths)
     reasons[DUPLICATE_TITLE] += len(duplicates)
     rejected.extend(duplicates)
     rejected.sort()
@@ -399,7 +466,7 @@ def _build_abstracts(
     funnel[KEPT] = table.num_rows
     link_funnel = {"links_read": sum(link_reasons.values())}
     link_funnel.update({r: link_reasons.get(r, 0) for r in LINK_REASONS})
-    return AbstractsBuild(table, funnel, link_funnel, bad, rejected, worker_cpu)
+    return AbstractsBuild(table, funnel, link_funnel, bad, rejected, worker_cpu, out_paths)
 
 
 def check_bad_share(build: AbstractsBuild, max_bad_share: float, where: str = "") -> None:

@@ -15,9 +15,12 @@ targets with the highest kept in-degree (ties by id); ``is_bridge`` marks the ed
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -283,3 +286,182 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     table = table.combine_chunks()
     pa.default_memory_pool().release_unused()  # the intermediates are freed: give their pages back
     return LinkGraphBuild(table, funnel, sorted(bridges), dropped, worker_cpu)
+
+
+# The spilled candidate edges of build_link_graph_files: output columns, then the compact keys.
+_SPILL_SCHEMA = pa.schema(
+    [
+        *[f for f in LINK_GRAPH_SCHEMA if f.name not in ("target_in_degree", "is_bridge")],
+        ("source_row", pa.int64()),
+        ("target_row", pa.int64()),
+        ("enumerated", pa.bool_()),
+    ]
+)
+
+
+def _group_edges(
+    group: pa.Table, base: int, ids: pa.Array, split_codes: np.ndarray, workers: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray, dict[str, int], float]:
+    """The same-split in-corpus edges of one row group of abstracts (rows ``base`` on, in the
+    concatenated split files), with their enumeration flag; and every in-corpus link's (target row,
+    source row) for the in-degree cap, the group's counts and the pool's CPU seconds."""
+    group = group.combine_chunks()
+    links = group.column("links").chunk(0) if group.num_rows else pa.array([], LINK_LIST)
+    parents = pc.list_parent_indices(links)
+    flat = pc.list_flatten(links)
+    target_row = pc.index_in(flat.field("target_id"), value_set=ids)
+    in_corpus = pc.indices_nonzero(pc.is_valid(target_row))
+    src = _ints(pc.take(parents, in_corpus)).astype(np.int64) + base
+    tgt = _ints(pc.take(target_row, in_corpus)).astype(np.int64)
+    same = split_codes[src] == split_codes[tgt]
+    counts = {
+        "links_read": len(flat),
+        TARGET_NOT_IN_CORPUS: len(flat) - len(in_corpus),
+        CROSS_SPLIT: int((~same).sum()),
+    }
+    positions = pc.take(in_corpus, pa.array(np.flatnonzero(same)))
+    sentences = group.column("sentences").chunk(0) if group.num_rows else pa.array([], pa.list_(pa.string()))
+    sentence_no = pc.take(flat.field("sentence"), positions)
+    cand_parents = pc.take(parents, positions)
+    sentence_index = pc.add(pc.take(sentences.offsets, cand_parents), pc.cast(sentence_no, pa.int32()))
+    flat_sentences = pc.list_flatten(sentences)
+    aliases = pc.take(flat.field("anchor"), positions)
+    to_check = pc.indices_nonzero(pc.take(may_hold_enumeration(flat_sentences), sentence_index))
+    with paused_gc():  # ~1 (sentence, alias) tuple per edge, no cycles
+        flags, cpu = _enumeration_flags(
+            flat_sentences, pc.take(sentence_index, to_check), pc.take(aliases, to_check), workers
+        )
+    mask = np.zeros(len(positions), dtype=bool)
+    mask[to_check.to_numpy()] = flags
+    edges = pa.table(
+        {
+            "source_id": pc.take(group.column("id"), cand_parents),
+            "source_title": pc.take(group.column("title"), cand_parents),
+            "target_id": pc.take(flat.field("target_id"), positions),
+            "target_title": pc.take(flat.field("target_title"), positions),
+            "alias": aliases,
+            "sentence": pc.cast(sentence_no, pa.int32()),
+            "sentence_text": pc.take(flat_sentences, sentence_index),
+            "split": pc.take(group.column("split"), cand_parents),
+            "source_row": pa.array(src[same]),
+            "target_row": pa.array(tgt[same]),
+            "enumerated": pa.array(mask, pa.bool_()),
+        },
+        schema=_SPILL_SCHEMA,
+    )
+    return edges, tgt, src, counts, cpu
+
+
+def build_link_graph_files(
+    abstracts_paths: Sequence[Path],
+    cfg: LinkGraphConfig,
+    out_path: Path,
+    *,
+    workers: int = 1,
+    tmp_dir: str | None = None,
+) -> LinkGraphBuild:
+    """:func:`build_link_graph` of the abstracts split files, written to ``out_path``, out of core.
+
+    The abstracts are read a row group at a time; the same-split in-corpus edges go to a temporary
+    Arrow file (memory-mapped later) and only compact row numbers stay in memory. The in-degree cap
+    is decided once every edge is known, so the enumeration rule also runs on the (rare) capped edges;
+    the result is the same. The edges are then sorted on their key columns and written a row group
+    at a time (:func:`ragsft_assets.corpus.spill.write_row_groups`).
+
+    Returns the build with ``table`` holding only ``source_id``, ``target_id`` and ``sentence`` of the
+    written edges (what the ledger needs), in file order.
+    """
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.corpus.spill import ROW_GROUP_ROWS, MappedArrow, write_row_groups
+
+    files = [pq.ParquetFile(p) for p in abstracts_paths]
+    narrow = pa.concat_tables([f.read(columns=["id", "split"]) for f in files]).combine_chunks()
+    ids = narrow.column("id").chunk(0) if narrow.num_rows else pa.array([], pa.string())
+    # Equal splits, equal codes (only equality matters: the same-split rule).
+    split_codes = _ints(pc.dictionary_encode(narrow.column("split").combine_chunks()).indices).astype(
+        np.int32
+    )
+    del narrow
+    funnel: dict[str, int] = {"links_read": 0, TARGET_NOT_IN_CORPUS: 0, CROSS_SPLIT: 0}
+    all_tgt: list[np.ndarray] = []
+    all_src: list[np.ndarray] = []
+    worker_cpu = 0.0
+    with tempfile.TemporaryDirectory(prefix=".link_graph.spill-", dir=tmp_dir) as spill_dir:
+        spill = os.path.join(spill_dir, "edges.arrow")
+        base = 0
+        with ipc.new_file(spill, _SPILL_SCHEMA) as writer:
+            for f in files:
+                for g in range(f.num_row_groups):
+                    group = f.read_row_group(g, columns=["id", "title", "sentences", "links", "split"])
+                    edges, tgt, src, counts, cpu = _group_edges(group, base, ids, split_codes, workers)
+                    base += group.num_rows
+                    writer.write_table(edges)
+                    all_tgt.append(tgt)
+                    all_src.append(src)
+                    worker_cpu += cpu
+                    for k, v in counts.items():
+                        funnel[k] += v
+                    del group, edges
+        n_rows = len(ids)
+        degree = distinct_sources(
+            np.concatenate(all_tgt) if all_tgt else np.zeros(0, np.int64),
+            np.concatenate(all_src) if all_src else np.zeros(0, np.int64),
+            n_rows,
+        )
+        del all_tgt, all_src
+        spilled = MappedArrow([spill], _SPILL_SCHEMA)
+        compact = spilled.table.select(["source_row", "target_row", "enumerated"])
+        tgt_rows = _ints(compact.column("target_row").combine_chunks())
+        capped = degree[tgt_rows] > cfg.in_degree_cap
+        enumerated = _ints(compact.column("enumerated").combine_chunks()).astype(bool) & ~capped
+        kept_mask = ~capped & ~enumerated
+        funnel[IN_DEGREE_CAP] = int(capped.sum())
+        funnel[ENUMERATION] = int(enumerated.sum())
+        funnel[EDGE_KEPT] = int(kept_mask.sum())
+        kept = np.flatnonzero(kept_mask)
+        keys = spilled.gather(kept, ["source_id", "target_id", "sentence"])
+        order = pc.sort_indices(
+            keys,
+            sort_keys=[("source_id", "ascending"), ("target_id", "ascending"), ("sentence", "ascending")],
+        ).to_numpy()
+        kept = kept[order]
+        keys = keys.take(pa.array(order))
+        src_rows = _ints(compact.column("source_row").combine_chunks())
+        kept_degree = distinct_sources(tgt_rows[kept], src_rows[kept], n_rows)
+        del src_rows, compact
+        if cfg.bridge_titles:
+            bridges = select_bridges({}, cfg.bridge_titles, cfg.bridge_top_k)
+        else:
+            linked = np.flatnonzero(kept_degree)
+            bridges = top_linked(
+                pc.take(ids, pa.array(linked)), pa.array(kept_degree[linked]), cfg.bridge_top_k
+            )
+        funnel["bridges"] = len(bridges)
+        bridge_set = pa.array(sorted(bridges), pa.string())
+        dropped: list[tuple[str, str, str, int, str]] = []
+        for reason, mask in ((IN_DEGREE_CAP, capped), (ENUMERATION, enumerated)):
+            part = spilled.gather(np.flatnonzero(mask), ["source_id", "target_id", "alias", "sentence"])
+            for s, t, a, n in zip(*(part.column(c).to_pylist() for c in part.column_names), strict=True):
+                dropped.append((s, t, a, n, reason))
+        dropped.sort()
+        spilled.drop_pages()
+        kept_target_degree = kept_degree[tgt_rows[kept]]
+        del tgt_rows, degree
+
+        def groups() -> Iterable[pa.Table]:
+            names = [f.name for f in LINK_GRAPH_SCHEMA if f.name not in ("target_in_degree", "is_bridge")]
+            for lo in range(0, len(kept), ROW_GROUP_ROWS):
+                part = spilled.gather(kept[lo : lo + ROW_GROUP_ROWS], names)
+                spilled.drop_pages()
+                cols = {n: part.column(n) for n in names}
+                cols["target_in_degree"] = pa.array(kept_target_degree[lo : lo + ROW_GROUP_ROWS], pa.int32())
+                cols["is_bridge"] = pc.is_in(part.column("target_id"), value_set=bridge_set)
+                yield pa.table(cols, schema=LINK_GRAPH_SCHEMA)
+                pa.default_memory_pool().release_unused()
+
+        write_row_groups(out_path, LINK_GRAPH_SCHEMA, groups())
+    out_funnel = {k: funnel[k] for k in ("links_read", *EDGE_REASONS, EDGE_KEPT, "bridges")}
+    pa.default_memory_pool().release_unused()
+    return LinkGraphBuild(keys.combine_chunks(), out_funnel, sorted(bridges), dropped, worker_cpu)
