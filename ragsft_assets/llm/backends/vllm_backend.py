@@ -226,6 +226,9 @@ class VLLMBackend:
                 "model": self.model,
                 "enable_prefix_caching": True,
                 "seed": 0,
+                # vLLM turns its "Loading safetensors checkpoint shards" bar on explicitly: three
+                # console lines per engine that no logging level hides (the start is logged below).
+                "use_tqdm_on_load": False,
             }
             if self.max_model_len:
                 kwargs["max_model_len"] = self.max_model_len
