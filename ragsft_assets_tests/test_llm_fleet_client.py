@@ -183,6 +183,47 @@ def test_pushback_lowers_the_limit_once_per_round_trip_and_successes_raise_it() 
     asyncio.run(scenario())
 
 
+def test_a_429_while_ours_run_sets_the_window_to_what_runs_without_pausing() -> None:
+    async def scenario() -> None:
+        fleet = _Fleet(["u"], cap=16, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        u = fleet.urls[0]
+        u.outstanding = 16  # a window of 16 sent to a gateway with 10 slots: 6 come back 429
+        for _ in range(6):
+            assert fleet.pushback(u, u.epoch, 1.0, 0.0)  # the window alone holds the retry back
+            u.outstanding -= 1  # the rejected request's slot is released
+        assert u.limit == 10.0 and u.available_at == 0.0  # the gateway's capacity, no pause
+        for _ in range(10):  # a round trip of answers: one more
+            fleet.ok(u)
+        assert u.limit == pytest.approx(11.0, abs=0.05)
+        u.outstanding = 1  # nothing else of ours runs there: a rate limit, so pause and halve
+        assert not fleet.pushback(u, u.epoch, 2.0, 5.0)
+        assert u.available_at == 7.0 and u.limit == pytest.approx(5.5, abs=0.05)
+
+    asyncio.run(scenario())
+
+
+def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
+    # The client's limit is twice the gateway's slots (the `over` regime of bench fleet): after the
+    # first window, no more than about 5% of attempts are refused, and the window sits at the
+    # gateway's capacity instead of halving below it.
+    from ragsft_assets.bench.fleet_sim import FleetSimulator
+
+    sim = {"prefill_tok_s": 60.0, "error_rate": 0.0, "stall_rate": 0.0, "model": MODEL}
+    with FleetSimulator(replicas=1, slots=32, **sim) as f:
+        backend = _backend(f.base_urls, concurrency=64, max_retries=4)
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(640, "Question : q"), SamplingParams())
+        window = backend._fleet.urls[0].limit if backend._fleet else 0
+        backend.close()
+        s = f.stats()
+    assert all(r.status == STATUS_OK for r in batch.results)
+    first = sum(st["rejected_before_ok"] for st in s["stages"].values())
+    steady = (s["rejected_429"] - first) / (s["requests"] - first)
+    assert first <= 32  # the first window's excess
+    assert steady <= 0.05, s
+    assert 28 <= window <= 40  # found, not halved to 16
+    assert s["max_in_flight"] == 32
+
+
 def test_a_server_that_pushes_back_gets_fewer_requests_not_a_storm(tmp_path: Path) -> None:
     state = {"in": 0, "peak": 0}
     lock = threading.Lock()

@@ -45,7 +45,7 @@ import resource
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,8 +55,13 @@ from ragsft_assets.bench import machine_values
 PARTITION = "bench.fr"
 DEFAULT_PAIRS = 20_000
 RECORDS_PER_PAIR = 1.1  # the generated records give about 1.05 bridge pairs each: a margin over it
-UTILIZATION_BAR = 0.85
+UTILIZATION_BAR = 0.85  # utilization_e2e, every regime, at 20,000 pairs
+OVER_SMALL_BAR = 0.80  # utilization_e2e with --regime over at 5,000 pairs (or fewer)
+REJECTED_STEADY_BAR = 0.05  # 429s after each stage's first answer, per attempt
 RSS_BAR_MB = 2048
+# The client's per-URL limit as a share of each replica's slots.
+REGIMES = {"under": 0.5, "equal": 1.0, "over": 2.0}
+TIMEOUT_S = 120.0  # the client's per-attempt timeout at time_scale 1 (LLMResource's default)
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")
 
 
@@ -93,7 +98,9 @@ def fresh_home(root: Path) -> Iterator[Path]:
             os.environ["RAGSFT_HOME"] = old_home
 
 
-def llm_resources(home: Path, base_urls: list[str], model: str, concurrency: int) -> dict[str, Any]:
+def llm_resources(
+    home: Path, base_urls: list[str], model: str, concurrency: int, timeout_s: float = TIMEOUT_S
+) -> dict[str, Any]:
     """Every LLM role on the ``openai`` backend at the fleet, one cache under ``home``."""
     from ragsft_assets.resources.llm import LLMResource
 
@@ -103,6 +110,7 @@ def llm_resources(home: Path, base_urls: list[str], model: str, concurrency: int
             base_urls=list(base_urls),
             model=model,
             concurrency=concurrency,
+            timeout_s=timeout_s,
             backoff_s=0.5,
             cache_dir=str(home / "llm_cache"),
             role=role,
@@ -151,6 +159,64 @@ def _gave_up(results: list[Any]) -> int:
     return total
 
 
+def request_from_record(record: dict[str, Any]) -> Any:
+    """The ``Request`` a cache entry's request record was made from (what the backend sent)."""
+    from ragsft_assets.llm.backends.base import Request
+    from ragsft_assets.llm.types import SamplingParams
+
+    params = dict(record["params"])
+    params["stop"] = tuple(params.get("stop") or ())
+    return Request(
+        messages=record["messages"],
+        params=SamplingParams(**params),
+        json_schema=record.get("json_schema"),
+        chat_template_kwargs=record.get("chat_template_kwargs"),
+        prompt=record.get("prompt"),
+    )
+
+
+def check_answers(
+    cache_dir: Path, answers: dict[str, str], body_of: Callable[[Any], dict[str, Any]]
+) -> dict[str, int]:
+    """Check every cached answer against the request it is stored for, and every answer the
+    fleet gave against the cache.
+
+    ``answers``: the fleet's body SHA-256 -> SHA-256 of the text it sent (``FleetSimulator.
+    answers``); ``body_of``: the HTTP body the backend sends for a ``Request``. Returns
+    ``checked`` (cache entries), ``swapped`` (entries whose answer id is not their own request's
+    body hash, or whose text is not what the fleet sent for that body), ``lost`` (bodies the fleet
+    answered that no cache entry holds) and ``shared`` (bodies held by more than one entry).
+    """
+    import hashlib
+
+    import orjson
+
+    from ragsft_assets.bench.fleet_sim import body_digest
+    from ragsft_assets.llm.cache import LLMCache
+
+    cache = LLMCache(cache_dir)
+    held: dict[str, int] = {}
+    checked = swapped = 0
+    try:
+        for request, response in cache._conn().execute("SELECT request, response FROM calls"):
+            checked += 1
+            resp = orjson.loads(response)
+            digest = body_digest(body_of(request_from_record(orjson.loads(request)))).hex()
+            text_sha = hashlib.sha256((resp.get("text") or "").encode()).hexdigest()
+            if resp.get("response_id") != f"chatcmpl-{digest}" or answers.get(digest) != text_sha:
+                swapped += 1
+                continue
+            held[digest] = held.get(digest, 0) + 1
+    finally:
+        cache.close()
+    return {
+        "checked": checked,
+        "swapped": swapped,
+        "lost": sum(1 for d in answers if d not in held),
+        "shared": sum(n - 1 for n in held.values()),
+    }
+
+
 def _cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -172,14 +238,24 @@ def run(
     error_rate: float = 0.01,
     time_scale: float = 1.0,
     seed: int = 1,
+    regime: str = "equal",
 ) -> dict[str, object]:
-    """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs."""
+    """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs.
+
+    ``regime``: the client's per-URL limit is half (``under``), equal to (``equal``) or twice
+    (``over``) each replica's ``slots``.
+    """
     import dagster as dg
 
     from ragsft_assets.bench.fleet_sim import FleetSimulator
     from ragsft_assets.definitions import build_definitions
+    from ragsft_assets.llm.backends.openai_backend import OpenAIBackend
     from ragsft_assets.llm.cache import LLMCache
 
+    if regime not in REGIMES:
+        raise ValueError(f"bench fleet: unknown regime {regime!r}; choose one of {sorted(REGIMES)}")
+    concurrency = max(1, round(slots * REGIMES[regime]))
+    timeout_s = max(10.0, TIMEOUT_S * time_scale)
     n_pairs = pairs or size or DEFAULT_PAIRS
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="ragsft-bench-fleet-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -195,8 +271,9 @@ def run(
             error_rate=error_rate,
             seed=seed,
             time_scale=time_scale,
+            timeout_s=timeout_s,
         ) as fleet:
-            llm = llm_resources(home, fleet.base_urls, fleet.model, concurrency=slots)
+            llm = llm_resources(home, fleet.base_urls, fleet.model, concurrency, timeout_s)
             defs = build_definitions(_resources(home, llm))
             instance = dg.DagsterInstance.ephemeral()
             instance.add_dynamic_partitions("snapshot", [PARTITION])
@@ -227,14 +304,31 @@ def run(
                 )
             for r in llm.values():
                 r.close()
+            body_of = OpenAIBackend(fleet.base_urls, fleet.model)._body  # what every role sent
+            check = check_answers(home / "llm_cache", fleet.answers(), body_of)
         cache = LLMCache(home / "llm_cache")
         entries = len(cache)
         cache.close()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stages = {f"{name}_s": round(s["wall_s"], 1) for name, s in stats["stages"].items()}
     calls = {f"{name}_calls": s["ok"] for name, s in stats["stages"].items()}
+    rejected = stats["rejected_429"]
+    probing = sum(st["rejected_before_ok"] for st in stats["stages"].values())
+    steady = (rejected - probing) / max(1, stats["requests"] - probing)
+    bar = OVER_SMALL_BAR if regime == "over" and made <= 5000 else UTILIZATION_BAR
     values: dict[str, object] = {
         "pairs": made,
+        "regime": regime,
+        "client_limit": concurrency,
+        "utilization_e2e": round(stats["utilization_e2e"], 3),
+        "utilization_bar": bar,
+        "lost": check["lost"],
+        "duplicated": stats["duplicated"] + check["shared"],
+        "swapped": check["swapped"],
+        "rejected_share": round(rejected / max(1, stats["requests"]), 4),
+        "rejected_share_steady": round(steady, 4),
+        "e2e_wall_s": round(stats["e2e_wall_s"], 1),
+        "aborted": stats["aborted"],
         "utilization": round(stats["utilization"], 3),
         "max_in_flight": stats["max_in_flight"],
         "slots": stats["slots"],
@@ -244,10 +338,9 @@ def run(
         "rejected_429": stats["rejected_429"],
         "client_cpu_ms_per_request": round(1000 * cpu_s / max(1, stats["ok"]), 2),
         "peak_rss_mb": round(peak_mb),
-        "lost": max(0, stats["distinct_ok"] - entries),
-        "duplicated": stats["duplicated"],
         "gave_up": _gave_up(results),
         "cache_entries": entries,
+        "checked": check["checked"],
         "llm_wall_s": round(stats["stage_wall_s"], 1),
         "jobs_s": round(jobs_s, 1),
         "corpus_s": round(corpus_s, 1),
@@ -259,11 +352,16 @@ def run(
         "load_avg": round(os.getloadavg()[0], 2),
     }
     values["passed"] = (
-        stats["utilization"] >= UTILIZATION_BAR
+        stats["utilization_e2e"] >= bar
         and values["lost"] == 0
         and values["duplicated"] == 0
+        and values["swapped"] == 0
+        and steady <= REJECTED_STEADY_BAR
         and peak_mb < RSS_BAR_MB
     )
     if not workdir:
         shutil.rmtree(root, ignore_errors=True)
-    return {**values, **machine_values("httpx", "aiohttp")}
+    values = {**values, **machine_values("httpx", "aiohttp")}
+    # The closing line ends with what the bars read: regime, utilization_e2e, lost, duplicated, swapped.
+    tail = ("regime", "utilization_e2e", "lost", "duplicated", "swapped", "passed")
+    return {**{k: v for k, v in values.items() if k not in tail}, **{k: values[k] for k in tail}}

@@ -18,11 +18,21 @@ API (for ``ragsft bench fleet``, ``ragsft bench plan`` and tests)::
         s["utilization"]         # slot-seconds busy / (slots x the stages' wall time)
 
 Each replica has ``slots`` sequence slots. A request that finds every slot of its replica busy
-is answered ``429`` with ``Retry-After`` (whole seconds until a slot frees, at least 1). An
-admitted request holds a slot for ``prompt_tokens / prefill_tok_s + completion_tokens /
-decode_tok_s`` seconds (times ``time_scale``), then gets its answer. Tokens are estimated as
-characters / 4 (plus 8 per message for the chat template). About ``error_rate`` of the attempts
-fail at once, half with HTTP 500 and half with a connection reset (TCP RST, no response).
+is answered ``429`` with ``Retry-After`` (whole seconds until a slot frees, at least 1), as a
+gateway in front of vLLM does; no header tells the replica's capacity. An admitted request
+holds a slot until its work is done: ``prompt_tokens / prefill_tok_s + completion_tokens /
+decode_tok_s`` seconds (times ``time_scale``) **at a full batch**, times a lognormal jitter,
+with a heavy (Pareto) tail and rare stalls longer than the clients' ``timeout_s``. The rates
+are per sequence under full batching; with fewer sequences running each goes faster, as vLLM's
+decode tokens/s per sequence falls with the batch (``_Batch``: processor sharing, a lone
+sequence ``1 / batch_floor`` = 2.5x faster). A client that goes away (its timeout) aborts its
+sequence and frees the slot, as vLLM does on a disconnect. Tokens are estimated as characters /
+4 (plus 8 per message for the chat template). About ``error_rate`` of the attempts fail at
+once, half with HTTP 500 and half with a connection reset (TCP RST, no response).
+
+Every answer's ``id`` is ``chatcmpl-<SHA-256 of the request body>`` (``body_digest``: canonical
+JSON), and the fleet keeps, per body answered, the SHA-256 of the text it sent (``answers()``):
+a bench checks each cached answer against the request it was stored for.
 
 Answers are scripted, deterministic from ``seed`` and the prompt (never from arrival order):
 the stage is recognised from the prompt text (``stage_of``), and each stage passes at a rate
@@ -37,10 +47,15 @@ the client try again), ``distinct_ok`` (distinct request bodies answered 200), `
 (200 answers beyond the first for the same body), ``max_in_flight`` (over the fleet) and
 ``max_in_flight_per_replica``, ``slots`` (all replicas), ``slot_seconds`` (busy),
 ``stage_wall_s`` (union of the stages' spans, first arrival to last answer), ``utilization``,
+``first_s`` / ``last_s`` (first admitted request, last answer), ``e2e_wall_s`` (their
+difference), ``utilization_e2e`` (slot-seconds / (slots x e2e_wall_s)), ``aborted`` (sequences
+whose client went away),
 and ``stages``: per stage ``requests``, ``ok``, ``first_s``, ``last_s``, ``wall_s``,
-``busy_s``, ``prompt_tokens``, ``completion_tokens``. Timings are seconds since the last reset.
+``busy_s``, ``prompt_tokens``, ``completion_tokens``, ``rejected_429`` and
+``rejected_before_ok`` (the 429s that came before the stage's first answer). Timings are seconds since the last reset.
 
-Also served: ``GET /v1/models`` (id, root, max_model_len), ``GET /sim/stats``, ``POST /sim/reset``.
+Also served: ``GET /v1/models`` (id, root, max_model_len), ``GET /sim/stats``, ``GET /sim/answers``,
+``POST /sim/reset``.
 """
 
 from __future__ import annotations
@@ -48,8 +63,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import heapq
 import math
 import os
+import random
 import re
 import socket
 import struct
@@ -62,6 +79,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+# ours: the latency model's defaults (vLLM-like; the card states no serving figures).
+BATCH_FLOOR = 0.4  # a decode step alone costs 0.4 of a full batch's: a lone sequence decodes 2.5x faster
+JITTER = 0.25  # lognormal sigma of each request's work
+TAIL_RATE = 0.02  # share of attempts in the heavy tail ...
+TAIL_ALPHA = 1.5  # ... a Pareto factor of this shape ...
+TAIL_MAX = 8.0  # ... at most this many times the usual work
+STALL_RATE = 0.0002  # share of attempts that outlast twice the clients' timeout_s (then aborted)
+_GONE = object()  # a completion whose client went away before its answer
 
 # Pass rate per stage (the share of items a stage keeps), from the HotpotQA-fr card's funnel where
 # it gives one (ablations: 281,119 -> 144,144 -> 95,470 -> 69,863), else a plausible judge.
@@ -76,6 +102,8 @@ DEFAULT_RATES: dict[str, float] = {
     "criteria": 0.80,
     "bridge_judge": 0.85,
     "language_judge": 0.90,
+    "publishability": 0.85,  # ours: train questions scored 4 or 5 (the card gives no rate)
+    "descriptor_check": 0.90,  # ours
     "rag_answer": 0.90,  # answerable: cites both gold documents; twin: refuses
     "rag_factual": 0.90,
     "rag_refusal": 0.95,
@@ -86,6 +114,8 @@ STAGES = (
     "criteria",
     "bridge_judge",
     "language_judge",
+    "publishability",
+    "descriptor_check",
     "draft",
     "rag_refusal",
     "rag_factual",
@@ -118,6 +148,10 @@ def stage_of(text: str) -> str:
         return "criteria"
     if '"b_only_candidate"' in text:
         return "bridge_judge"
+    if '"publishability"' in text:
+        return "publishability"
+    if '"descriptor_in_question"' in text:
+        return "descriptor_check"
     if '"no_meta_wording"' in text:
         return "language_judge"
     if '"questions"' in text and "Document A" in text:
@@ -147,6 +181,11 @@ def _letters(seed: int, *parts: object) -> str:
     """Eight letters from a hash: an id that never holds a digit (so never a year of the text)."""
     h = hashlib.sha256(repr((seed, *parts)).encode()).digest()
     return "".join(chr(97 + b % 26) for b in h[:8])
+
+
+def body_digest(body: Any) -> bytes:
+    """SHA-256 of a request body in canonical form (sorted keys, no spaces): what answer ids carry."""
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).digest()
 
 
 def estimate_tokens(text: str) -> int:
@@ -268,6 +307,17 @@ class Script:
         checks = ("fluent", "unique_referents", "no_meta_wording", "answer_type_and_scope")
         return orjson.dumps({"analysis": "sim", **dict.fromkeys(checks, True), "fluent": ok}).decode()
 
+    def _publishability(self, text: str, messages: Any, lang: str) -> str:
+        q, _ = self._known(text)
+        score = 5 if self.passes("publishability", q) else 2
+        return orjson.dumps({"analysis": "sim", "publishability": score}).decode()
+
+    def _descriptor_check(self, text: str, messages: Any, lang: str) -> str:
+        q, _ = self._known(text)
+        ok = self.passes("descriptor_check", q)
+        reply = {"analysis": "sim", "descriptor_in_question": True, "descriptor_hides_bridge": ok}
+        return orjson.dumps({**reply, "descriptor_stated_by_a": True}).decode()
+
     # -- rag_sft -------------------------------------------------------------------------------
     def _rag_answer(self, text: str, messages: Any, lang: str) -> str:
         system = messages[0].get("content") or ""
@@ -334,6 +384,85 @@ class _Stage:
     busy: float = 0.0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    rejected: int = 0
+    rejected_before_ok: int = 0
+
+
+class _Batch:
+    """One replica's running sequences, sharing its GPU as vLLM's continuous batching does.
+
+    A decode step costs ``floor + (1 - floor) x n / slots`` of a full batch's step with ``n``
+    sequences running, so each sequence advances ``speed(n) = 1 / (floor + (1 - floor) n /
+    slots)`` seconds of full-batch work per second: 1 at a full batch (the configured rates are
+    per sequence under full batching), ``1 / floor`` alone. Exact processor sharing: a virtual
+    clock ``v`` (full-batch seconds done by every running sequence) advances at ``speed(n)``, and
+    a sequence ends when ``v`` reaches its start plus its work, as ``n`` changes under it.
+    """
+
+    def __init__(self, slots: int, floor: float) -> None:
+        self.slots = max(1, slots)
+        self.floor = min(1.0, max(1e-3, floor))
+        self.v = 0.0
+        self.t = time.monotonic()
+        self.heap: list[tuple[float, int]] = []  # (finish on the virtual clock, id)
+        self.running: dict[int, asyncio.Future[None]] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.ids = 0
+
+    def speed(self, n: int) -> float:
+        return 1.0 / (self.floor + (1.0 - self.floor) * n / self.slots)
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        if self.running:
+            self.v += (now - self.t) * self.speed(len(self.running))
+        self.t = now
+
+    def _head(self) -> float | None:
+        while self.heap and self.heap[0][1] not in self.running:
+            heapq.heappop(self.heap)  # aborted sequences leave lazily
+        return self.heap[0][0] if self.heap else None
+
+    def next_finish_s(self) -> float:
+        """Seconds until the next sequence ends at the current batch (0 if none runs)."""
+        self._advance()
+        head = self._head()
+        return 0.0 if head is None else max(0.0, head - self.v) / self.speed(len(self.running))
+
+    def _schedule(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        head = self._head()
+        if head is not None:
+            delay = max(0.0, head - self.v) / self.speed(len(self.running))
+            self.timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self.timer = None
+        self._advance()
+        while (head := self._head()) is not None and head <= self.v + 1e-9:
+            _, i = heapq.heappop(self.heap)
+            fut = self.running.pop(i)
+            if not fut.done():
+                fut.set_result(None)
+        self._schedule()
+
+    async def run(self, work: float) -> None:
+        """Hold a slot until ``work`` full-batch seconds are done (cancelled: the slot frees)."""
+        self._advance()
+        self.ids += 1
+        i = self.ids
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.running[i] = fut
+        heapq.heappush(self.heap, (self.v + max(0.0, work), i))
+        self._schedule()
+        try:
+            await fut
+        finally:
+            if self.running.pop(i, None) is not None:  # aborted: the others speed up at once
+                self._advance()
+                self._schedule()
 
 
 class _Fleet:
@@ -346,6 +475,11 @@ class _Fleet:
         self.decode = float(cfg.get("decode_tok_s", 30.0))
         self.error_rate = float(cfg.get("error_rate", 0.01))
         self.scale = float(cfg.get("time_scale", 1.0))
+        self.batch_floor = float(cfg.get("batch_floor", BATCH_FLOOR))
+        self.jitter = float(cfg.get("jitter", JITTER))
+        self.tail_rate = float(cfg.get("tail_rate", TAIL_RATE))
+        self.stall_rate = float(cfg.get("stall_rate", STALL_RATE))
+        self.timeout_s = float(cfg.get("timeout_s", 120.0))
         self.seed = int(cfg.get("seed", 0))
         self.model = str(cfg.get("model", "sim/fleet-32b"))
         self.root = str(cfg.get("root", "sim/fleet-32b@sim"))
@@ -356,7 +490,12 @@ class _Fleet:
     def reset(self) -> None:
         self.t0 = time.monotonic()
         self.in_flight = [0] * self.replicas
-        self.ends: list[list[float]] = [[] for _ in range(self.replicas)]  # finish times in flight
+        if not hasattr(self, "batches"):  # sequences still running keep their batch across a reset
+            self.batches = [_Batch(self.slots, self.batch_floor) for _ in range(self.replicas)]
+        self.answers: dict[bytes, str] = {}  # body digest -> SHA-256 of the answer text sent for it
+        self.aborted = 0
+        self.first: float | None = None
+        self.last: float | None = None
         self.max_in_flight = 0
         self.max_per_replica = [0] * self.replicas
         self.counts = dict.fromkeys(("requests", "ok", "rejected_429", "errors_500", "resets"), 0)
@@ -377,8 +516,15 @@ class _Fleet:
                 end = b
         distinct = len(self.ok_bodies)
         c = self.counts
+        slots = self.slots * self.replicas
+        e2e = (self.last - self.first) if self.first is not None and self.last is not None else 0.0
         return {
             **c,
+            "aborted": self.aborted,
+            "first_s": round(self.first or 0.0, 3),
+            "last_s": round(self.last or 0.0, 3),
+            "e2e_wall_s": round(e2e, 3),
+            "utilization_e2e": round(self.slot_seconds / (slots * e2e), 4) if e2e > 0 else 0.0,
             "retries": c["rejected_429"] + c["errors_500"] + c["resets"],
             "distinct_ok": distinct,
             "duplicated": c["ok"] - distinct,
@@ -399,6 +545,8 @@ class _Fleet:
                     "busy_s": round(s.busy, 3),
                     "prompt_tokens": s.prompt_tokens,
                     "completion_tokens": s.completion_tokens,
+                    "rejected_429": s.rejected,
+                    "rejected_before_ok": s.rejected_before_ok,
                 }
                 for name, s in sorted(self.stages.items())
             },
@@ -417,7 +565,12 @@ class _Fleet:
                         headers[k.strip().lower()] = v.strip()
                 n = int(headers.get("content-length") or 0)
                 body = await reader.readexactly(n) if n else b""
-                reply = await self.route(replica, method, path, body)
+                if method == "POST" and path.endswith("completions"):
+                    reply = await self._watched(self.route(replica, method, path, body), reader)
+                    if reply is _GONE:
+                        return
+                else:
+                    reply = await self.route(replica, method, path, body)
                 if reply is None:  # a connection reset: RST, no response
                     sock = writer.get_extra_info("socket")
                     if sock is not None:
@@ -438,6 +591,27 @@ class _Fleet:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    async def _watched(self, work: Any, reader: asyncio.StreamReader) -> Any:
+        """Run ``work`` unless the client goes away first (a timeout): then, as vLLM does on a
+        disconnect, the sequence is aborted and its slot freed. (No client pipelines requests, so
+        anything read while an answer is pending means the connection closed.)"""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not gone.done():
+                gone.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await gone  # its reader wait must end before the next request is read
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self.aborted += 1
+        return _GONE
+
     async def route(
         self, replica: int, method: str, path: str, body: bytes
     ) -> tuple[int, dict, bytes] | None:
@@ -451,6 +625,8 @@ class _Fleet:
             return 200, {}, orjson.dumps({"object": "list", "data": [entry]})
         if path == "/sim/stats":
             return 200, {}, orjson.dumps(self.stats())
+        if path == "/sim/answers":
+            return 200, {}, orjson.dumps({k.hex(): v for k, v in self.answers.items()})
         if path == "/sim/reset":
             self.reset()
             return 200, {}, b"{}"
@@ -458,10 +634,28 @@ class _Fleet:
             return await self.complete(replica, body, path.endswith("/chat/completions"))
         return 404, {}, b'{"error": "not found"}'
 
+    def work_s(self, prompt_tokens: int, completion_tokens: int, digest: bytes, attempt: int) -> float:
+        """A request's work in seconds at a full batch: prefill + decode, times a lognormal jitter,
+        a Pareto tail for ``tail_rate`` of the attempts (at most ``TAIL_MAX`` x), and for
+        ``stall_rate`` of them a stall that outlasts twice the clients' ``timeout_s`` even alone
+        on the replica. Drawn from the seed, the body and the attempt: a retry draws afresh."""
+        base = (prompt_tokens / self.prefill + completion_tokens / self.decode) * self.scale
+        rng = random.Random(unit(self.seed, "latency", digest, attempt))
+        if rng.random() < self.stall_rate:
+            return 2.0 * self.timeout_s / max(self.batch_floor, 1e-3)
+        factor = math.exp(rng.gauss(0.0, self.jitter)) if self.jitter > 0 else 1.0
+        if rng.random() < self.tail_rate:
+            factor *= min(TAIL_MAX, rng.paretovariate(TAIL_ALPHA))
+        return base * factor
+
     async def complete(self, replica: int, body: bytes, chat: bool) -> tuple[int, dict, bytes] | None:
         c = self.counts
         c["requests"] += 1
-        digest = hashlib.sha256(body).digest()
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return 400, {}, b'{"error": "bad json"}'
+        digest = body_digest(req)
         attempt = self.attempts_by_body.get(digest, 0)
         self.attempts_by_body[digest] = attempt + 1
         draw = unit(self.seed, "error", digest, attempt)
@@ -472,42 +666,48 @@ class _Fleet:
             c["resets"] += 1
             return None
         now = self.now()
-        ends = self.ends[replica]
+        batch = self.batches[replica]
         if self.in_flight[replica] >= self.slots:
             c["rejected_429"] += 1
-            wait = max(1, math.ceil(min(ends) - now)) if ends else 1
-            return 429, {"Retry-After": str(wait)}, b'{"error": "replica full"}'
-        try:
-            req = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return 400, {}, b'{"error": "bad json"}'
+            msgs = req.get("messages") if chat else [{"content": req.get("prompt") or ""}]
+            full = self.stages.setdefault(
+                stage_of("\n".join(m.get("content") or "" for m in msgs or [])), _Stage()
+            )
+            full.rejected += 1
+            full.rejected_before_ok += full.ok == 0  # the client had no answer of the stage to learn from
+            return (
+                429,
+                {"Retry-After": str(max(1, math.ceil(batch.next_finish_s())))},
+                b'{"error": "replica full"}',
+            )
         messages = req.get("messages") if chat else [{"role": "user", "content": req.get("prompt") or ""}]
         stage, text = self.script.answer(messages or [])
         prompt_tokens = sum(estimate_tokens(m.get("content") or "") + 8 for m in messages or [])
         completion_tokens = min(estimate_tokens(text), int(req.get("max_tokens") or 1 << 30))
-        latency = (prompt_tokens / self.prefill + completion_tokens / self.decode) * self.scale
+        work = self.work_s(prompt_tokens, completion_tokens, digest, attempt)
         st = self.stages.setdefault(stage, _Stage())
         st.requests += 1
         st.first = now if st.first is None else st.first
+        self.first = now if self.first is None else self.first
         self.in_flight[replica] += 1
         total = sum(self.in_flight)
         self.max_in_flight = max(self.max_in_flight, total)
         self.max_per_replica[replica] = max(self.max_per_replica[replica], self.in_flight[replica])
-        end = now + latency
-        ends.append(end)
+        t_in = time.monotonic()
         try:
-            await asyncio.sleep(latency)
-        finally:
+            await batch.run(work)
+        finally:  # answered or aborted (the client went away): the slot was busy all along
             self.in_flight[replica] -= 1
-            ends.remove(end)
-        self.slot_seconds += latency
-        st.busy += latency
+            held = time.monotonic() - t_in
+            self.slot_seconds += held
+            st.busy += held
         st.ok += 1
-        st.last = self.now()
+        st.last = self.last = self.now()
         st.prompt_tokens += prompt_tokens
         st.completion_tokens += completion_tokens
         c["ok"] += 1
         self.ok_bodies[digest] = self.ok_bodies.get(digest, 0) + 1
+        self.answers[digest] = hashlib.sha256(text.encode()).hexdigest()
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         else:
@@ -518,7 +718,15 @@ class _Fleet:
             "total_tokens": prompt_tokens + completion_tokens,
         }
         obj = "chat.completion" if chat else "text_completion"
-        data = {"id": "sim", "object": obj, "model": self.model, "choices": [choice], "usage": usage}
+        # The id carries the SHA-256 of the request body: each cached answer can be checked
+        # against the request it was stored for (``swapped`` in ``bench fleet``).
+        data = {
+            "id": f"chatcmpl-{digest.hex()}",
+            "object": obj,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage,
+        }
         return 200, {}, orjson.dumps(data)
 
 
@@ -555,6 +763,12 @@ class FleetSimulator:
         error_rate: share of attempts failing at once (half HTTP 500, half connection reset).
         seed: every scripted answer and injected error is derived from it.
         time_scale: multiplies every latency (1.0: the rates as given).
+        batch_floor: a decode step's cost alone, as a share of a full batch's (1.0: latency does
+            not depend on the batch); see ``_Batch``.
+        jitter, tail_rate, stall_rate: lognormal sigma of each request's work, share of attempts
+            in the Pareto tail (at most ``TAIL_MAX`` x), share that stall past ``timeout_s``.
+        timeout_s: the clients' per-attempt timeout (a stall lasts twice it, then is aborted
+            when the client goes away).
         rates: pass rates overriding ``DEFAULT_RATES``.
         model, root, max_model_len: what ``/v1/models`` lists.
     """
@@ -569,6 +783,11 @@ class FleetSimulator:
         seed: int = 0,
         *,
         time_scale: float = 1.0,
+        batch_floor: float = BATCH_FLOOR,
+        jitter: float = JITTER,
+        tail_rate: float = TAIL_RATE,
+        stall_rate: float = STALL_RATE,
+        timeout_s: float = 120.0,
         rates: Mapping[str, float] | None = None,
         model: str = "sim/fleet-32b",
         root: str = "sim/fleet-32b@sim",
@@ -585,6 +804,11 @@ class FleetSimulator:
             "error_rate": error_rate,
             "seed": seed,
             "time_scale": time_scale,
+            "batch_floor": batch_floor,
+            "jitter": jitter,
+            "tail_rate": tail_rate,
+            "stall_rate": stall_rate,
+            "timeout_s": timeout_s,
             "rates": dict(rates or {}),
             "model": model,
             "root": root,
@@ -638,6 +862,11 @@ class FleetSimulator:
     def stats(self) -> dict[str, Any]:
         """The fleet's counters since the last reset (see the module docstring)."""
         return self._call("GET", "/sim/stats")
+
+    def answers(self) -> dict[str, str]:
+        """Per request body answered 200 since the last reset: its SHA-256 (hex) -> the SHA-256
+        of the answer text the fleet sent for it."""
+        return self._call("GET", "/sim/answers")
 
     def reset_stats(self) -> None:
         """Zero every counter (the scripted model keeps what it drafted)."""

@@ -44,7 +44,20 @@ def format_line(name: str, values: dict[str, object]) -> str:
     "--pairs", type=int, default=None, help="bench fleet / plan: bridge pairs of the generated snapshot."
 )
 @click.option("--sample", type=int, default=None, help="bench plan: input items of the plan's sample run.")
-def bench(name: str, size: int | None, workdir: str | None, pairs: int | None, sample: int | None) -> None:
+@click.option(
+    "--regime",
+    type=click.Choice(["under", "equal", "over"]),
+    default=None,
+    help="bench fleet: the client's per-URL limit half, equal to or twice each replica's slots.",
+)
+def bench(
+    name: str,
+    size: int | None,
+    workdir: str | None,
+    pairs: int | None,
+    sample: int | None,
+    regime: str | None,
+) -> None:
     """Run benchmark NAME and print its key=value closing line."""
     module_name, options = BENCHES[name]
     module = importlib.import_module(f"ragsft_assets.bench.{module_name}")
@@ -52,5 +65,7 @@ def bench(name: str, size: int | None, workdir: str | None, pairs: int | None, s
         options = {**options, "pairs": pairs}
     if sample is not None:
         options = {**options, "sample": sample}
+    if regime is not None:
+        options = {**options, "regime": regime}
     values = module.run(size=size, workdir=workdir, **options)
     click.echo(format_line(name, values))

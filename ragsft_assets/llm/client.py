@@ -76,13 +76,16 @@ def estimate_tokens(requests: Sequence[Request]) -> int:
 
 
 def completion_to_response(c: Completion) -> dict[str, Any]:
-    return {
+    response: dict[str, Any] = {
         "text": c.text,
         "reasoning": c.reasoning,
         "prompt_tokens": c.prompt_tokens,
         "completion_tokens": c.completion_tokens,
         "finish_reason": c.finish_reason,
     }
+    if c.response_id:  # only when the server gave one (in-process engines give none)
+        response["response_id"] = c.response_id
+    return response
 
 
 def truncated_in_reasoning(

@@ -44,6 +44,9 @@ class Completion:
     completion_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    # The server's id of this answer (OpenAI ``id``), kept in the cache beside the answer so a
+    # bench can check each cached answer against the request it was sent for.
+    response_id: str | None = None
 
 
 OnResult = Callable[[int, Completion], None]  # (index in the request list, completion)

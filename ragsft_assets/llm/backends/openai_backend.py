@@ -7,11 +7,16 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
 - Dispatch: each attempt goes to the URL with the fewest requests outstanding (a retry avoids
   the URL that just failed when another has room). Requests are handed to the loop as slots
   free up, so a batch of 400,000 holds no more tasks than the fleet can run.
-- Overload: a 429 (or a 503 with ``Retry-After``) pauses that URL for the ``Retry-After``
-  seconds and halves its in-flight limit (once per round trip: answers to requests sent before
-  the cut do not cut again); answers raise it again by one per round trip (AIMD) up to
-  ``concurrency``, so a provider's rate limit never turns into a retry storm. A 429 does not
-  use up a request's ``max_retries`` (it is bounded apart).
+- Overload, a full server: a 429 (or a 503 with ``Retry-After``) that comes while the URL still
+  runs others of our requests says the server is full at that many; the URL's limit becomes
+  that count (capacity probing, no pause: each of our answers frees a slot there, and the
+  refused request waits for one), then grows by one per round trip, so a gateway with fewer
+  slots than ``concurrency`` refuses about one attempt per window in steady state.
+- Overload, a rate limit: a 429 (or 503 + ``Retry-After``) with nothing else of ours running
+  there pauses that URL for the ``Retry-After`` seconds and halves its in-flight limit (once per
+  round trip: answers to requests sent before the cut do not cut again); answers raise it again
+  by one per round trip (AIMD) up to ``concurrency``, so a provider's rate limit never turns
+  into a retry storm. A 429 does not use up a request's ``max_retries`` (it is bounded apart).
 - Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
   jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
   result: every request ends with a result. A URL failing ``fail_threshold`` times in a row is
@@ -160,6 +165,7 @@ class _Fleet:
         self.dead_after_s = dead_after_s
         self.waiters: deque[asyncio.Future[None]] = deque()
         self.set_asides = 0
+        self.probed = 0  # 429s answered while ours ran there: the window was set to what ran
         self.dead = ""  # set once every URL kept failing for dead_after_s: why the fleet is down
 
     def capacity(self) -> int:
@@ -229,13 +235,30 @@ class _Fleet:
         elif u.limit < u.cap:
             u.limit = min(float(u.cap), u.limit + (1.0 if u.limit < u.ssthresh else 1.0 / u.limit))
 
-    def pushback(self, u: _Url, epoch: int, wait_s: float | None, now: float) -> None:
+    def pushback(self, u: _Url, epoch: int, wait_s: float | None, now: float) -> bool:
+        """A 429 (or 503 + Retry-After) from ``u``, whose ``outstanding`` still counts the rejected
+        request. Returns True when the window alone holds the retry back (no pause, no backoff).
+
+        While the server still runs others of our requests, it is full at about that many: the
+        window becomes exactly that count (capacity probing; it then grows by one per round trip,
+        so in steady state about one attempt per window is refused) and the URL is not paused,
+        since each of our answers frees a slot there. With nothing of ours running (a rate limit,
+        or a server full of other clients' work) the URL waits its ``Retry-After`` and the limit
+        halves, once per round trip.
+        """
+        held = u.outstanding - 1
+        if held > 0:
+            u.limit = max(1.0, min(u.limit, float(held)))
+            u.ssthresh = u.limit  # from here additive: one more per round trip
+            self.probed += 1
+            return True
         if wait_s:
             u.available_at = max(u.available_at, now + wait_s)
         if epoch == u.epoch:  # one cut per round trip, not one per answer of the same window
             u.ssthresh = max(1.0, u.limit / 2)
             u.limit = u.ssthresh
             u.epoch += 1
+        return False
 
     def failure(self, u: _Url, now: float, sent: float | None = None, why: str = "") -> None:
         if u.failing_since is None:
@@ -317,6 +340,7 @@ def _parse_chat(content: bytes, completion: bool) -> Completion:
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
             finish_reason=choice.get("finish_reason"),
+            response_id=data.get("id") if isinstance(data.get("id"), str) else None,
         )
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError):
         raise _Malformed from None
@@ -606,7 +630,7 @@ class OpenAIBackend:
             self.attempts += 1
             self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
             status, content, wait_s = 0, b"", None
-            left = False
+            left = windowed = False
             try:
                 try:
                     async with self._session.post(endpoint(u.url, path), data=body, headers=headers) as resp:
@@ -627,7 +651,7 @@ class OpenAIBackend:
                         fleet.ok(u)
                         return value
                 elif status == 429 or (status == 503 and wait_s is not None):
-                    fleet.pushback(u, epoch, wait_s, now)
+                    windowed = fleet.pushback(u, epoch, wait_s, now)
                     last = f"HTTP {status} from {u.shown}"
                 elif status and status not in RETRY_STATUS and status < 500:
                     u.fails, u.failing_since = 0, None  # it answered: the request is wrong, not the server
@@ -656,6 +680,8 @@ class OpenAIBackend:
                 raise FleetDown(fleet.dead)
             call.stats.retries += 1
             avoid = u
+            if windowed:
+                continue  # the window was set to what the server runs: the retry waits for our next answer
             if not wait_s:  # a Retry-After pauses the URL itself; otherwise (or "0") back off here
                 n = failures + throttled
                 delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
