@@ -278,3 +278,41 @@ def test_every_config_entry_quotes_the_card() -> None:
 def test_train_step_prompts_exist_per_language(lang: str) -> None:
     for task in (tc.PUBLISHABILITY_TASK, tc.DESCRIPTOR_TASK):
         assert load_prompt(task, lang).lang == lang
+
+
+# -- 16. docs/cards.md -----------------------------------------------------------------------------
+
+DOCS = Path(__file__).parents[1] / "docs"
+
+
+def _section(title: str) -> str:
+    text = (DOCS / "cards.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("title", ["001 HotpotQA-fr", "003 Recall Rewrite"])
+def test_cards_md_names_modules_that_exist(title: str) -> None:
+    """docs/cards.md lists each card's steps with where they live: every module it names exists."""
+    section = _section(title)
+    modules = {m.removeprefix("ragsft_assets/") for m in re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)", section)}
+    assert len(modules) > 3, modules
+    root = Path(__file__).parents[1] / "ragsft_assets"
+    missing = sorted(m for m in modules if not (root / m).is_file())
+    assert not missing, missing
+
+
+def test_the_hotpotqa_fr_section_quotes_the_card() -> None:
+    """Every French sentence docs/cards.md quotes as the card's (in "...") is the card's."""
+    for quoted in re.findall(r'"([^"]+)"', _section("001 HotpotQA-fr")):
+        if re.search(r"[éèàç]|\b(?:les|des|une|est)\b", quoted):  # the card's words, not a config name
+            parts = [p.strip() for p in quoted.split("[...]") if p.strip()]  # an elision between parts
+            assert all(in_card(p) for p in parts), quoted
+
+
+def test_generated_cards_link_to_cards_md() -> None:
+    from ragsft_assets.defs.recall.assets import card_body
+    from ragsft_assets.release.card import CARDS_DOC, CARDS_DOC_LINE
+
+    assert (DOCS.parent / CARDS_DOC).is_file()
+    assert CARDS_DOC in card_body({"m": {"examples": 1}})
+    assert CARDS_DOC in CARDS_DOC_LINE

@@ -153,3 +153,14 @@ def test_every_recall_recipe_field_says_the_card_or_ours() -> None:
         for quoted in re.findall(r'"([^"]+)"', comment):
             assert in_card(quoted), f"{name} quotes {quoted!r}, which the card does not hold"
     assert in_card(rr.RECALL_OASST1.refusal)
+
+
+def test_the_recall_section_of_cards_md_quotes_the_card() -> None:
+    """docs/cards.md: every sentence its Recall Rewrite section quotes (in "...") is the card's."""
+    text = (Path(__file__).parents[1] / "docs" / "cards.md").read_text(encoding="utf-8")
+    section = text.split("\n## 003 Recall Rewrite\n", 1)[1]
+    quotes = [q for q in re.findall(r'"([^"]+)"', section) if len(q) > 25]
+    assert len(quotes) > 8
+    for quoted in quotes:
+        parts = [p.strip() for p in quoted.split("[...]") if p.strip()]  # an elision between parts
+        assert all(in_card(p) for p in parts), quoted

@@ -187,6 +187,12 @@ FILTER_NOTES = {
         "See docs/cards.md."
     ),
 }
+# Every step and figure of the four seed cards, with where it lives in ragsft or why it differs.
+CARDS_DOC = "docs/cards.md"
+CARDS_DOC_LINE = (
+    f"How each step and figure of the dataset cards this release follows is built, or why it differs: "
+    f"`{CARDS_DOC}` in the ragsft repository."
+)
 CRITERIA_FILTER = "criteria_annotation"
 NOT_ANNOTATED = "not_annotated"
 
@@ -334,6 +340,8 @@ def render_card(
         "`id` (`_id` in the HotpotQA-fr configs, as their card names it); `provenance/<config>/lineage.parquet` maps it to its question, bridge pair, "
         "documents and article revisions, and `provenance/<config>/manifest.json` lists the "
         "SHA-256 of every file (`ragsft verify FOLDER`).",
+        "",
+        CARDS_DOC_LINE,
         "",
         "## Configs",
         "",

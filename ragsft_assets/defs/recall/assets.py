@@ -33,6 +33,7 @@ from ragsft_assets.recall import oasst, registry, release_files, stages
 from ragsft_assets.recall import recipes as recall_recipes
 from ragsft_assets.recall.schema import FULL_SCHEMA, SFT_SCHEMA, sft_row
 from ragsft_assets.release import layout, manifest
+from ragsft_assets.release.card import CARDS_DOC_LINE
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.table_stats import markdown_table
@@ -340,6 +341,7 @@ def card_body(
         )
         + ("\n## Recipe\n\n" + "\n".join(f"- {line}" for line in recipe_lines) + "\n" if recipe_lines else "")
         + f"\n## License\n\n{license_notice}\n"
+        + f"\n{CARDS_DOC_LINE}\n"
     )
 
 
