@@ -548,9 +548,11 @@ def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[boo
     # Once seen alive, the worker is known by its start in ticks since boot (kept as a run tag):
     # a wall-clock comparison would fail a live worker after the clock is stepped forward (NTP, a
     # resumed VM), since psutil's create_time moves with the boot time.
-    recorded = run.tags.get(TAG_WORKER_TICKS)
+    # The tag is "<pid>:<ticks>": a retried run inherits its parent's tags (dagster's run retries
+    # copy them), and a resumed run has a new worker; a tag of another pid is not this worker's.
+    tagged_pid, _, recorded = (run.tags.get(TAG_WORKER_TICKS) or "").rpartition(":")
     ticks = start_ticks(pid)
-    if recorded is not None and ticks is not None:
+    if tagged_pid == str(pid) and recorded and ticks is not None:
         alive = process_alive(pid) and str(ticks) == recorded
         return alive, f"run worker pid {pid} on {this_host()} (start {recorded} ticks since boot)"
     try:
@@ -559,7 +561,7 @@ def worker_health(instance: dg.DagsterInstance, run: dg.DagsterRun) -> tuple[boo
         return True, f"run worker pid {pid} on {this_host()} exists (not inspectable)"
     alive = process_alive(pid) and created is not None and created <= event.timestamp + 1.0
     if alive and ticks is not None:
-        instance.add_run_tags(run.run_id, {TAG_WORKER_TICKS: str(ticks)})
+        instance.add_run_tags(run.run_id, {TAG_WORKER_TICKS: f"{pid}:{ticks}"})
     return alive, f"run worker pid {pid} on {this_host()} (its start event)"
 
 
