@@ -46,9 +46,15 @@ def releases_dir(home: Path | None = None) -> Path:
 
 
 def dagster_home(home: Path | None = None) -> Path:
-    """The DAGSTER_HOME the project uses unless the environment already sets one."""
+    """The DAGSTER_HOME the project uses unless the environment already sets one: the stack's
+    (PostgreSQL) while `ragsft stack up` runs, else ``dagster/`` (SQLite)."""
     env = os.environ.get("DAGSTER_HOME")
-    return Path(env).resolve() if env else (home or ragsft_home()) / "dagster"
+    if env:
+        return Path(env).resolve()
+    from ragsft_assets.stack.active import active_instance  # light: json, psutil
+
+    base = home or ragsft_home()
+    return active_instance(base) or base / "dagster"
 
 
 def home_origin() -> str:

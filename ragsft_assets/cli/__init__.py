@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "review": "ragsft_assets.cli.review:review_group",
     "recall": "ragsft_assets.cli.recall:recall",
     "base-models": "ragsft_assets.cli.base_models:base_models",
+    "stack": "ragsft_assets.cli.stack:stack",
 }
 
 
