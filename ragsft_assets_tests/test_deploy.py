@@ -336,18 +336,27 @@ def test_dockerfile_installs_the_locked_k8s_extra_and_requires_the_commit() -> N
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     run_lines = [line for line in dockerfile.splitlines() if line.lstrip().startswith(("RUN", "&&"))]
     install = " ".join(run_lines)
-    assert 'pip install --no-cache-dir -c constraints.txt ".[k8s]"' in install  # the lock, no other extra
+    lock = "pip install --no-cache-dir -r constraints.txt"
+    package = 'pip install --no-cache-dir -c constraints.txt ".[k8s]"'
+    assert lock in install and package in install  # the lock, then the package; no other extra
     assert "[embedded]" not in install and "[dev]" not in install and "bootstrap.sh" not in install
     assert "vllm" not in install and "torch" not in install
     assert "gcc" not in dockerfile and "apt-get" not in dockerfile  # pure Python: no compiler
-    copied = " ".join(line for line in dockerfile.splitlines() if line.startswith("COPY"))
-    assert "constraints.txt" in copied and "pyproject.toml" in copied
+    copies = [line for line in dockerfile.splitlines() if line.startswith("COPY")]
+    # Layers: only the lock before the dependency install, so a commit does not reinstall them.
+    assert dockerfile.index(lock) < dockerfile.index("ARG RAGSFT_GIT_COMMIT") < dockerfile.index(package)
+    assert [c for c in copies if dockerfile.index(c) < dockerfile.index(lock)] == ["COPY constraints.txt ./"]
+    # One copy of the source: the package step builds from a bind mount of the context, no COPY of it.
+    assert not any("ragsft_assets" in c or "pyproject" in c for c in copies)
+    assert re.search(r"RUN --mount=type=bind,source=\.,target=(\S+),rw", dockerfile)
+    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
+    assert {".git", ".venv", ".ragsft"} <= set(ignored)  # no environment, history or home in the context
     assert "ragsft_assets.definitions" in dockerfile
-    # The commit: an ARG without a default, checked by a RUN before anything is installed.
+    # The commit: an ARG without a default, checked by a RUN before the package is installed.
     assert re.search(r"^ARG RAGSFT_GIT_COMMIT$", dockerfile, flags=re.M)
     assert "RAGSFT_GIT_COMMIT=${RAGSFT_GIT_COMMIT}" in dockerfile
     (check,) = [line for line in run_lines if "RAGSFT_GIT_COMMIT" in line]
-    assert dockerfile.index(check) < dockerfile.index("pip install")
+    assert dockerfile.index(check) < dockerfile.index(package)
     script = check.removeprefix("RUN ")
     missing = subprocess.run(
         ["sh", "-c", script], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True
@@ -359,6 +368,29 @@ def test_dockerfile_installs_the_locked_k8s_extra_and_requires_the_commit() -> N
         capture_output=True,
     )
     assert given.returncode == 0
+
+
+def test_the_image_runs_as_a_numeric_non_root_user_on_a_base_pinnable_by_digest() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    users = re.findall(r"^USER (\S+)$", dockerfile, flags=re.M)
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+    uid = int(users[-1].split(":")[0])
+    assert f"--uid {uid}" in dockerfile  # the user exists in the image
+    # The pods run as that uid, with fsGroup so that the data volume is writable.
+    values = _values()
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    assert deployment["podSecurityContext"]["runAsUser"] == uid
+    assert deployment["podSecurityContext"]["fsGroup"] == uid
+    assert deployment["podSecurityContext"]["runAsNonRoot"] is True
+    run_pod = values["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]["podSpecConfig"]
+    assert run_pod["securityContext"]["runAsUser"] == uid and run_pod["securityContext"]["runAsNonRoot"]
+    # FROM the PYTHON_BASE argument; its default is the tag or the tag@sha256:<64 hex>, and the way to
+    # learn the digest is written next to it (no digest was verified offline: none is made up).
+    assert re.search(r"^FROM \$\{PYTHON_BASE\}$", dockerfile, flags=re.M)
+    (base,) = re.findall(r"^ARG PYTHON_BASE=(\S+)$", dockerfile, flags=re.M)
+    assert re.fullmatch(r"python:3\.11-slim-bookworm(@sha256:[0-9a-f]{64})?", base)
+    assert "docker buildx imagetools inspect python:3.11-slim-bookworm" in dockerfile
+    assert dockerfile.index("ARG PYTHON_BASE") < dockerfile.index("FROM ")
 
 
 CHART = DEPLOY / "chart"  # wrapper chart: dagster/dagster at the pin + the pool-limit hook Job
@@ -555,3 +587,35 @@ def test_pool_hook_job_sets_the_gpu_pool_from_values(tmp_path: Path, monkeypatch
         assert instance.event_log_storage.get_concurrency_info("duckdb").slot_count == 1
     finally:
         instance.dispose()
+
+
+def test_vllm_pods_and_the_hook_job_run_as_non_root(tmp_path: Path) -> None:
+    """securityContext: no root, no privilege escalation, no capability, the runtime's seccomp profile."""
+    pods = [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"])
+        for d in _yaml_documents(DEPLOY / "vllm.yaml")
+        if d.get("kind") == "Deployment"
+    ]
+    rendered = _render_chart(_chart_values(), tmp_path)
+    pods += [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"])
+        for docs in rendered.values()
+        for d in docs
+        if d.get("kind") == "Job"
+    ]
+    assert {name for name, _ in pods} >= {"vllm-chat", "vllm-base", "vllm-embed", "dagster-ragsft-pools"}
+    for name, spec in pods:
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] > 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"], name
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if name.startswith("vllm-"):
+                # A uid without a home directory: HOME must be writable (compile caches), per pod.
+                mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+                assert env["HOME"] in mounts and "emptyDir" in next(
+                    v for v in spec["volumes"] if v["name"] == mounts[env["HOME"]]
+                ), name
+                assert "fsGroup" in pod, name  # HF_HOME on the models volume is writable
