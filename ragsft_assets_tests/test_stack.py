@@ -87,6 +87,18 @@ def test_stack_instance_config_is_the_deployed_table(monkeypatch: pytest.MonkeyP
     assert not process_config(dagster_instance_config_schema(), broken).success
 
 
+def test_stack_config_prints_the_instance_for_a_vm() -> None:
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli import main
+
+    out = CliRunner().invoke(main, ["stack", "config", "--pg-host", "db.internal", "--pg-port", "6432"])
+    assert out.exit_code == 0, out.output
+    config = yaml.safe_load(out.output)
+    assert config == instance_config(6432, pg_host="db.internal")
+    assert config["storage"]["postgres"]["postgres_db"]["password"] == {"env": PASSWORD_ENV}
+
+
 def test_postgres_url_masks_the_password() -> None:
     assert postgres_url(5432) == "postgresql://ragsft:***@127.0.0.1:5432/dagster"
 
@@ -291,6 +303,9 @@ def test_up_status_and_up_again(stack: Stack) -> None:
     assert [
         p["pid"] for p in json.loads(_cli(stack.home, "stack", "status", "--json").stdout)["processes"]
     ] == pids
+    # `ragsft ui` while the stack is up: the stack's webserver, no second daemon (dagster dev's).
+    ui = _cli(stack.home, "ui", "--port", str(_free_port()), timeout=60)
+    assert ui.returncode == 0 and f"the stack is up: http://127.0.0.1:{stack.port}" in ui.stdout, ui.stderr
     logs = _cli(stack.home, "stack", "logs", "-n", "5")
     assert logs.returncode == 0 and "daemon.log" in logs.stdout
 

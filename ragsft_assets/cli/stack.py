@@ -52,6 +52,20 @@ def up(port: int, module: str, poll_seconds: int | None) -> None:
 
 
 @stack.command()
+@click.option("--pg-host", default="127.0.0.1", show_default=True)
+@click.option("--pg-port", default=5432, show_default=True, type=int)
+def config(pg_host: str, pg_port: int) -> None:
+    """Print the stack's dagster.yaml for a PostgreSQL at HOST:PORT (a VM's instance, docs/deployment.md).
+
+    The password is read from $RAGSFT_STACK_PG_PASSWORD when the instance opens; it is never written.
+    """
+    from ragsft_assets.stack.config import dump, instance_config
+
+    header = "Written by `ragsft stack config` (ragsft_assets/stack/config.py: the Helm values' settings)."
+    click.echo(dump(instance_config(pg_port, pg_host=pg_host), header), nl=False)
+
+
+@stack.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def status(as_json: bool) -> None:
     """Each process with its pid and state; the URL and postgres_url (password masked)."""

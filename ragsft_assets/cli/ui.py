@@ -25,6 +25,13 @@ def ui(port: int, host: str, extra: tuple[str, ...]) -> None:
     This process becomes ``dagster dev`` (exec, same pid): a SIGTERM or Ctrl-C sent to it reaches
     ``dagster dev``, which stops its webserver, daemon and code server before it exits.
     """
+    from ragsft_assets.stack.active import active_instance, read_state
+
+    if "DAGSTER_HOME" not in os.environ and active_instance(ragsft_home()):
+        # `ragsft stack up` already serves this instance with its own daemon: a second one (dagster
+        # dev's) would tick every sensor twice. Its webserver is the UI.
+        click.echo(f"ragsft ui: the stack is up: {read_state(ragsft_home())['url']} (ragsft stack status)")
+        return
     home = ensure_instance_home()
     repo_root = Path(__file__).resolve().parents[2]
     # -W: `dagster dev` warns that it is superseded by `dg dev` (a FutureWarning) on every start;

@@ -97,7 +97,10 @@ class Intervals:
 
 
 def instance_config(
-    pg_port: int, intervals: Intervals = Intervals(), table: dict[str, Any] = DEPLOYED
+    pg_port: int,
+    intervals: Intervals = Intervals(),
+    table: dict[str, Any] = DEPLOYED,
+    pg_host: str = "127.0.0.1",
 ) -> dict:
     """The stack's ``dagster.yaml``: PostgreSQL storage on 127.0.0.1, the queue, run monitoring and
     retries of ``table``, and the project's pid-checking launcher (as in the repository's
@@ -111,7 +114,7 @@ def instance_config(
                 "postgres_db": {
                     "username": PG_USER,
                     "password": {"env": PASSWORD_ENV},
-                    "hostname": "127.0.0.1",
+                    "hostname": pg_host,
                     "db_name": PG_DB,
                     "port": pg_port,
                     "scheme": table["postgres_scheme"],
