@@ -256,9 +256,10 @@ PARTITION = "20240916.fr"
 def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     """The writes the ``abstracts`` and ``link_graph`` assets do after their builds; returns seconds.
 
-    The same calls in the same order: split Parquet files and the ledger of every kept and dropped
-    abstract, their metadata (schema, preview, split counts, funnels, reasons table from the ledger);
-    then the link graph's Parquet, its edge ledger and its metadata (top targets, bridge edges).
+    The builds wrote the split files and the link graph file already (out of core, as the assets
+    run them); then the same calls in the same order: the ledger of every kept and dropped abstract,
+    their metadata (schema, preview, split counts, funnels, reasons table from the ledger); then the
+    link graph's edge ledger and its metadata (top targets, bridge edges).
     """
     from ragsft_assets import storage, table_stats
     from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
@@ -269,7 +270,7 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     from ragsft_assets.ledger import write_ledger
 
     started = time.perf_counter()
-    paths = storage.write_split_asset(build.table, PARTITION, "abstracts", root=root)
+    paths = build.paths
     ledger = write_ledger(
         abstracts_ledger(PARTITION, PRODUCT, build.table, build.rejected), PARTITION, "abstracts", root
     )
@@ -282,7 +283,7 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     md.update(funnel_metadata(_funnel_rows(build.funnel)))
     md["rejections_by_reason"] = _reason_table([ledger])
 
-    path = storage.write_asset(graph.table, PARTITION, "link_graph", storage.ALL, root)
+    path = storage.asset_path(PARTITION, "link_graph", storage.ALL, root)
     write_ledger(
         link_graph_ledger(PARTITION, PRODUCT, graph.table, graph.dropped), PARTITION, "link_graph", root
     )
@@ -302,6 +303,23 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     return time.perf_counter() - started
 
 
+def enum_checked_share_of_files(paths: list[Path]) -> float:
+    """:func:`enum_checked_share` of the abstracts split files, a row group at a time."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.corpus.enumeration import may_hold_enumeration
+
+    checked = total = 0
+    for path in paths:
+        f = pq.ParquetFile(path)
+        for g in range(f.num_row_groups):
+            flat = pc.list_flatten(f.read_row_group(g, columns=["sentences"]).column("sentences"))
+            checked += (pc.sum(may_hold_enumeration(flat)).as_py() or 0) if len(flat) else 0
+            total += len(flat)
+    return checked / max(total, 1)
+
+
 def enum_checked_share(abstracts: Any) -> float:
     """Share of the kept abstracts' sentences that pass the C++ prefilter, i.e. reach the Python rule."""
     import pyarrow.compute as pc
@@ -313,26 +331,37 @@ def enum_checked_share(abstracts: Any) -> float:
 
 
 def _corpus_job(path: str, workers: int, queue: Any) -> None:
+    from ragsft_assets import storage
     from ragsft_assets.corpus.abstracts import AbstractsConfig
     from ragsft_assets.corpus.build import build_abstracts
-    from ragsft_assets.corpus.link_graph import LinkGraphConfig, build_link_graph
+    from ragsft_assets.corpus.link_graph import LinkGraphConfig, build_link_graph_files
     from ragsft_assets.defs.corpus import assets  # noqa: F401 - imported before the clock starts
 
     root = Path(tempfile.mkdtemp(prefix="store_", dir=Path(path).parent))
     try:
         started = time.perf_counter()
         cpu_started = time.process_time()
-        build = build_abstracts([Path(path)], AbstractsConfig(), workers=workers)
+        # Out of core, as the assets run it: the split files and the graph file written by the builds.
+        out = {s: storage.asset_path(PARTITION, "abstracts", s, root) for s in storage.SPLITS}
+        build = build_abstracts(
+            [Path(path)], AbstractsConfig(), workers=workers, tmp_dir=str(root), out_paths=out
+        )
         t_build = time.perf_counter() - started
-        graph = build_link_graph(build.table, LinkGraphConfig(), workers=workers)
+        graph = build_link_graph_files(
+            [out[s] for s in storage.SPLITS],
+            LinkGraphConfig(),
+            storage.asset_path(PARTITION, "link_graph", storage.ALL, root),
+            workers=workers,
+            tmp_dir=str(root),
+        )
         t_graph = time.perf_counter() - started - t_build
         writes = write_like_the_assets(build, graph, root)
         print(f"  abstracts {t_build:.2f}s, link graph {t_graph:.2f}s, writes {writes:.2f}s", flush=True)
         elapsed = time.perf_counter() - started
         cpu = time.process_time() - cpu_started + build.worker_cpu_s + graph.worker_cpu_s
+        share = enum_checked_share_of_files([out[s] for s in storage.SPLITS])
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    share = enum_checked_share(build.table)
     queue.put(
         (elapsed, writes, build.funnel["lines_read"], build.table.num_rows, graph.table.num_rows, share, cpu)
     )
