@@ -27,7 +27,7 @@ from ragsft_assets.corpus.link_graph import (
     DEFAULT_IN_DEGREE_CAP,
     LINK_GRAPH_SCHEMA,
     LinkGraphConfig,
-    build_link_graph,
+    build_link_graph_files,
 )
 from ragsft_assets.defs.bad_input import fail_at_once_on_bad_input
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
@@ -38,6 +38,7 @@ from ragsft_assets.multihop.recipes import default_pairs_drawn
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
+from ragsft_assets.storage import SPLITS
 GROUP = "corpus"
 PRODUCT = "corpus"
 # Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
@@ -181,12 +182,16 @@ def abstracts(
     context.log.info(f"reading {len(files)} dump file(s) of {key} with {workers} worker(s)")
     # Chunk files beside the partition's assets, not in the system temp folder (often a RAM tmpfs):
     # same disk as the output, and a killed build's chunks are found and removed by the next one.
-    build = build_abstracts(files, cfg, workers=workers, tmp_dir=str(store.root / key))
+    # Out of core (issue 36): the split files are written a row group at a time beside their final
+    # names, and take them only once the bad-line check passed.
+    final = {s: store.path(key, "abstracts", s) for s in SPLITS}
+    staged = {s: p.with_name(f".{p.stem}.building.parquet") for s, p in final.items()}
+    build = build_abstracts(files, cfg, workers=workers, tmp_dir=str(store.root / key), out_paths=staged)
     check_bad_share(build, config.max_bad_share, where=str(snapshots.folder(key)))
     for f, n, reason, detail in build.bad_examples[:20]:
         context.log.warning(f"skipped {f}:{n}: {reason} ({detail})")
 
-    paths = store.write_splits(build.table, key, "abstracts")
+    paths = {s: staged[s].replace(final[s]) for s in SPLITS}
     ledger_path = store.write_ledger(
         abstracts_ledger(key, PRODUCT, build.table, build.rejected), key, "abstracts"
     )
@@ -248,7 +253,6 @@ def link_graph(
     """Hyperlink edges a -> b between abstracts of the same split, with alias, sentence and bridge flag."""
     started = time.perf_counter()
     key = context.partition_key
-    table = store.read(key, "abstracts")
     cfg = LinkGraphConfig(
         in_degree_cap=int(
             _snapshot_setting(snapshots, key, "in_degree_cap", config.in_degree_cap, DEFAULT_IN_DEGREE_CAP)
@@ -258,8 +262,15 @@ def link_graph(
             _snapshot_setting(snapshots, key, "bridge_top_k", config.bridge_top_k, DEFAULT_BRIDGE_TOP_K)
         ),
     )
-    build = build_link_graph(table, cfg, workers=config.workers or default_workers())
-    path = store.write(build.table, key, "link_graph")
+    # Out of core (issue 36): the abstracts split files read a row group at a time, the edges spilled.
+    path = store.path(key, "link_graph")
+    build = build_link_graph_files(
+        store.files(key, "abstracts"),
+        cfg,
+        path,
+        workers=config.workers or default_workers(),
+        tmp_dir=str(store.root / key),
+    )
     ledger_path = store.write_ledger(
         link_graph_ledger(key, PRODUCT, build.table, build.dropped), key, "link_graph"
     )
