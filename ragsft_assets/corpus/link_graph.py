@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets import leftovers
 from ragsft_assets.corpus import enumeration
 from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
@@ -288,6 +289,7 @@ def build_link_graph(abstracts: pa.Table, cfg: LinkGraphConfig, *, workers: int 
     return LinkGraphBuild(table, funnel, sorted(bridges), dropped, worker_cpu)
 
 
+SPILL_PREFIX = ".link_graph.spill-"  # the per-build folder of the spilled edges (build_link_graph_files)
 # The spilled candidate edges of build_link_graph_files: output columns, then the compact keys.
 _SPILL_SCHEMA = pa.schema(
     [
@@ -388,7 +390,12 @@ def build_link_graph_files(
     all_tgt: list[np.ndarray] = []
     all_src: list[np.ndarray] = []
     worker_cpu = 0.0
-    with tempfile.TemporaryDirectory(prefix=".link_graph.spill-", dir=tmp_dir) as spill_dir:
+    # Named after this process, as the abstracts' chunk folders: a killed build's spill is removed by the
+    # next build once that process is gone; TemporaryDirectory cleans up every other ending.
+    parent = Path(tmp_dir) if tmp_dir else Path(tempfile.gettempdir())
+    parent.mkdir(parents=True, exist_ok=True)
+    leftovers.remove_stale(parent, SPILL_PREFIX)
+    with tempfile.TemporaryDirectory(prefix=leftovers.owned(SPILL_PREFIX), dir=parent) as spill_dir:
         spill = os.path.join(spill_dir, "edges.arrow")
         base = 0
         with ipc.new_file(spill, _SPILL_SCHEMA) as writer:
