@@ -14,6 +14,7 @@ import importlib.util
 import os
 from typing import Any
 
+from ragsft_assets.defs.gpu_selection import run_roles
 from ragsft_assets.llm import gpu_share
 from ragsft_assets.masking import mask_url
 from ragsft_assets.resources.catalog import CatalogResource
@@ -149,3 +150,5 @@ def roles_from_env() -> list[Any]:
 
 # An engine starting on a GPU takes its share of the roles this environment runs there.
 gpu_share.set_roles_provider(roles_from_env)
+# ... and of them, the roles the current run's selection uses (a chat-only run: the chat engine only).
+gpu_share.set_selection_provider(run_roles)
