@@ -47,3 +47,22 @@ def test_errors_compare_llm_stages_and_count_values_in_range() -> None:
     assert "checks_calls_error" not in out  # no LLM stage
     # judge: calls and kept inside; checks: calls 0 inside [90, 130]? no; kept 40 inside [45, 65]? no
     assert out["in_range_share"] == pytest.approx(0.5)
+
+
+def test_stage_errors_weigh_by_tokens_and_name_the_worst_stage() -> None:
+    """Two stages whose errors cancel in the total calls (+50% and -50%) still show: weighted by
+    their actual tokens, and the worst one named."""
+    from ragsft_assets.bench.plan import stage_errors
+
+    def stage(calls: float, per_call: float) -> dict:
+        return {"calls": calls, "prompt_tokens": per_call * calls, "completion_tokens": 0.0}
+
+    actual = {"big": stage(100.0, 10.0), "small": stage(100.0, 30.0), "none": stage(0.0, 1.0)}
+    plan = {"stages": {"big": stage(150.0, 10.0), "small": stage(50.0, 30.0), "none": stage(0.0, 1.0)}}
+    out = stage_errors(plan, actual)  # +50% on 1,000 tokens, -50% on 3,000
+    assert out["stage_error_weighted"] == pytest.approx(0.5)
+    assert (out["worst_stage"], out["worst_stage_error"]) == ("small", pytest.approx(0.5))
+    plan["stages"]["small"] = stage(90.0, 30.0)  # -10% now: the big stage is the worst
+    out = stage_errors(plan, actual)
+    assert out["worst_stage"] == "big"
+    assert out["stage_error_weighted"] == pytest.approx((0.5 * 1000 + 0.1 * 3000) / 4000)

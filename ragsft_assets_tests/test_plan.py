@@ -485,3 +485,10 @@ def test_a_fleet_failing_every_call_is_refused_even_when_its_stages_tolerate_err
     }
     with pytest.raises(RuntimeError, match=r"every LLM call of the sample failed \(3 of 3; generator"):
         run_sample(KEY, resources=resources, job="multihop_job", sample=3, home=tmp_path)
+
+
+def test_a_sample_of_every_input_item_forecasts_exactly() -> None:
+    samples = [_stage("drafts", None, 30, 20, 30), _stage("judge", "drafts", 20, 5, 40)]
+    plan = fc.forecast(samples, sample_items=10, input_items=10)
+    j = plan.stages["judge"]
+    assert j.calls_low == j.calls == j.calls_high == 40 and j.kept_low == j.kept == j.kept_high == 5

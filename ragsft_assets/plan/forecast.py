@@ -243,6 +243,7 @@ def forecast(
     if sample_items <= 0:
         raise ValueError("the sample has no input items: nothing to extrapolate from")
     fleet = fleet or Fleet()
+    exact = sample_items >= input_items  # the sample ran every input item: no uncertainty left
     out: dict[str, StageForecast] = {}
     for s in _order(samples):
         if s.upstream is None:
@@ -261,6 +262,8 @@ def forecast(
         keep = min(1.0, factor * s.kept / s.items) if s.items else 0.0
         k_low, k_high = wilson(s.kept, s.items) if s.items else (0.0, 0.0 if reached else 1.0)
         k_low, k_high = min(1.0, k_low * factor), min(1.0, k_high * factor)
+        if exact and reached:  # the sample was the whole input: what it kept is what the run keeps
+            k_low = k_high = keep
         per_item = s.requests / s.items if s.items else 0.0
         per_item_high = per_item if reached else s.max_calls_per_item
         items, items_low, items_high = up_kept * fan_out, up_low * fan_out, up_high * fan_high

@@ -455,8 +455,8 @@ def _cap_factors(
     run_config: Mapping[str, Any],
 ) -> dict[str, float]:
     """The keep-rate multiplier of the capping stage of a snapshot's run (``plan/scale.py``)."""
-    if kind.input_asset != "bridge_pairs":
-        return {}
+    if kind.input_asset != "bridge_pairs" or sampled >= input_items:
+        return {}  # the sample took every pair: the caps bound it as they bind the run
     folder = scratch / "assets" / key
     capping = measure.stages_with_reasons(folder, scale.CAP_REASONS)
     drafts_folder = folder / "question_drafts"
