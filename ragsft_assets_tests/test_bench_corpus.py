@@ -50,7 +50,8 @@ def test_bench_run_prints_the_ratio_the_cpu_ratio_and_the_load(tmp_path: Path) -
     for key in ("ratio", "cpu_ratio", "load_avg", "record_kb_p50", "enum_checked_share", "writes_s", "cores"):
         assert key in values, key
     assert "native" not in values  # one implementation of the rules: nothing to name
-    assert values["bar"] == bench_corpus.BAR and values["passed"] == (values["ratio"] >= bench_corpus.BAR)
+    assert values["bar"] == bench_corpus.BAR and values["rss_bar_mb"] == bench_corpus.RSS_BAR_MB
+    assert values["passed"] == (values["ratio"] >= bench_corpus.BAR and values["peak_rss_mb"] < 1536)
     assert (
         values["projected_frwiki_min"] > 0 and values["projected_frwiki_peak_rss_mb"] >= values["peak_rss_mb"]
     )
@@ -60,8 +61,11 @@ def test_bench_run_prints_the_ratio_the_cpu_ratio_and_the_load(tmp_path: Path) -
 
 def test_the_bar_is_the_ratio_of_the_python_rules() -> None:
     assert bench_corpus.BAR == 0.28
-    assert bench_corpus.verdict(0.28) == {"bar": 0.28, "passed": True}
+    assert bench_corpus.verdict(0.28) == {"bar": 0.28, "rss_bar_mb": 1536, "passed": True}
     assert bench_corpus.verdict(0.279)["passed"] is False
+    # Issue 36: the memory bar too (2,632 MiB at 1M records before the build went out of core).
+    assert bench_corpus.verdict(0.3, 1535.9)["passed"] is True
+    assert bench_corpus.verdict(0.3, 2632.0)["passed"] is False
 
 
 def test_projection_to_frwiki_from_the_half_and_full_runs() -> None:

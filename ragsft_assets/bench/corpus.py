@@ -9,9 +9,11 @@ record (2.8-11.1 KiB). The enumeration rule then meets real sentences at their r
 (``enum_checked_share``: the share of abstract sentences that reach it). Then in the same run:
 
 1. the baseline: ``orjson.loads`` of every line, one process (what any reader must at least do);
-2. the corpus build the assets run: ``build_abstracts`` (all cores) then ``build_link_graph``, then
-   the assets' own writes (split Parquet files, ledgers, metadata queries), timed with them
-   (``writes_s`` is their share). ``passed``: ``ratio >= bar`` (0.28).
+2. the corpus build the assets run: ``build_abstracts`` (all cores) then ``build_link_graph_files``,
+   then the assets' own writes (ledgers, metadata queries), timed with them
+   (``writes_s`` is their share). Both run out of core, as the assets run them: the split files
+   and the link graph file are written a row group at a time by the builds. ``passed``:
+   ``ratio >= bar`` (0.28) and the full run's ``peak_rss_mb < rss_bar_mb`` (1,536).
 
 ``ratio`` = corpus throughput / decode throughput. ``cpu_ratio`` = the decode's CPU seconds / the build's
 (its process, and the chunks of the abstracts pool's and the link graph's enumeration pool's workers):
@@ -54,6 +56,9 @@ DEFAULT_SIZE = 100_000
 # The corpus build (with the assets' writes) at least 0.28 times as fast as a bare decode of the same
 # lines: the Python rules measured 0.30-0.37 on a quiet 2-core machine.
 BAR = 0.28
+# Issue 36: peak RSS (workers included) under 1,536 MiB at 1,000,000 records, where it was 2,632 with the
+# whole abstracts table and link graph in memory; the build now runs out of core.
+RSS_BAR_MB = 1536
 FRWIKI_RECORDS = 2_600_000  # records in a French Wikipedia structured-wikipedia snapshot (namespace 0)
 # Bump when make_record changes: a dump cached in a --workdir is reused only with the same version.
 GENERATOR_VERSION = 2
@@ -234,9 +239,10 @@ def project(
     }
 
 
-def verdict(ratio: float) -> dict[str, object]:
-    """The bar and whether ``ratio`` (corpus throughput / decode throughput) meets it."""
-    return {"bar": BAR, "passed": ratio >= BAR}
+def verdict(ratio: float, peak_rss_mb: float = 0.0) -> dict[str, object]:
+    """The bars and whether ``ratio`` (corpus throughput / decode throughput) and the full run's peak
+    RSS meet them."""
+    return {"bar": BAR, "rss_bar_mb": RSS_BAR_MB, "passed": ratio >= BAR and peak_rss_mb < RSS_BAR_MB}
 
 
 def decode_all(path: Path) -> tuple[int, float]:
@@ -476,7 +482,7 @@ def run(size: int | None = None, workdir: str | None = None) -> dict[str, object
             line_kb = sorted(len(line) / 1024 for line in fh)
         return {
             "ratio": rate / decode_rate,
-            **verdict(rate / decode_rate),
+            **verdict(rate / decode_rate, full_run["peak_rss_mb"]),
             **project(half_run, full_run),
             "record_kb_p50": round(line_kb[len(line_kb) // 2], 2),
             "enum_checked_share": round(full_run["enum_checked_share"], 3),
