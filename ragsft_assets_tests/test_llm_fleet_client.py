@@ -202,6 +202,25 @@ def test_a_429_while_ours_run_sets_the_window_to_what_runs_without_pausing() -> 
     asyncio.run(scenario())
 
 
+def test_a_new_batchs_fast_failures_do_not_set_a_busy_url_aside() -> None:
+    # A batch opens with a full window; its first answers are the fast failures (a 500, a reset),
+    # long before any success. Three of them while 100 requests still run there prove nothing.
+    async def scenario() -> None:
+        fleet = _Fleet(["a", "b"], cap=128, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        busy, idle = fleet.urls
+        busy.outstanding = 100
+        for _ in range(3):
+            fleet.failure(busy, 0.0, 0.0, "HTTP 500")
+            busy.outstanding -= 1
+        assert not busy.aside
+        idle.outstanding = 1  # a URL that holds nothing else: three failures in a row set it aside
+        for _ in range(3):
+            fleet.failure(idle, 0.0, 0.0, "ClientConnectorError")
+        assert idle.aside
+
+    asyncio.run(scenario())
+
+
 def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
     # The client's limit is twice the gateway's slots (the `over` regime of bench fleet): after the
     # first window, no more than about 5% of attempts are refused, and the window sits at the

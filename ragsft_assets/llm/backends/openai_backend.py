@@ -268,7 +268,10 @@ class _Fleet:
         if u.aside and now < u.available_at:
             return  # an answer to a request sent before it was set aside: already counted
         u.fails += 1
-        if not (u.aside or u.fails >= self.fail_threshold):
+        # In a row, and a fair share of what the URL holds: a new batch's first answers are its
+        # fast failures (a 500, a reset), before any slow success, and say nothing of the URL.
+        others = max(0, u.outstanding - 1)
+        if not (u.aside or (u.fails >= self.fail_threshold and 4 * u.fails >= others)):
             return
         if not any(o is not u and not o.aside for o in self.urls):
             return  # the last URL in service is never set aside: its requests back off instead
