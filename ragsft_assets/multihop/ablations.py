@@ -26,15 +26,21 @@ import pyarrow as pa
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import answer_matches, is_impossible, normalize_text
-from ragsft_assets.prompts import PromptTemplate
+from ragsft_assets.prompts import PromptTemplate, load_prompt
 
 ABLATIONS = ("ab", "a", "b", "none")
-# The card's order: A+B, then B alone, then A alone, then none. Its counts decompose exactly so
+PROMPT_TASK = "multihop_ablation"
+# The layout of the documents in the judge's prompt, per language, is template text too (a document:
+# ``{n}``, ``{title}``, ``{text}``; no document at all): an edit marks the stage stale.
+DOCUMENT_TASK, NO_DOCUMENT_TASK = "multihop_ablation_document", "multihop_ablation_no_document"
+PROMPT_TASKS = (PROMPT_TASK, DOCUMENT_TASK, NO_DOCUMENT_TASK)
+# derived from the card's counts: A+B, then B alone, then A alone, then none; they decompose exactly so
 # (590,596 judge calls for 281,119 judged questions, 2.10 per question; see CARD_CALLS_PER_JUDGED).
 DEFAULT_ORDER = ("ab", "b", "a", "none")
 CARD_JUDGE_CALLS, CARD_JUDGED = 590_596, 281_119
 CARD_CALLS_PER_JUDGED = round(CARD_JUDGE_CALLS / CARD_JUDGED, 2)
-# Without thinking, as the card judges: 48 tokens hold the verdict, not a reasoning.
+# ours: without thinking (the card's judge, Mistral-Small-3.2-24B-Instruct-2506-FP8, does not reason):
+# 48 tokens hold the verdict, not a reasoning.
 JUDGE_PARAMS = SamplingParams(temperature=0.0, max_tokens=48, enable_thinking=False)
 
 PASS, FAIL, UNREADABLE = "pass", "fail", "unreadable"
@@ -104,13 +110,16 @@ def build_ablation_messages(
     docs["none"] = []
     chosen = docs[kind]
     if chosen:
-        context = "\n\n".join(
-            f"Document {i + 1} : {t}\n{x}" if lang == "fr" else f"Document {i + 1}: {t}\n{x}"
-            for i, (t, x) in enumerate(chosen)
-        )
+        layout = _layout(DOCUMENT_TASK, lang)
+        context = "\n\n".join(layout.format(n=i + 1, title=t, text=x) for i, (t, x) in enumerate(chosen))
     else:
-        context = "(aucun document)" if lang == "fr" else "(no document)"
+        context = _layout(NO_DOCUMENT_TASK, lang)
     return [{"role": "user", "content": template.render(context=context, question=item.question)}]
+
+
+def _layout(task: str, lang: str) -> str:
+    """A layout template's text without the file's final newline (the files end with one)."""
+    return load_prompt(task, lang).text.removesuffix("\n")
 
 
 def prompt_key(messages: Sequence[dict[str, str]]) -> str:

@@ -27,7 +27,8 @@ KEPT = "kept"
 UNREADABLE = "unreadable"
 PARAMS = SamplingParams(temperature=0.0, max_tokens=400)  # room for the analysis before the verdict
 NO_THINKING = {"enable_thinking": False}
-# "a short analysis before its verdict": bounded (ours) so a model cannot run to max_tokens in it
+# the card: "Le prompt fait écrire au juge une analyse courte avant son verdict."; the bound is
+# ours, so that a model cannot run to max_tokens in it
 ANALYSIS_MAX_CHARS = 600
 
 

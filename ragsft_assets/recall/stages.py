@@ -63,9 +63,10 @@ AUDIT_SCHEMA = {
     "required": [*AUDIT_CHECKLIST, "justification", "is_knowledge_dependent"],
 }
 
-# The chat tasks' thinking default (decompose, audit, probe, label, rewrite): without thinking, as
-# the cards' judges; a role's RAGSFT_<ROLE>_ENABLE_THINKING still wins (llm/thinking.py). A reasoning-
-# model role (the card's gpt-5-mini) ignores it.
+# The chat tasks' thinking default (decompose, audit, probe, label, rewrite). ours: the card names
+# the model ("gpt-5-mini-2025-08-07"), not a thinking mode; without thinking, a verdict is not cut
+# inside a reasoning. A role's RAGSFT_<ROLE>_ENABLE_THINKING still wins (llm/thinking.py); a
+# reasoning-model role (the card's gpt-5-mini) ignores it.
 THINKING = False
 
 
