@@ -396,21 +396,24 @@ def build_link_graph_files(
     parent.mkdir(parents=True, exist_ok=True)
     leftovers.remove_stale(parent, SPILL_PREFIX)
     with tempfile.TemporaryDirectory(prefix=leftovers.owned(SPILL_PREFIX), dir=parent) as spill_dir:
-        spill = os.path.join(spill_dir, "edges.arrow")
+        # One file per row group of abstracts: a gather then gives back each file's pages as it goes
+        # (spill.MappedArrow.gather), so the mapped edges resident stay about a row group's.
+        spills: list[str] = []
         base = 0
-        with ipc.new_file(spill, _SPILL_SCHEMA) as writer:
-            for f in files:
-                for g in range(f.num_row_groups):
-                    group = f.read_row_group(g, columns=["id", "title", "sentences", "links", "split"])
-                    edges, tgt, src, counts, cpu = _group_edges(group, base, ids, split_codes, workers)
-                    base += group.num_rows
+        for f in files:
+            for g in range(f.num_row_groups):
+                group = f.read_row_group(g, columns=["id", "title", "sentences", "links", "split"])
+                edges, tgt, src, counts, cpu = _group_edges(group, base, ids, split_codes, workers)
+                base += group.num_rows
+                spills.append(os.path.join(spill_dir, f"edges-{len(spills):07d}.arrow"))
+                with ipc.new_file(spills[-1], _SPILL_SCHEMA) as writer:
                     writer.write_table(edges)
-                    all_tgt.append(tgt)
-                    all_src.append(src)
-                    worker_cpu += cpu
-                    for k, v in counts.items():
-                        funnel[k] += v
-                    del group, edges
+                all_tgt.append(tgt)
+                all_src.append(src)
+                worker_cpu += cpu
+                for k, v in counts.items():
+                    funnel[k] += v
+                del group, edges
         n_rows = len(ids)
         degree = distinct_sources(
             np.concatenate(all_tgt) if all_tgt else np.zeros(0, np.int64),
@@ -418,7 +421,7 @@ def build_link_graph_files(
             n_rows,
         )
         del all_tgt, all_src
-        spilled = MappedArrow([spill], _SPILL_SCHEMA)
+        spilled = MappedArrow(spills, _SPILL_SCHEMA)
         compact = spilled.table.select(["source_row", "target_row", "enumerated"])
         tgt_rows = _ints(compact.column("target_row").combine_chunks())
         capped = degree[tgt_rows] > cfg.in_degree_cap

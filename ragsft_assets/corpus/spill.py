@@ -60,13 +60,17 @@ class MappedArrow:
     def __init__(self, paths: Sequence[str], schema: pa.Schema) -> None:
         self._maps: list[mmap.mmap] = []
         tables = []
-        for path in paths:
+        batch_file: list[int] = []  # the file of each record batch
+        for k, path in enumerate(paths):
             with open(path, "rb") as fh:
                 m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             self._maps.append(m)
-            tables.append(ipc.open_file(pa.py_buffer(m)).read_all())
+            table = ipc.open_file(pa.py_buffer(m)).read_all()
+            tables.append(table)
+            batch_file += [k] * table.column(0).num_chunks if table.num_columns else []
         self.table = pa.concat_tables(tables) if tables else schema.empty_table()
         self.schema = schema
+        self._batch_file = batch_file
         # Every column of an IPC file is cut at the same record batches: one offset list for all.
         lengths = [len(a) for a in self.table.column(0).chunks] if self.table.num_columns else []
         self._starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
@@ -75,16 +79,19 @@ class MappedArrow:
     def num_rows(self) -> int:
         return self.table.num_rows
 
-    def drop_pages(self) -> None:
+    def drop_pages(self, files: Iterable[int] | None = None) -> None:
+        """Give back the resident pages of ``files`` (indices into the paths; default: all)."""
         if hasattr(mmap, "MADV_DONTNEED"):  # Linux and most Unixes; elsewhere the pages just stay
-            for m in self._maps:
-                m.madvise(mmap.MADV_DONTNEED)
+            for k in range(len(self._maps)) if files is None else files:
+                self._maps[k].madvise(mmap.MADV_DONTNEED)
 
     def gather(self, rows: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
         """The rows ``rows`` (global row numbers, any order) of ``columns``, one contiguous array each.
 
         A take per record batch (a take over the whole chunked column would first concatenate it:
-        a copy of the whole column), then one reordering take of the batch-sized result.
+        a copy of the whole column), then one reordering take of the batch-sized result. A file's
+        pages are given back once its takes of a column are done: rows spread over every file would
+        otherwise map in nearly all of their pages (a page holds a few rows) before any went back.
         """
         names = list(columns) if columns is not None else self.schema.names
         rows = np.asarray(rows, dtype=np.int64)
@@ -98,11 +105,14 @@ class MappedArrow:
         out = []
         for name in names:
             arrays = self.table.column(name).chunks
-            pieces = [
-                arrays[int(sorted_chunks[lo])].take(pa.array(local[lo:hi]))
-                for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
-                if hi > lo
-            ]
+            pieces = []
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+                if hi > lo:
+                    c = int(sorted_chunks[lo])
+                    pieces.append(arrays[c].take(pa.array(local[lo:hi])))
+                    last = hi == len(rows) or self._batch_file[int(sorted_chunks[hi])] != self._batch_file[c]
+                    if last:  # the file's last batch in this gather
+                        self.drop_pages([self._batch_file[c]])
             typ = self.schema.field(name).type
             whole = pa.concat_arrays(pieces) if pieces else pa.array([], typ)
             out.append(whole.take(back) if len(whole) else whole)
