@@ -316,3 +316,40 @@ def test_generated_cards_link_to_cards_md() -> None:
     assert (DOCS.parent / CARDS_DOC).is_file()
     assert CARDS_DOC in card_body({"m": {"examples": 1}})
     assert CARDS_DOC in CARDS_DOC_LINE
+
+
+def test_filtered_qwen_v2_is_the_judges_keeps_less_the_train_only_drops(tmp_path) -> None:
+    """The config from the stage tables: "Écartées par le score de publiabilité (train)" and
+    "Écartées par le contrôle des descripteurs (train)" leave the card's "Retenues"; validation and
+    test questions are not seen by those steps; every verdict is in the provenance."""
+    from ragsft_assets.defs.multihop import filters
+    from ragsft_assets.multihop import criteria as cr
+    from ragsft_assets.multihop import targeted_judges as tj
+    from ragsft_assets.resources.store import ArtifactStore
+
+    store = ArtifactStore(home=str(tmp_path))
+    key = "x.fr"
+    ids = ["t1", "t2", "t3", "t4", "v1"]  # t*: train; v1: validation
+    crit = [{"id": i, "verdict": "kept", "failed": [], **dict.fromkeys(cr.CRITERIA, True)} for i in ids]
+    store.write(pa.Table.from_pylist(crit, schema=cr.CRITERIA_SCHEMA), key, "criteria_annotation")
+
+    def verdicts(rows: dict[str, str]) -> pa.Table:
+        return pa.Table.from_pylist(
+            [{"id": i, "verdict": v} for i, v in rows.items()], schema=tj.VERDICT_SCHEMA
+        )
+
+    store.write(verdicts(dict.fromkeys(ids, "kept")), key, "bridge_judge")
+    store.write(verdicts({**dict.fromkeys(ids, "kept"), "t4": "not_fluent"}), key, "language_judge")
+    score = [
+        {"id": "t1", "verdict": "kept", "score": 5},
+        {"id": "t2", "verdict": tc.BELOW_THRESHOLD, "score": 2},
+        {"id": "t3", "verdict": "kept", "score": 4},
+    ]
+    store.write(pa.Table.from_pylist(score, schema=tc.VERDICT_SCHEMA), key, tc.PUBLISHABILITY_STAGE)
+    desc = [{"id": "t1", "verdict": "kept"}, {"id": "t3", "verdict": tc.UNREADABLE}]
+    store.write(pa.Table.from_pylist(desc, schema=tc.VERDICT_SCHEMA), key, tc.DESCRIPTOR_STAGE)
+    kept, provenance, funnel = filters._filtered_qwen_v2(store, key)
+    assert kept == {"t1", "v1"}  # t2 scored low, t3 no descriptor verdict, t4 failed the language judge
+    assert [r[0] for r in provenance[tc.PUBLISHABILITY_STAGE]] == ["t1", "t2", "t3"]
+    assert funnel["publishability_score dropped (train)"] == 1
+    assert funnel["descriptor_check no verdict (train)"] == 1 and funnel["kept"] == 2
