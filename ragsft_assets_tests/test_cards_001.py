@@ -178,13 +178,9 @@ def test_filtered_qwen_check_allows_its_own_rows_not_changed_shared_ones() -> No
     assert fc.shared_id_violations(changed, parent) == [("row_differs", "b")]
     from ragsft_assets.defs.multihop import filters
 
-    names = {
-        c.check_specs_by_output_name[k].name
-        for c in filters.filter_checks
-        for k in c.check_specs_by_output_name
-    }
-    assert "multihop_filtered_qwen_matches_default_on_shared_ids" in names
-    assert "multihop_filtered_qwen_is_subset_of_default" not in names
+    names = {spec.name for spec in filters.multihop_filtered_qwen.check_specs}
+    assert "matches_default_on_shared_ids" in names
+    assert "is_subset_of_default" not in names
 
 
 # -- 14. the card's funnel rows -------------------------------------------------------------------

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from ragsft_assets.cli.snapshots import install_snapshot, sample_folder, snapshots
 from ragsft_assets.corpus import invariants
 from ragsft_assets.defs.corpus import abstracts, bridge_pairs, defs, link_graph
-from ragsft_assets.defs.corpus.checks import CORPUS_CHECKS
 from ragsft_assets.ids import doc_id
 from ragsft_assets.resources.snapshots import SnapshotNotFoundError, SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
@@ -26,7 +25,7 @@ def _materialize(home: Path, key: str, run_config: dict | None = None, selection
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [key])
     return dg.materialize(
-        [*(selection or ASSETS), *CORPUS_CHECKS],
+        selection or ASSETS,
         resources={"store": ArtifactStore(home=str(home)), "snapshots": SnapshotSource(home=str(home))},
         partition_key=key,
         instance=instance,
@@ -223,7 +222,7 @@ def test_failed_blocking_check_stops_downstream(ring_home: Path, tmp_path: Path,
     result = _materialize(tmp_path, "ring.fr")
     assert not result.success
     checks = {ev.check_name: ev.passed for ev in result.get_asset_check_evaluations()}
-    assert checks["abstracts_one_split_per_document"] is False
+    assert checks["one_split_per_document"] is False
     materialized = {ev.asset_key.to_user_string() for ev in result.get_asset_materialization_events()}
     assert materialized == {"abstracts"}  # link_graph and bridge_pairs never ran
 

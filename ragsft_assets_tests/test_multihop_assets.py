@@ -14,7 +14,6 @@ import pytest
 
 from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
 from ragsft_assets.defs.multihop import multihop_assets
-from ragsft_assets.defs.multihop.filters import filter_checks
 from ragsft_assets.ids import derived_id, doc_id
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
@@ -264,7 +263,7 @@ def materialize(home: Path, run_config: dict | None = None):
     generator, judge = ScriptedChatModel(generator_responder), ScriptedChatModel(judge_responder)
     upstream = [dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph")]
     result = dg.materialize(
-        [*multihop_assets, *filter_checks, *upstream],
+        [*multihop_assets, *upstream],
         resources={
             "store": store,
             "snapshots": SnapshotSource(home=str(home)),
@@ -598,7 +597,7 @@ def test_filtered_config_is_byte_identical_subset_and_loads(run, tmp_path, monke
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["multihop_filtered_is_subset_of_default"] is True
+    assert checks["is_subset_of_default"] is True
     kept = {r["id"] for r in store.read(PARTITION, "mechanical_rules").to_pylist() if r["verdict"] == "kept"}
     total = 0
     for split in ("train", "validation", "test"):
@@ -667,8 +666,16 @@ def test_v2_check_compares_with_filtered_qwen_not_default(run, tmp_path):
     import pyarrow.compute as pc
 
     from ragsft_assets.defs.multihop.filters import (
-        multihop_filtered_qwen_v2_is_subset_of_filtered_qwen as check,
+        FILTERED_QWEN_ASSET,
+        multihop_filtered_qwen_v2,
+        subset_check_result,
     )
+
+    [spec] = multihop_filtered_qwen_v2.check_specs  # the check the asset computes as it is written
+    assert spec.name == "is_subset_of_filtered_qwen"
+
+    def check(_context, store):
+        return subset_check_result(store, PARTITION, "multihop_filtered_qwen_v2", FILTERED_QWEN_ASSET)
 
     _, store, _, _ = run
     shutil.copytree(store.home_path / "assets", tmp_path / "assets")
@@ -695,7 +702,7 @@ def test_criteria_annotation_gives_filtered_qwen(run, tmp_path, monkeypatch):
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["multihop_filtered_qwen_matches_default_on_shared_ids"] is True
+    assert checks["matches_default_on_shared_ids"] is True
     rows = store.read(PARTITION, "criteria_annotation").to_pylist()
     assert Counter(r["verdict"] for r in rows) == {"kept": 10, "fails_criteria": 2, "not_annotated": 1}
     md = _metadata(result, "criteria_annotation")
@@ -805,7 +812,7 @@ def test_targeted_judges_give_filtered_qwen_v2_and_its_corpus(run, tmp_path, mon
 
     result, store, _, _ = run
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks["multihop_filtered_qwen_v2_is_subset_of_filtered_qwen"] is True
+    assert checks["is_subset_of_filtered_qwen"] is True
     bridge = Counter(store.read(PARTITION, "bridge_judge")["verdict"].to_pylist())
     lang = Counter(store.read(PARTITION, "language_judge")["verdict"].to_pylist())
     # funnel: 10 of filtered_qwen judged, 1 dropped by each judge

@@ -10,7 +10,6 @@ import orjson
 import pytest
 
 from ragsft_assets.cli.snapshots import install_snapshot
-from ragsft_assets.defs.corpus.checks import CORPUS_CHECKS
 from ragsft_assets.defs.multihop.checks import empty_output
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
@@ -45,7 +44,7 @@ def test_abstracts_from_records_that_all_drop_do_not_pass(
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", ["short.fr"])
     result = dg.materialize(
-        [ASSETS[0], *CORPUS_CHECKS],
+        [ASSETS[0]],
         resources={"store": ArtifactStore(home=str(home)), "snapshots": SnapshotSource(home=str(home))},
         partition_key="short.fr",
         instance=instance,
@@ -54,7 +53,7 @@ def test_abstracts_from_records_that_all_drop_do_not_pass(
         selection=[ASSETS[0].key],
     )
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-    ids = checks["abstracts_ids_unique_and_derived"]
+    ids = checks["ids_unique_and_derived"]
     assert not ids.passed and ids.severity.value == severity
     assert ids.description.startswith("abstracts produced no row from 4 dump records")
     assert ids.metadata["allow_empty_output"].value is (severity == "WARN")

@@ -30,6 +30,7 @@ from ragsft_assets.corpus.link_graph import (
     build_link_graph_files,
 )
 from ragsft_assets.defs.bad_input import fail_at_once_on_bad_input
+from ragsft_assets.defs.corpus.checks import check_results, check_specs
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
@@ -37,8 +38,8 @@ from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.multihop.recipes import default_pairs_drawn
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
-
 from ragsft_assets.storage import SPLITS
+
 GROUP = "corpus"
 PRODUCT = "corpus"
 # Bump when a rule changes what the asset writes: the UI then shows downstream work as stale.
@@ -157,6 +158,7 @@ def snapshot_files(context: dg.AssetExecutionContext, snapshots: SnapshotSource)
     code_version=ABSTRACTS_VERSION,
     kinds={"parquet", "duckdb"},
     deps=[snapshot_files],
+    check_specs=check_specs("abstracts"),
 )
 def abstracts(
     context: dg.AssetExecutionContext,
@@ -223,7 +225,7 @@ def abstracts(
             workers=workers,
         )
     )
-    return dg.MaterializeResult(metadata=md)
+    return dg.MaterializeResult(metadata=md, check_results=check_results("abstracts", store, snapshots, key))
 
 
 def load_bridge_titles(config: LinkGraphAssetConfig, snapshots: SnapshotSource, key: str) -> tuple[str, ...]:
@@ -243,6 +245,7 @@ def load_bridge_titles(config: LinkGraphAssetConfig, snapshots: SnapshotSource, 
     code_version=LINK_GRAPH_VERSION,
     kinds={"parquet", "duckdb"},
     deps=[abstracts],
+    check_specs=check_specs("link_graph"),
 )
 def link_graph(
     context: dg.AssetExecutionContext,
@@ -306,7 +309,7 @@ def link_graph(
             bridge_top_k=cfg.bridge_top_k,
         )
     )
-    return dg.MaterializeResult(metadata=md)
+    return dg.MaterializeResult(metadata=md, check_results=check_results("link_graph", store, snapshots, key))
 
 
 @dg.asset(
@@ -315,6 +318,7 @@ def link_graph(
     code_version=BRIDGE_PAIRS_VERSION,
     kinds={"parquet", "duckdb"},
     deps=[link_graph],
+    check_specs=check_specs("bridge_pairs"),
 )
 def bridge_pairs(
     context: dg.AssetExecutionContext,
@@ -348,4 +352,6 @@ def bridge_pairs(
     md["distinct_bridges"] = len(set(table.column("b_id").to_pylist()))
     md["ledger"] = dg.MetadataValue.path(str(ledger_path))
     md.update(_common_metadata(config.seed, started, max_pairs=max_pairs))
-    return dg.MaterializeResult(metadata=md)
+    return dg.MaterializeResult(
+        metadata=md, check_results=check_results("bridge_pairs", store, snapshots, key)
+    )

@@ -1,21 +1,30 @@
 """Asset checks of the corpus: one small check per invariant, blocking where downstream must stop.
 
+One style for every check of the project: a check is an ``AssetCheckSpec`` of its asset
+(``check_specs``) and its result is returned by the materialization itself, as
+``defs/multihop/checks.py`` does; no separate partitioned ``@asset_check`` (a Dagster preview
+feature that warns at every load). The result is linked to the partition's materialization.
+Check names are short: the asset's name is already their prefix in Dagster (``abstracts`` /
+``ids_unique_and_derived``).
+
 Empty data is no pass: a stage that had input and produced no row (abstracts from dump lines that
 were all dropped, a link graph from abstracts with no edge, pairs from bridge edges with no pair)
 fails its check, or warns where snapshot.json allows empty output (``allow_empty_output``), and
 the check's description and metadata say which.
 """
 
+from collections.abc import Callable
+
 import dagster as dg
 
 from ragsft_assets.corpus import invariants
-from ragsft_assets.defs.corpus.assets import abstracts, bridge_pairs, link_graph
 from ragsft_assets.defs.multihop.checks import empty_output
-from ragsft_assets.defs.partitions import snapshot_partitions
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
 EXAMPLES = 5
+
+Check = Callable[[ArtifactStore, SnapshotSource, str], dg.AssetCheckResult]
 
 
 def _result(failures: list, what: str, empty: str = "", allowed: bool = False) -> dg.AssetCheckResult:
@@ -40,22 +49,6 @@ def _allowed(snapshots: SnapshotSource, key: str) -> bool:
     return bool(snapshots.config(key).get("allow_empty_output"))
 
 
-@dg.asset_check(asset=abstracts, blocking=True, partitions_def=snapshot_partitions)
-def abstracts_ids_unique_and_derived(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.AssetCheckResult:
-    """Ids are unique and equal the 24-hex SHA-256 prefix of the title; some abstract is kept when
-    the dump had records (else it fails, or warns where snapshot.json allows empty output)."""
-    key = context.partition_key
-    table = store.read(key, "abstracts")
-    failures = [("duplicate", i) for i in invariants.duplicate_ids(table)]
-    failures += [("id_not_sha256_of_title", i, t) for i, t in invariants.ids_not_matching_titles(table)]
-    records = table.num_rows + _dropped(store, key, "abstracts")
-    allowed = _allowed(snapshots, key)
-    empty = empty_output("abstracts", records, table.num_rows, allowed, "dump records")
-    return _result(failures, f"{table.num_rows} rows", empty, allowed)
-
-
 def _dropped(store: ArtifactStore, key: str, stage: str) -> int:
     """Candidates a stage's ledger dropped (0 without a ledger)."""
     path = store.root / key / "_ledger" / f"{stage}.parquet"
@@ -65,23 +58,28 @@ def _dropped(store: ArtifactStore, key: str, stage: str) -> int:
     return sum(v != "kept" for v in verdicts)
 
 
-@dg.asset_check(asset=abstracts, blocking=True, partitions_def=snapshot_partitions)
-def abstracts_one_split_per_document(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore
-) -> dg.AssetCheckResult:
+def ids_unique_and_derived(store: ArtifactStore, snapshots: SnapshotSource, key: str) -> dg.AssetCheckResult:
+    """Ids are unique and equal the 24-hex SHA-256 prefix of the title; some abstract is kept when
+    the dump had records (else it fails, or warns where snapshot.json allows empty output)."""
+    table = store.read(key, "abstracts")
+    failures = [("duplicate", i) for i in invariants.duplicate_ids(table)]
+    failures += [("id_not_sha256_of_title", i, t) for i, t in invariants.ids_not_matching_titles(table)]
+    records = table.num_rows + _dropped(store, key, "abstracts")
+    allowed = _allowed(snapshots, key)
+    empty = empty_output("abstracts", records, table.num_rows, allowed, "dump records")
+    return _result(failures, f"{table.num_rows} rows", empty, allowed)
+
+
+def one_split_per_document(store: ArtifactStore, snapshots: SnapshotSource, key: str) -> dg.AssetCheckResult:
     """No document appears in two splits."""
-    table = store.read(context.partition_key, "abstracts")
+    table = store.read(key, "abstracts")
     failures = [(i, ",".join(s)) for i, s in invariants.documents_in_several_splits(table)]
     return _result(failures, f"{table.num_rows} rows")
 
 
-@dg.asset_check(asset=link_graph, blocking=True, partitions_def=snapshot_partitions)
-def link_graph_edges_within_split(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.AssetCheckResult:
+def edges_within_split(store: ArtifactStore, snapshots: SnapshotSource, key: str) -> dg.AssetCheckResult:
     """Every edge's endpoints exist in abstracts and share the edge's split; some edge exists when
     abstracts have links (else it fails, or warns where snapshot.json allows empty output)."""
-    key = context.partition_key
     graph = store.read(key, "link_graph")
     corpus = store.read(key, "abstracts")
     failures = invariants.edges_outside_corpus_split(graph, corpus)
@@ -94,13 +92,9 @@ def link_graph_edges_within_split(
     return _result(failures, f"{graph.num_rows} edges", empty, allowed)
 
 
-@dg.asset_check(asset=bridge_pairs, blocking=True, partitions_def=snapshot_partitions)
-def bridge_pairs_follow_bridge_edges(
-    context: dg.AssetCheckExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
-) -> dg.AssetCheckResult:
+def follow_bridge_edges(store: ArtifactStore, snapshots: SnapshotSource, key: str) -> dg.AssetCheckResult:
     """Every pair (a, b) is a bridge edge a -> b of the link graph; some pair is drawn when the graph
     has bridge edges (else it fails, or warns where snapshot.json allows empty output)."""
-    key = context.partition_key
     pairs = store.read(key, "bridge_pairs")
     graph = store.read(key, "link_graph")
     failures = invariants.pairs_without_edge(pairs, graph)
@@ -110,9 +104,37 @@ def bridge_pairs_follow_bridge_edges(
     return _result(failures, f"{pairs.num_rows} pairs", empty, allowed)
 
 
-CORPUS_CHECKS = [
-    abstracts_ids_unique_and_derived,
-    abstracts_one_split_per_document,
-    link_graph_edges_within_split,
-    bridge_pairs_follow_bridge_edges,
-]
+# asset -> its checks, in order; a check's name is its function's name
+CHECKS: dict[str, tuple[Check, ...]] = {
+    "abstracts": (ids_unique_and_derived, one_split_per_document),
+    "link_graph": (edges_within_split,),
+    "bridge_pairs": (follow_bridge_edges,),
+}
+
+
+def check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+    """The blocking checks of ``asset``, for its ``check_specs``."""
+    return [
+        dg.AssetCheckSpec(c.__name__, asset=asset, description=(c.__doc__ or "").strip(), blocking=True)
+        for c in CHECKS[asset]
+    ]
+
+
+def check_results(
+    asset: str, store: ArtifactStore, snapshots: SnapshotSource, key: str
+) -> list[dg.AssetCheckResult]:
+    """The results of ``asset``'s checks on partition ``key``, for its ``MaterializeResult``."""
+    out = []
+    for check in CHECKS[asset]:
+        r = check(store, snapshots, key)
+        out.append(
+            dg.AssetCheckResult(
+                asset_key=asset,
+                check_name=check.__name__,
+                passed=r.passed,
+                severity=r.severity,
+                description=r.description,
+                metadata=r.metadata,
+            )
+        )
+    return out

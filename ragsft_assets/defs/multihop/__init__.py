@@ -10,7 +10,7 @@ from ragsft_assets.defs.multihop.assets import (
     question_checks,
     question_drafts,
 )
-from ragsft_assets.defs.multihop.filters import filter_assets, filter_checks
+from ragsft_assets.defs.multihop.filters import filter_assets
 from ragsft_assets.defs.multihop.review import review_assets
 
 multihop_assets = [
@@ -23,6 +23,7 @@ multihop_assets = [
     *filter_assets,
 ]
 
-# The five invariant checks are check_specs of multihop_questions (see checks.py).
+# Every check is a check_spec of its asset: the five invariants of multihop_questions (checks.py),
+# each filtered config's subset check (filters.py).
 # review_labels (group review) needs a sample path in its run config, so no job selects it.
-defs = dg.Definitions(assets=[*multihop_assets, *review_assets], asset_checks=filter_checks)
+defs = dg.Definitions(assets=[*multihop_assets, *review_assets])

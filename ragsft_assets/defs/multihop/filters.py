@@ -12,6 +12,7 @@ time. Thin wiring: the logic is ``ragsft_assets.multihop.first_hop`` / ``mechani
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -37,7 +38,7 @@ from ragsft_assets.defs.multihop.judged import (
     rejection_counts,
     verdict_decisions,
 )
-from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.defs.partitions import snapshot_language
 from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import filter_configs as fc
@@ -424,17 +425,76 @@ def _filtered_qwen_v2(store: ArtifactStore, partition: str) -> tuple[set[str], P
     return kept, provenance, funnel
 
 
+def subset_check_result(
+    store: ArtifactStore,
+    key: str,
+    asset: str,
+    parent_asset: str = "multihop_questions",
+    own_rows_allowed: bool = False,
+) -> dg.AssetCheckResult:
+    """Whether ``asset``'s rows are rows of ``parent_asset``, same split, unchanged, no duplicates;
+    ``own_rows_allowed``: only the rows whose id ``parent_asset`` has must be its rows."""
+    parents = _split_tables(store, key, parent_asset)
+    failures: list[tuple[str, str]] = []
+    checked = 0
+    for split, child in _split_tables(store, key, asset).items():
+        checked += child.num_rows
+        parent = parents.get(split)
+        if parent is None:
+            failures.append(("split_not_in_parent", split))
+            continue
+        check = fc.shared_id_violations if own_rows_allowed else fc.subset_violations
+        failures += check(child, parent)
+    return dg.AssetCheckResult(
+        passed=not failures,
+        metadata={
+            "failures": len(failures),
+            "examples": dg.MetadataValue.json([list(f) for f in failures[:5]]),
+            "checked": f"{checked} rows",
+            "parent": parent_asset,
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubsetCheck:
+    """A config's blocking check against its parent: a ``check_specs`` entry of the config's asset,
+    its result returned by the materialization (no separate partitioned check: a Dagster preview)."""
+
+    name: str  # short: Dagster shows it under the asset's name
+    parent: str
+    description: str
+    own_rows_allowed: bool = False
+
+    def spec(self, asset: str) -> dg.AssetCheckSpec:
+        return dg.AssetCheckSpec(self.name, asset=asset, description=self.description, blocking=True)
+
+    def result(self, store: ArtifactStore, partition: str, asset: str) -> dg.AssetCheckResult:
+        r = subset_check_result(store, partition, asset, self.parent, self.own_rows_allowed)
+        return dg.AssetCheckResult(
+            asset_key=asset, check_name=self.name, passed=r.passed, metadata=r.metadata
+        )
+
+
 def config_asset(
     name: str,
     description: str,
     deps: list[str],
     decide: Callable[[ArtifactStore, str], tuple[set[str], Provenance, dict[str, int]]],
     code_version: str,
+    check: SubsetCheck,
 ) -> dg.AssetsDefinition:
     """A filtered configuration: the rows of ``default`` whose id ``decide`` keeps, unchanged (byte
-    for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's verdict."""
+    for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's verdict;
+    ``check``, a blocking check of its rows against its parent, computed as it is written."""
 
-    @multihop_asset(name=name, description=description, code_version=code_version, deps=deps)
+    @multihop_asset(
+        name=name,
+        description=description,
+        code_version=code_version,
+        deps=deps,
+        check_specs=[check.spec(name)],
+    )
     def _asset(
         context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
     ) -> dg.MaterializeResult:
@@ -461,7 +521,7 @@ def config_asset(
                 **funnel_metadata(funnel, "funnel"),
             }
         )
-        return dg.MaterializeResult(metadata=md)
+        return dg.MaterializeResult(metadata=md, check_results=[check.result(store, partition, name)])
 
     return _asset
 
@@ -473,6 +533,11 @@ multihop_filtered = config_asset(
     ["mechanical_rules", "first_hop", "multihop_questions"],
     _filtered,
     "2",
+    SubsetCheck(
+        "is_subset_of_default",
+        "multihop_questions",
+        "Every row of `filtered` is a row of `default`, same split, byte-identical; no duplicates.",
+    ),
 )
 multihop_filtered_qwen = config_asset(
     FILTERED_QWEN_ASSET,
@@ -481,6 +546,15 @@ multihop_filtered_qwen = config_asset(
     ["criteria_annotation", "multihop_questions"],
     _filtered_qwen,
     "2",
+    # The card: filtered_qwen "n'est pas un sous-ensemble de la configuration par défaut", but "Pour
+    # ces identifiants communs le contenu est identique à l'octet près".
+    SubsetCheck(
+        "matches_default_on_shared_ids",
+        "multihop_questions",
+        "Every row of `filtered_qwen` whose id is in `default` is that row of `default`, same split, "
+        "byte-identical; no duplicates (the card's filtered_qwen is not a subset of default).",
+        own_rows_allowed=True,
+    ),
 )
 multihop_filtered_qwen_v2 = config_asset(
     FILTERED_QWEN_V2_ASSET,
@@ -498,6 +572,11 @@ multihop_filtered_qwen_v2 = config_asset(
     ],
     _filtered_qwen_v2,
     "4",
+    SubsetCheck(
+        "is_subset_of_filtered_qwen",
+        FILTERED_QWEN_ASSET,
+        "Every row of `filtered_qwen_v2` is a row of `filtered_qwen` (the config it filters), unchanged.",
+    ),
 )
 
 
@@ -544,80 +623,8 @@ def corpus_filtered_qwen_v2(
     return dg.MaterializeResult(metadata=md)
 
 
-def _subset_check(
-    store: ArtifactStore,
-    key: str,
-    asset: str,
-    parent_asset: str = "multihop_questions",
-    own_rows_allowed: bool = False,
-) -> dg.AssetCheckResult:
-    parents = _split_tables(store, key, parent_asset)
-    failures: list[tuple[str, str]] = []
-    checked = 0
-    for split, child in _split_tables(store, key, asset).items():
-        checked += child.num_rows
-        parent = parents.get(split)
-        if parent is None:
-            failures.append(("split_not_in_parent", split))
-            continue
-        check = fc.shared_id_violations if own_rows_allowed else fc.subset_violations
-        failures += check(child, parent)
-    return dg.AssetCheckResult(
-        passed=not failures,
-        metadata={
-            "failures": len(failures),
-            "examples": dg.MetadataValue.json([list(f) for f in failures[:5]]),
-            "checked": f"{checked} rows",
-            "parent": parent_asset,
-        },
-    )
-
-
-def subset_check(
-    asset: dg.AssetsDefinition, name: str, parent: str, description: str, own_rows_allowed: bool = False
-) -> dg.AssetChecksDefinition:
-    """The blocking check that ``asset``'s rows are rows of ``parent``, same split, unchanged, no
-    duplicates; ``own_rows_allowed``: only the rows whose id ``parent`` has must be its rows."""
-
-    @dg.asset_check(
-        asset=asset, name=name, description=description, blocking=True, partitions_def=snapshot_partitions
-    )
-    def _check(context: dg.AssetCheckExecutionContext, store: ArtifactStore) -> dg.AssetCheckResult:
-        return _subset_check(store, context.partition_key, asset.key.path[-1], parent, own_rows_allowed)
-
-    return _check
-
-
-multihop_filtered_is_subset_of_default = subset_check(
-    multihop_filtered,
-    "multihop_filtered_is_subset_of_default",
-    "multihop_questions",
-    "Every row of `filtered` is a row of `default`, same split, byte-identical; no duplicates.",
-)
-# The card: filtered_qwen "n'est pas un sous-ensemble de la configuration par défaut", but "Pour ces
-# identifiants communs le contenu est identique à l'octet près".
-multihop_filtered_qwen_matches_default_on_shared_ids = subset_check(
-    multihop_filtered_qwen,
-    "multihop_filtered_qwen_matches_default_on_shared_ids",
-    "multihop_questions",
-    "Every row of `filtered_qwen` whose id is in `default` is that row of `default`, same split, "
-    "byte-identical; no duplicates (the card's filtered_qwen is not a subset of default).",
-    own_rows_allowed=True,
-)
-multihop_filtered_qwen_v2_is_subset_of_filtered_qwen = subset_check(
-    multihop_filtered_qwen_v2,
-    "multihop_filtered_qwen_v2_is_subset_of_filtered_qwen",
-    FILTERED_QWEN_ASSET,
-    "Every row of `filtered_qwen_v2` is a row of `filtered_qwen` (the config it filters), unchanged.",
-)
-
 filter_assets = [
     first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen,
     bridge_judge, language_judge, publishability_score, descriptor_check, multihop_filtered_qwen_v2,
     corpus_filtered_qwen_v2,
 ]  # fmt: skip
-filter_checks = [
-    multihop_filtered_is_subset_of_default,
-    multihop_filtered_qwen_matches_default_on_shared_ids,
-    multihop_filtered_qwen_v2_is_subset_of_filtered_qwen,
-]
