@@ -44,4 +44,7 @@ new_snapshot_sensor = dg.SensorDefinition(
     default_status=dg.DefaultSensorStatus.STOPPED,
 )
 
-defs = dg.Definitions(assets=[probe], jobs=[full_job], sensors=[new_snapshot_sensor])
+# In process: one process per run (its worker), not one more per step: the tests start many runs.
+defs = dg.Definitions(
+    assets=[probe], jobs=[full_job], sensors=[new_snapshot_sensor], executor=dg.in_process_executor
+)
