@@ -336,10 +336,13 @@ def render_card(
     parts = [f"# ragsft release `{partition}`", ""]
     parts += [
         "Retrieval-augmented training data built from the Wikipedia snapshot "
-        f"`{partition}` by ragsft (a Dagster asset graph). Every row has an "
-        "`id` (`_id` in the HotpotQA-fr configs, as their card names it); `provenance/<config>/lineage.parquet` maps it to its question, bridge pair, "
-        "documents and article revisions, and `provenance/<config>/manifest.json` lists the "
-        "SHA-256 of every file (`ragsft verify FOLDER`).",
+        f"`{partition}` by ragsft (a Dagster asset graph). Every row has an id: `id` in the "
+        "corpus configs, `_id` in the HotpotQA-fr configs (as their card names it), and in "
+        "`provenance/<config>/ids.parquet` (by split and row) for the RAG SFT configs, which "
+        "ship the card's three fields only. `provenance/<config>/lineage.parquet` maps it to its "
+        "question, bridge pair, documents and article revisions, and "
+        "`provenance/<config>/manifest.json` lists the SHA-256 of every file "
+        "(`ragsft verify FOLDER`).",
         "",
         CARDS_DOC_LINE,
         "",
