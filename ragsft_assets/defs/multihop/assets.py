@@ -22,6 +22,7 @@ from ragsft_assets.defs.multihop.common import (
     language,
     multihop_asset,
     recipe_metadata,
+    stage_version,
     write_ledger,
 )
 from ragsft_assets.ids import DEFAULT_SEED, item_uniform
@@ -38,7 +39,7 @@ from ragsft_assets.multihop import (
 )
 from ragsft_assets.multihop import question_checks as checks_logic
 from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
-from ragsft_assets.prompts import load_prompt, templates_version
+from ragsft_assets.prompts import load_prompt
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
@@ -62,12 +63,15 @@ class MultihopConfig(RecipeConfig):
 Context, Model, Result = dg.AssetExecutionContext, dg.ResourceParam[ChatModel], dg.MaterializeResult
 
 
-def llm_asset(task: str, version: int, deps: list[str]) -> Any:
-    """An LLM stage of the production: its code version follows its prompt ``task``'s templates, it
-    runs in the GPU pool with the LLM retry policy."""
-    return multihop_asset(
-        code_version=f"{version}-{templates_version((task,))}", deps=deps, llm=True, retry=True
-    )
+def llm_asset(*tasks: str, deps: list[str]) -> Any:
+    """An LLM stage of the production: its code version follows its prompt ``tasks``' templates and
+    its recipe (``common.stage_version``), it runs in the GPU pool with the LLM retry policy."""
+
+    def wrap(fn: Any) -> dg.AssetsDefinition:
+        version = stage_version(fn.__name__, tasks)
+        return multihop_asset(code_version=version, deps=deps, llm=True, retry=True)(fn)
+
+    return wrap
 
 
 def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> d
     return md
 
 
-@llm_asset("multihop_question", 2, ["bridge_pairs", "abstracts"])
+@llm_asset("multihop_question", deps=["bridge_pairs", "abstracts"])
 def question_drafts(
     context: Context, config: MultihopConfig, store: ArtifactStore, generator: Model
 ) -> Result:
@@ -230,7 +234,7 @@ def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactS
     return dg.MaterializeResult(metadata=md)
 
 
-@llm_asset("multihop_ablation", 1, ["distractors", "question_drafts", "abstracts"])
+@llm_asset(*ablations.PROMPT_TASKS, deps=["distractors", "question_drafts", "abstracts"])
 def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactStore, judge: Model) -> Result:
     """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept."""
     partition = context.partition_key
@@ -254,7 +258,7 @@ def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactS
         a, b = by_id[d["a_id"]], by_id[d["b_id"]]
         items.append(ablations.JudgeItem(qid, d["question"], d["answer"], a.title, a.text, b.title, b.text))
     lang = language(partition, config.language)
-    template = load_prompt("multihop_ablation", lang)
+    template = load_prompt(ablations.PROMPT_TASK, lang)
     result = ablations.run_cascade(
         items,
         judge,

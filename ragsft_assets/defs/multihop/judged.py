@@ -26,12 +26,13 @@ from ragsft_assets.defs.multihop.common import (
     multihop_asset,
     recipe_metadata,
     role_model,
+    stage_version,
     write_ledger,
 )
 from ragsft_assets.ledger import Decision
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop.recipes import MultihopRecipe
-from ragsft_assets.prompts import PromptTemplate, load_prompt, templates_version
+from ragsft_assets.prompts import PromptTemplate, load_prompt
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -104,7 +105,7 @@ def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
     @multihop_asset(
         name=stage.name,
         description=stage.description,
-        code_version=f"1-{templates_version((stage.task,))}",
+        code_version=stage_version(stage.name, (stage.task,)),
         deps=list(stage.deps),
         llm=True,
         **({"group": stage.group} if stage.group else {}),
