@@ -99,6 +99,18 @@ def test_stack_config_prints_the_instance_for_a_vm() -> None:
     assert config["storage"]["postgres"]["postgres_db"]["password"] == {"env": PASSWORD_ENV}
 
 
+def test_up_without_server_binaries_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ragsft_assets.stack.processes import StackError, up
+
+    monkeypatch.setenv("RAGSFT_PG_BIN", str(tmp_path / "nowhere"))
+    assert find_pg_bin() is None
+    with pytest.raises(StackError, match=r"apt-get install -y postgresql.*RAGSFT_PG_BIN"):
+        up(tmp_path / "home", echo=lambda _: None)
+    assert not (tmp_path / "home" / "stack" / "state.json").exists()
+
+
 def test_postgres_url_masks_the_password() -> None:
     assert postgres_url(5432) == "postgresql://ragsft:***@127.0.0.1:5432/dagster"
 
@@ -323,6 +335,10 @@ def test_materialize_run_is_a_postgres_row(stack: Stack) -> None:
         (run_id,),
     )
     assert events == [(1,)]
+    # ... and the webserver shows it.
+    query = "{ runsOrError { __typename ... on Runs { results { runId status } } } }"
+    listed = {r["runId"]: r["status"] for r in stack.graphql(query, {})["runsOrError"]["results"]}
+    assert listed[run_id] == "SUCCESS"
     assert not (stack.home / "dagster").exists()  # nothing went to the SQLite instance
 
 
