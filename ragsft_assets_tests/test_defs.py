@@ -132,13 +132,15 @@ def test_blocking_checks_exist() -> None:
 
 
 def test_llm_assets_versions_follow_their_prompts() -> None:
-    from ragsft_assets.prompts import templates_version
+    # derived from the templates and the recipe (issue 38; test_lineage_versions edits them)
+    from ragsft_assets.defs.multihop.common import stage_version
+    from ragsft_assets.multihop.ablations import PROMPT_TASKS
 
     repo = defs.get_repository_def()
     expected = {
-        "question_drafts": templates_version(("multihop_question",)),
-        "ablation_verdicts": templates_version(("multihop_ablation",)),
+        "question_drafts": stage_version("question_drafts", ("multihop_question",)),
+        "ablation_verdicts": stage_version("ablation_verdicts", PROMPT_TASKS),
     }
-    for name, prompt_hash in expected.items():
-        assert prompt_hash in repo.asset_graph.get(dg.AssetKey(name)).code_version, name
-    assert templates_version(("multihop_question",)) != templates_version(("multihop_ablation",))
+    for name, version in expected.items():
+        assert repo.asset_graph.get(dg.AssetKey(name)).code_version == version, name
+    assert expected["question_drafts"] != expected["ablation_verdicts"]
