@@ -368,9 +368,15 @@ def build_sft_chain(
             **extra,
         )
 
+    # the question configurations the recipe may pick: read by rag_prompts and again by rag_sft
+    input_deps = [
+        input_key,
+        *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store),
+    ]
+
     @stage(
         "rag_prompts",
-        [input_key, *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store)],
+        input_deps,
         f"6-{templates_version(PROMPT_TASKS)}",
     )
     def rag_prompts(
@@ -483,14 +489,19 @@ def build_sft_chain(
     )
     rag_verdicts = llm_stage(
         "rag_verdicts",
-        [responses_key],
+        [responses_key, prompts_key],
         f"4-{templates_version(JUDGE_TASKS)}",
         "judge",
         "Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together.",
         judge_stage,
     )
 
-    @stage("rag_sft", [verdicts_key], "6", check_specs=_sft_check_specs(sft_key))
+    @stage(
+        "rag_sft",
+        [verdicts_key, responses_key, prompts_key, *input_deps],
+        "6",
+        check_specs=_sft_check_specs(sft_key),
+    )
     def rag_sft(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
     ) -> dg.MaterializeResult:

@@ -363,8 +363,9 @@ def rag_sft_sections(store: ArtifactStore, partition: str, folder: Path) -> list
     partitions_def=snapshot_partitions,
     group_name=GROUP,
     code_version="dataset-card-2",
-    # the card reads the audit numbers and the changes since the previous release: declared, not assumed
-    deps=[release, "release_diff", "multihop_audit"],
+    # the card reads the audit numbers and the changes since the previous release, and the RAG SFT
+    # statistics from rag_sft, rag_prompts and the questions: declared, not assumed
+    deps=[release, "release_diff", "multihop_audit", "rag_sft", "rag_prompts", "multihop_questions"],
     kinds={"markdown"},
 )
 def dataset_card(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
