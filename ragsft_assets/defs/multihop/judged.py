@@ -29,6 +29,7 @@ from ragsft_assets.defs.multihop.common import (
     stage_version,
     write_ledger,
 )
+from ragsft_assets.defs.wiring import DeclaredInputs, declared_inputs, reads
 from ragsft_assets.ledger import Decision
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop.recipes import MultihopRecipe
@@ -38,9 +39,10 @@ from ragsft_assets.resources.store import ArtifactStore
 
 @dataclass(frozen=True, slots=True)
 class JudgeCall:
-    """What a stage's judge function gets: where, with which recipe, model and prompt."""
+    """What a stage's judge function gets: where, with which recipe, model and prompt. ``store``
+    reads only the stage's declared inputs (``JudgedStage.deps``; ``defs.wiring``)."""
 
-    store: ArtifactStore
+    store: DeclaredInputs
     partition: str
     recipe: MultihopRecipe
     config: Any
@@ -62,7 +64,8 @@ class Judged:
 @dataclass(frozen=True, slots=True)
 class JudgedStage:
     """One judged asset: its name, description, prompt task, the recipe field naming its LLM role,
-    its run config class, its upstream assets and its judge function."""
+    its run config class, its inputs (``deps``: the only tables its judge may read, and the
+    asset's Dagster deps: one declaration) and its judge function."""
 
     name: str
     description: str
@@ -106,7 +109,7 @@ def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
         name=stage.name,
         description=stage.description,
         code_version=stage_version(stage.name, (stage.task,)),
-        deps=list(stage.deps),
+        deps=reads(*stage.deps),
         llm=True,
         **({"group": stage.group} if stage.group else {}),
     )
@@ -122,7 +125,8 @@ def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
         role = getattr(recipe, stage.role_field)
         model = role_model(stage.name, role, judge=judge, annotator=annotator)
         template = load_prompt(stage.task, language(partition))
-        out = stage.judge(JudgeCall(store, partition, recipe, config, model, template, context.log))
+        inputs = declared_inputs(context, store)
+        out = stage.judge(JudgeCall(inputs, partition, recipe, config, model, template, context.log))
         path = store.write(out.table, partition, stage.name)
         if stage.product is not None:
             write_ledger(store, partition, stage.name, out.decisions, stage.product)
