@@ -80,7 +80,7 @@ def test_error_injection_rate_and_kinds() -> None:
 
 
 def test_slot_accounting_follows_the_latency_model() -> None:
-    prefill, decode, scale = 2000.0, 200.0, 0.5
+    prefill, decode, scale = 2000.0, 200.0, 4.0
     exact = {"batch_floor": 1.0, "jitter": 0.0, "tail_rate": 0.0, "stall_rate": 0.0}  # work = latency
     with FleetSimulator(
         replicas=2,

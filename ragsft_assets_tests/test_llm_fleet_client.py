@@ -221,6 +221,34 @@ def test_a_new_batchs_fast_failures_do_not_set_a_busy_url_aside() -> None:
     asyncio.run(scenario())
 
 
+def test_a_hung_request_is_cut_as_a_straggler_and_sent_again(tmp_path: Path) -> None:
+    # One request hangs on its first attempt. Once the batch has 50 answers, a first attempt that
+    # runs 5 x their p99 (at least 2 s) is cut and sent again: the batch waits seconds, not
+    # timeout_s, and the URL is not counted as failing.
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            first = content not in seen
+            seen.add(content)
+        if content == "q99" and first:
+            time.sleep(8.0)
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=8, timeout_s=30.0)
+        t0 = time.monotonic()
+        batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(120), SamplingParams())
+        elapsed = time.monotonic() - t0
+        cut, fails = backend.stragglers_cut, backend._fleet.urls[0].fails if backend._fleet else -1
+        backend.close()
+    assert all(r.status == STATUS_OK for r in batch.results)
+    assert cut == 1 and fails == 0 and batch.stats.retries == 1 and batch.stats.errors == 0
+    assert elapsed < 7.0  # cut at about 2 s, not after the hang (8 s) or timeout_s (30 s)
+
+
 def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
     # The client's limit is twice the gateway's slots (the `over` regime of bench fleet): after the
     # first window, no more than about 5% of attempts are refused, and the window sits at the

@@ -24,6 +24,10 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   with one request; it comes back at one request in flight, doubling per round trip (slow
   start). The last URL that answers is never set aside, so a failing URL never fails a run
   while others answer.
+- Stragglers: once a batch has 50 answers, a first attempt running 5 x their p99 (at least 2 s,
+  under ``timeout_s``) is cut, which makes vLLM abort it, and sent again with the full
+  ``timeout_s``; it counts as a retry, not as a failure of the URL. A hung request then holds
+  its batch seconds, not ``timeout_s``; a long real answer costs one extra attempt.
 - A dead fleet: once every URL has kept failing for ``dead_after_s`` (default
   ``max(2 x timeout_s, 60 s)``) with no answer in between, the batch stops with ``FleetDown``
   (requests in flight are abandoned); the requests answered before are reported, so the client
@@ -74,6 +78,13 @@ T = TypeVar("T")
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MAX_RETRY_AFTER_S = 600.0  # a server asking for more is believed only this far
 UNKNOWN_WEIGHTS = "unknown"
+# ours: a hung request (a stuck sequence, a lost answer) would hold its batch for the whole
+# timeout_s. A first attempt that runs STRAGGLER_FACTOR x the p99 of its batch's answers so far
+# is cut (closing the connection makes vLLM abort it) and sent again with the full timeout_s, so
+# a long but real answer costs one extra attempt, never a failure.
+STRAGGLER_FACTOR = 5.0
+STRAGGLER_MIN_S = 2.0
+STRAGGLER_SAMPLES = 50
 
 
 class _Malformed(Exception):
@@ -302,6 +313,26 @@ class _Call:
         self.stats = TransportStats()
         self.in_flight = 0
         self.first = self.last = None  # type: float | None
+        self.latencies: list[float] = []  # of this call's answers, for the straggler cut
+        self._p99 = 0.0
+        self._p99_at = 0
+
+    def answered(self, latency: float) -> None:
+        self.latencies.append(latency)
+
+    def straggler_s(self, timeout_s: float) -> float | None:
+        """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
+        x the p99 of this call's answers so far (at least ``STRAGGLER_MIN_S``), once
+        ``STRAGGLER_SAMPLES`` answers have come; None before, or when that is not under
+        ``timeout_s``. One call holds one task's requests, so its answers say how long they take."""
+        n = len(self.latencies)
+        if n < STRAGGLER_SAMPLES:
+            return None
+        if n >= self._p99_at + max(32, n // 8):  # re-sorted now and then, not per answer
+            ordered = sorted(self.latencies)
+            self._p99, self._p99_at = ordered[min(n - 1, int(0.99 * n))], n
+        cut = max(STRAGGLER_MIN_S, STRAGGLER_FACTOR * self._p99)
+        return cut if cut < timeout_s else None
 
     def enter(self, now: float) -> None:
         self.in_flight += 1
@@ -431,6 +462,7 @@ class OpenAIBackend:
         self.fail_threshold = fail_threshold
         self.max_throttled = max(1, max_throttled)
         self.dead_after_s = dead_after_s if dead_after_s is not None else max(2 * timeout_s, 60.0)
+        self.stragglers_cut = 0  # first attempts cut as stragglers and sent again (see STRAGGLER_FACTOR)
         self._client: httpx.Client | None = None  # /v1/models only (once, before any call)
         self._identity: dict[str, str] | None = None
         self._served: dict[str, Any] | None = None
@@ -625,22 +657,28 @@ class OpenAIBackend:
         failures = throttled = 0
         avoid: _Url | None = None
         last = ""
+        was_cut = False
         while True:
             u = await fleet.acquire(avoid)
             epoch = u.epoch
             sent = loop.time()
+            cut_s = None if was_cut else call.straggler_s(self.timeout_s)
             call.enter(sent)
             self.attempts += 1
             self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
             status, content, wait_s = 0, b"", None
-            left = windowed = False
+            left = windowed = cut = False
             try:
                 try:
-                    async with self._session.post(endpoint(u.url, path), data=body, headers=headers) as resp:
-                        status = resp.status
-                        content = await resp.read()
-                        wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                    async with asyncio.timeout(cut_s):
+                        async with self._session.post(
+                            endpoint(u.url, path), data=body, headers=headers
+                        ) as resp:
+                            status = resp.status
+                            content = await resp.read()
+                            wait_s = retry_after_s(resp.headers.get("Retry-After"))
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    cut = cut_s is not None and loop.time() - sent >= cut_s * 0.99
                     last = f"{type(exc).__name__} from {u.shown}"
                 now = loop.time()
                 call.leave(now, sent)
@@ -652,6 +690,7 @@ class OpenAIBackend:
                         last = f"malformed response body from {u.shown}"
                     else:
                         fleet.ok(u)
+                        call.answered(now - sent)
                         return value
                 elif status == 429 or (status == 503 and wait_s is not None):
                     windowed = fleet.pushback(u, epoch, wait_s, now)
@@ -662,12 +701,19 @@ class OpenAIBackend:
                     raise Refused(f"HTTP {status} from {u.shown}: {text}")
                 elif status:
                     last = f"HTTP {status} from {u.shown}"
-                if status != 429 and not (status == 503 and wait_s is not None):
+                if cut:  # a straggler, not a failing URL: sent again at once, with the full timeout
+                    pass
+                elif status != 429 and not (status == 503 and wait_s is not None):
                     fleet.failure(u, now, sent, last)
             finally:
                 if not left:  # cancelled mid-flight
                     call.leave(loop.time(), sent)
                 fleet.release(u)
+            if cut:
+                was_cut = True
+                call.stats.retries += 1
+                self.stragglers_cut += 1
+                continue
             if status == 429:
                 throttled += 1
                 call.stats.http_429 += 1
