@@ -462,6 +462,8 @@ def test_a_dead_fleet_is_refused_not_planned_as_zero_rows(
     assert out.exit_code != 0 and DeadFleet.calls >= 3
     assert out.stdout == ""  # no plan, not a plan of 0 rows
     assert "question_drafts" in out.stderr and "failed" in out.stderr, out.stderr
+    said = next(line for line in out.stderr.splitlines() if line.startswith("ragsft plan: "))
+    assert "500" in said and "DagsterExecutionStepExecutionError" not in said, said  # the cause, said
     assert not (tmp_path / "plans" / KEY / "plan.json").exists()
 
 

@@ -527,6 +527,8 @@ def _failed(result: dg.ExecuteInProcessResult) -> str:
         if e.event_type_value != "STEP_FAILURE" or not e.step_key:
             continue
         error = getattr(getattr(e, "event_specific_data", None), "error", None)
+        while getattr(error, "cause", None) is not None:  # the user's exception, not Dagster's wrapper
+            error = error.cause  # type: ignore[union-attr]
         message = (getattr(error, "message", "") or "").strip().splitlines()
         out.setdefault(e.step_key, message[0] if message else "")
     return "; ".join(f"{k}: {v}" if v else k for k, v in sorted(out.items())) or "see the run's log"
