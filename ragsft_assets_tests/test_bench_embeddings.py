@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ragsft_assets.bench import embeddings
 from ragsft_assets.cli.bench import format_line
@@ -55,3 +56,50 @@ def test_the_ivf_path_at_sizes_over_the_threshold(monkeypatch, tmp_path) -> None
     values = embeddings.run(size=3000, workdir=str(tmp_path))
     assert values["method"] == "ivf" and "topk_identical" not in values  # no float64 reference there
     assert 0.9 <= float(values["recall_at_k"]) <= 1.0 and str(values["ivf_index"]).startswith("IVF")  # type: ignore[arg-type]
+
+
+def test_hard_data_overlaps_across_topics_and_is_seeded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x, keys, groups, topics = embeddings.hard_passages(4000, out=tmp_path / "h.npy")
+    again, _, _, _ = embeddings.hard_passages(4000)
+    np.testing.assert_array_equal(np.asarray(x), again)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=1e-5)
+    dup = np.flatnonzero(keys != np.arange(4000))
+    assert len(dup) == 4000 // 50 and all(topics[i] == topics[keys[i]] for i in dup.tolist())
+    q = np.arange(0, 4000, 20)
+    sims = np.asarray(x[q]) @ np.asarray(x).T
+    sims[np.arange(len(q)), q] = -np.inf
+    same = topics[q][:, None] == topics[None, :]
+    # not separable by a threshold: some other topic's passage is closer than some of the own topic's
+    assert sims[~same].max() > sims[same & np.isfinite(sims)].min() + 0.2
+    top = np.argsort(-sims, axis=1)[:, :8]
+    assert (topics[top] == topics[q][:, None]).mean() < 0.9  # true neighbours in other topics too
+
+
+def test_hard_run_reports_the_heldout_recall(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(embeddings, "N_QUERIES", 300)
+    monkeypatch.setattr(
+        embeddings,
+        "SearchSettings",
+        lambda **kw: SearchSettings(
+            **{"exact_max": 1000, "recall_queries": 150, "heldout_queries": 150, **kw}
+        ),
+    )
+    values = embeddings.run(size=3000, workdir=str(tmp_path), data="hard")
+    line = format_line("embeddings", values)
+    assert line.startswith("bench=embeddings ratio=") and " data=hard " in line and " recall_heldout=" in line
+    assert values["method"] == "ivf" and values["heldout_queries"] == 150
+    assert 0.0 < float(values["recall_heldout"]) <= 1.0  # type: ignore[arg-type]
+    for name in ("095", "099"):  # the first nprobe reaching each target on the tuning sample
+        probe = values[f"nprobe_{name}"]
+        assert probe == "none" or (int(probe) >= 1 and float(values[f"minutes_{name}"]) > 0)  # type: ignore[call-overload, arg-type]
+    with pytest.raises(ValueError, match="unknown --data"):
+        embeddings.run(size=100, workdir=str(tmp_path), data="easy")
+
+
+def test_data_is_an_embeddings_option_only() -> None:
+    from click.testing import CliRunner
+
+    from ragsft_assets.cli.bench import bench
+
+    result = CliRunner().invoke(bench, ["corpus", "--data", "hard"])
+    assert result.exit_code != 0 and "--data is an option of `ragsft bench embeddings` only" in result.output

@@ -217,3 +217,28 @@ def test_arrow_round_trip_and_codes_without_python_lists() -> None:
     back = neighbours_from_table(table)
     np.testing.assert_array_equal(back.indices, by_values.indices)
     np.testing.assert_array_equal(back.scores, by_values.scores)
+
+
+def test_heldout_recall_is_measured_on_queries_nprobe_was_not_tuned_on() -> None:
+    x, keys, groups = clustered(3000, 16, 2)
+    settings = SearchSettings(exact_max=100, recall_queries=300, heldout_queries=250, nprobe_start=1)
+    nb = nearest_neighbours(x, 6, keys=keys, groups=groups, settings=settings)
+    # the two samples, from their seeds: disjoint
+    tuning = np.sort(np.random.default_rng(1).choice(len(x), size=300, replace=False))
+    others = np.setdiff1d(np.arange(len(x)), tuning)
+    heldout = np.sort(np.random.default_rng(2).choice(others, size=250, replace=False))
+    assert not set(tuning.tolist()) & set(heldout.tolist()) and nb.heldout_queries == 250
+    # the held-out recall is the final search's on those rows against the exact search
+    ref = brute_force_neighbours(x, 6, keys=keys, groups=groups, query_rows=heldout)
+    got = nb.indices[heldout]
+    hits = sum(len(set(a) & set(e)) for a, e in zip(got.tolist(), ref.indices.tolist(), strict=True))
+    assert nb.fallbacks == 0 and nb.recall_heldout == pytest.approx(hits / ref.indices.size)
+    assert nb.index["nprobe_recall_heldout"][str(nb.index["nprobe"])] == round(nb.recall_heldout, 5)
+    assert set(nb.index["nprobe_recall_heldout"]) == set(nb.index["nprobe_recall"])  # every nprobe tried
+    assert nb.metadata()["search/recall_heldout"] == round(nb.recall_heldout, 5)
+    # no queries left over: no held-out sample, and no held-out recall claimed
+    none = nearest_neighbours(
+        x, 6, keys=keys, groups=groups, settings=replace(settings, recall_queries=len(x))
+    )
+    assert none.recall_heldout is None and none.heldout_queries == 0
+    assert "search/recall_heldout" not in none.metadata()

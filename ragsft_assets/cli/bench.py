@@ -50,6 +50,12 @@ def format_line(name: str, values: dict[str, object]) -> str:
     default=None,
     help="bench fleet: the client's per-URL limit half, equal to or twice each replica's slots.",
 )
+@click.option(
+    "--data",
+    type=click.Choice(["clustered", "hard"]),
+    default=None,
+    help="bench embeddings: the default clustered vectors, or overlapping anisotropic clusters (hard).",
+)
 def bench(
     name: str,
     size: int | None,
@@ -57,6 +63,7 @@ def bench(
     pairs: int | None,
     sample: int | None,
     regime: str | None,
+    data: str | None,
 ) -> None:
     """Run benchmark NAME and print its key=value closing line."""
     module_name, options = BENCHES[name]
@@ -67,5 +74,9 @@ def bench(
         options = {**options, "sample": sample}
     if regime is not None:
         options = {**options, "regime": regime}
+    if data is not None:
+        if name != "embeddings":
+            raise click.UsageError("--data is an option of `ragsft bench embeddings` only")
+        options = {**options, "data": data}
     values = module.run(size=size, workdir=workdir, **options)
     click.echo(format_line(name, values))

@@ -75,7 +75,11 @@ class SearchSettings:
         nprobe: lists visited per query; None = tuned on the recall sample (see ``recall_target``).
         nprobe_start: the first ``nprobe`` tried when tuning.
         recall_target: tuning stops at the first ``nprobe`` whose sample recall@k reaches it.
-        recall_queries: seeded sample of queries on which recall@k against exact is measured.
+        recall_queries: seeded sample of queries on which recall@k against exact is measured (and
+            ``nprobe`` tuned).
+        heldout_queries: a second seeded sample, disjoint from the first, on which recall@k is
+            measured after tuning (``recall_heldout``): the tuning sample's own recall is optimistic.
+            0: none.
         train_per_list: k-means training points per list (drawn from the seed).
         kmeans_iters: k-means iterations.
         seed: the training sample, k-means and recall sample all come from it.
@@ -87,6 +91,7 @@ class SearchSettings:
     nprobe_start: int = 8
     recall_target: float = 0.99
     recall_queries: int = 1000
+    heldout_queries: int = 1000
     train_per_list: int = 20
     kmeans_iters: int = 10
     seed: int = 0
@@ -104,6 +109,8 @@ class Neighbours:
     recall_at_k: float | None = None  # ivf: against the exact search on the sample; exact: 1.0
     recall_queries: int = 0
     index: dict[str, Any] = field(default_factory=dict)  # ivf: nlist, nprobe, build_s, ...
+    recall_heldout: float | None = None  # ivf: the same, on queries nprobe was not tuned on
+    heldout_queries: int = 0
 
     def metadata(self, prefix: str = "search") -> dict[str, Any]:
         """Flat values for asset metadata: method, recall@k and its sample, index settings."""
@@ -115,6 +122,9 @@ class Neighbours:
         }
         if self.recall_at_k is not None:
             out[f"{prefix}/recall_at_k"] = round(self.recall_at_k, 5)
+        if self.recall_heldout is not None:
+            out[f"{prefix}/recall_heldout"] = round(self.recall_heldout, 5)
+            out[f"{prefix}/heldout_queries"] = self.heldout_queries
         out |= {f"{prefix}/{k}": v for k, v in self.index.items()}
         return out
 
@@ -481,11 +491,28 @@ def nearest_neighbours(
     rng = np.random.default_rng(settings.seed + 1)
     sample = np.sort(rng.choice(len(qrows), size=min(settings.recall_queries, len(qrows)), replace=False))
     exact_i, _, _ = _exact(x, lay, qrows[sample], k, query_block, log, "recall sample")
+    # held out: other queries, from their own seed, never used to choose nprobe
+    others = np.setdiff1d(np.arange(len(qrows)), sample)
+    heldout = np.sort(
+        np.random.default_rng(settings.seed + 2).choice(
+            others, size=min(settings.heldout_queries, len(others)), replace=False
+        )
+    )
+    heldout_i = (
+        _exact(x, lay, qrows[heldout], k, query_block, log, "held-out sample")[0] if len(heldout) else None
+    )
     nprobe = min(settings.nprobe or settings.nprobe_start, ivf.nlist)
     tried: dict[int, float] = {}
+    tried_heldout: dict[int, float] = {}
+    search_qps: dict[int, float] = {}
     while True:
+        t_probe = time.perf_counter()
         ann_i, _, _ = ivf.search(x, lay, qrows[sample], k, nprobe, query_block)
+        search_qps[nprobe] = len(sample) / max(time.perf_counter() - t_probe, 1e-9)
         tried[nprobe] = recall = _recall(ann_i, exact_i)
+        if heldout_i is not None:
+            ann_h, _, _ = ivf.search(x, lay, qrows[heldout], k, nprobe, query_block)
+            tried_heldout[nprobe] = _recall(ann_h, heldout_i)
         log.info(f"neighbours: nprobe={nprobe}: recall@{k}={recall:.4f} on {len(sample)} queries")
         if settings.nprobe or recall >= settings.recall_target or nprobe >= ivf.nlist:
             break
@@ -505,13 +532,18 @@ def nearest_neighbours(
         "nlist": ivf.nlist,
         "nprobe": nprobe,
         "nprobe_recall": {str(p): round(r, 5) for p, r in tried.items()},
+        "nprobe_recall_heldout": {str(p): round(r, 5) for p, r in tried_heldout.items()},
+        "nprobe_queries_per_s": {str(p): round(v, 1) for p, v in search_qps.items()},
         "train_points": ivf.n_train,
         "build_s": round(ivf.build_s, 3),
         "search_s": round(time.perf_counter() - t_search, 3),
         "exact_max": settings.exact_max,
         "seed": settings.seed,
     }
-    return Neighbours(out_i, out_s, len(short), wall, "ivf", recall, len(sample), index)
+    heldout_recall = tried_heldout.get(nprobe)
+    return Neighbours(
+        out_i, out_s, len(short), wall, "ivf", recall, len(sample), index, heldout_recall, len(heldout)
+    )
 
 
 def settings_dict(settings: SearchSettings) -> dict[str, Any]:
