@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -26,6 +26,7 @@ import pyarrow as pa
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import answer_matches, is_impossible, normalize_text
+from ragsft_assets.multihop.targeted_judges import JudgeItem  # a question and its documents a and b
 from ragsft_assets.prompts import PromptTemplate, load_prompt
 
 ABLATIONS = ("ab", "a", "b", "none")
@@ -78,21 +79,25 @@ def validate_order(order: Sequence[str]) -> tuple[str, ...]:
     return order
 
 
-@dataclass(frozen=True, slots=True)
-class JudgeItem:
-    id: str
-    question: str
-    answer: str
-    a_title: str
-    a_text: str
-    b_title: str
-    b_text: str
+class Verdict(NamedTuple):
+    """A question's final verdict over its ablations: ``kept`` | ``dropped`` | ``unreadable``."""
+
+    verdict: str
+    reason: str
+
+
+class Outcome(NamedTuple):
+    """A question's final verdict, with the cache keys of every judge call it used (its ledger row)."""
+
+    verdict: str
+    reason: str
+    cache_keys: list[str]
 
 
 @dataclass(slots=True)
 class CascadeResult:
     verdicts: pa.Table
-    outcome: dict[str, tuple[str, str, list[str]]]  # id -> (verdict, reason, cache keys)
+    outcome: dict[str, Outcome]  # by question id
     judge_calls: int = 0
     rounds: list[dict[str, int]] = field(default_factory=list)
     stats: BatchStats = field(default_factory=BatchStats)
@@ -158,7 +163,7 @@ def run_cascade(
     answered: dict[str, Any] = {}  # prompt key -> ChatResult, across rounds
     rows: list[dict[str, Any]] = []
     keys: dict[str, list[str]] = {it.id: [] for it in live}
-    outcome: dict[str, tuple[str, str, list[str]]] = {}
+    outcome: dict[str, Outcome] = {}
     stats = BatchStats()
     calls = 0
     rounds = []
@@ -202,11 +207,13 @@ def run_cascade(
                 survivors.append(it)
             else:
                 failed += 1
-                outcome[it.id] = (UNREADABLE if verdict == UNREADABLE else "dropped", reason, keys[it.id])
+                outcome[it.id] = Outcome(
+                    UNREADABLE if verdict == UNREADABLE else "dropped", reason, keys[it.id]
+                )
         rounds.append({"round": rnd, "asked": len(live), "calls": len(to_send), "failed": failed})
         live = survivors
     for it in live:
-        outcome[it.id] = ("kept", "passed_ablations", keys[it.id])
+        outcome[it.id] = Outcome("kept", "passed_ablations", keys[it.id])
     rows.sort(key=lambda r: (r["id"], r["round"]))
     return CascadeResult(
         verdicts=pa.Table.from_pylist(rows, schema=VERDICTS_SCHEMA),
@@ -217,10 +224,9 @@ def run_cascade(
     )
 
 
-def outcomes_from_verdicts(
-    verdicts: pa.Table, order: Sequence[str] = ABLATIONS
-) -> dict[str, tuple[str, str]]:
-    """Per question: (``kept`` | ``dropped`` | ``unreadable``, reason) from its verdict rows.
+def outcomes_from_verdicts(verdicts: pa.Table, order: Sequence[str] = ABLATIONS) -> dict[str, Verdict]:
+    """Per question: its :class:`Verdict` (``kept`` | ``dropped`` | ``unreadable``, reason) from its
+    verdict rows.
 
     A question is kept when every one of the four ablations passed; otherwise the
     first non-passing verdict (by round) decides.
@@ -228,16 +234,16 @@ def outcomes_from_verdicts(
     by_id: dict[str, list[dict[str, Any]]] = {}
     for r in verdicts.select(["id", "ablation", "round", "outcome", "reason"]).to_pylist():
         by_id.setdefault(r["id"], []).append(r)
-    out = {}
+    out: dict[str, Verdict] = {}
     for qid, rows in sorted(by_id.items()):
         rows.sort(key=lambda r: r["round"])
         bad = next((r for r in rows if r["outcome"] != PASS), None)
         if bad is not None:
-            out[qid] = (UNREADABLE if bad["outcome"] == UNREADABLE else "dropped", bad["reason"])
+            out[qid] = Verdict(UNREADABLE if bad["outcome"] == UNREADABLE else "dropped", bad["reason"])
         elif {r["ablation"] for r in rows} >= set(order):
-            out[qid] = ("kept", "passed_ablations")
+            out[qid] = Verdict("kept", "passed_ablations")
         else:
-            out[qid] = ("dropped", "ablations_incomplete")
+            out[qid] = Verdict("dropped", "ablations_incomplete")
     return out
 
 

@@ -270,7 +270,7 @@ def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactS
         log=context.log,
     )
     path = store.write(result.verdicts, partition, "ablation_verdicts")
-    decisions = [Decision(q, v, r, None, keys) for q, (v, r, keys) in result.outcome.items()]
+    decisions = [Decision(q, o.verdict, o.reason, None, o.cache_keys) for q, o in result.outcome.items()]
     decisions += [Decision(q, "dropped", OVER_LIMIT) for q in over]
     write_ledger(store, partition, "ablation_verdicts", decisions)
     judged = len(items)
@@ -406,11 +406,11 @@ def multihop_audit(context: Context, config: MultihopConfig, store: ArtifactStor
             "invariants": dg.MetadataValue.json(
                 {r.name: {"failures": r.failures, "examples": r.examples} for r in inv}
             ),
-            "surface_auc_mean": auc if auc is not None else -1.0,
+            "surface_auc_mean": auc,  # None (a null) when not computed: too few questions
             "surface_auc_repeats": dg.MetadataValue.json(aucs),
             "surface_auc_bar": recipe.surface_auc_bar,
-            "gold_longest_rate": longest if longest is not None else -1.0,
-            "gold_longest_chance": chance if chance is not None else -1.0,
+            "gold_longest_rate": longest,
+            "gold_longest_chance": chance,
             **recipe_metadata(store, partition, "multihop_audit", recipe),
         }
     )
