@@ -6,8 +6,8 @@ its dep fails at once, saying which dep to add, instead of silently breaking lin
 staleness in the UI. The asset's own name comes from ``context.asset_key`` too: its own files
 (read back by its checks) and its ledger are always readable.
 
-Used by the judged multihop stages (``defs/multihop/judged.py``) as the pattern; the other
-families still read through the store, kept honest by ``test_lineage_reads``.
+Used by the judged multihop stages (``defs/multihop/judged.py``) and the filtered configurations
+(``defs/multihop/filters.py``, ``config_asset``) as the pattern; the other families still read through the store, kept honest by ``test_lineage_reads``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import dagster as dg
 import pyarrow as pa
@@ -26,6 +27,15 @@ LEDGER = "_ledger"  # bookkeeping every stage writes and may read, not an input
 
 class UndeclaredRead(KeyError):
     """An asset read a table that is not one of its declared inputs."""
+
+
+class TableReader(Protocol):
+    """What plain helpers need of a store to read tables: :class:`ArtifactStore` or
+    :class:`DeclaredInputs`."""
+
+    def read(self, partition: str, asset: str, part: str | None = None) -> pa.Table: ...
+
+    def files(self, partition: str, asset: str) -> list[Path]: ...
 
 
 def reads(*names: str | dg.AssetKey) -> list[dg.AssetKey]:

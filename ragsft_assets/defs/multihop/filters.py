@@ -39,6 +39,7 @@ from ragsft_assets.defs.multihop.judged import (
     verdict_decisions,
 )
 from ragsft_assets.defs.partitions import snapshot_language
+from ragsft_assets.defs.wiring import TableReader, declared_inputs, reads
 from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import filter_configs as fc
@@ -333,7 +334,7 @@ def _topics(store: ArtifactStore, snapshots: SnapshotSource, partition: str) -> 
     return tp.question_topics({d["id"]: d["b_title"] for d in drafts}, tp.read_topics(path))
 
 
-def _split_tables(store: ArtifactStore, partition: str, asset: str) -> dict[str, pa.Table]:
+def _split_tables(store: TableReader, partition: str, asset: str) -> dict[str, pa.Table]:
     return {
         f.stem: store.read(partition, asset, f.stem)
         for f in store.files(partition, asset)
@@ -359,7 +360,7 @@ def _criteria_provenance(rows: list[dict[str, Any]]) -> Provenance:
     return provenance
 
 
-def _filtered(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _filtered(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
     fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
     mech_rows = store.read(partition, "mechanical_rules").to_pylist()
     kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
@@ -375,7 +376,7 @@ def _filtered(store: ArtifactStore, partition: str) -> tuple[set[str], Provenanc
     return kept, provenance, funnel
 
 
-def _filtered_qwen(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _filtered_qwen(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
     rows = store.read(partition, "criteria_annotation").to_pylist()
     kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
     counts = Counter(r["verdict"] for r in rows)
@@ -389,7 +390,7 @@ def _filtered_qwen(store: ArtifactStore, partition: str) -> tuple[set[str], Prov
     return kept, _criteria_provenance(rows), funnel
 
 
-def _filtered_qwen_v2(store: ArtifactStore, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _filtered_qwen_v2(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
     crit = store.read(partition, "criteria_annotation").to_pylist()
     bridge = store.read(partition, "bridge_judge").to_pylist()
     lang = store.read(partition, "language_judge").to_pylist()
@@ -426,7 +427,7 @@ def _filtered_qwen_v2(store: ArtifactStore, partition: str) -> tuple[set[str], P
 
 
 def subset_check_result(
-    store: ArtifactStore,
+    store: TableReader,
     key: str,
     asset: str,
     parent_asset: str = "multihop_questions",
@@ -469,7 +470,7 @@ class SubsetCheck:
     def spec(self, asset: str) -> dg.AssetCheckSpec:
         return dg.AssetCheckSpec(self.name, asset=asset, description=self.description, blocking=True)
 
-    def result(self, store: ArtifactStore, partition: str, asset: str) -> dg.AssetCheckResult:
+    def result(self, store: TableReader, partition: str, asset: str) -> dg.AssetCheckResult:
         r = subset_check_result(store, partition, asset, self.parent, self.own_rows_allowed)
         return dg.AssetCheckResult(
             asset_key=asset, check_name=self.name, passed=r.passed, metadata=r.metadata
@@ -480,28 +481,30 @@ def config_asset(
     name: str,
     description: str,
     deps: list[str],
-    decide: Callable[[ArtifactStore, str], tuple[set[str], Provenance, dict[str, int]]],
+    decide: Callable[[TableReader, str], tuple[set[str], Provenance, dict[str, int]]],
     code_version: str,
     check: SubsetCheck,
 ) -> dg.AssetsDefinition:
     """A filtered configuration: the rows of ``default`` whose id ``decide`` keeps, unchanged (byte
     for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's verdict;
-    ``check``, a blocking check of its rows against its parent, computed as it is written."""
+    ``check``, a blocking check of its rows against its parent, computed as it is written.
+    ``deps`` are also the only tables ``decide`` and the check may read (``defs.wiring``)."""
 
     @multihop_asset(
         name=name,
         description=description,
         code_version=code_version,
-        deps=deps,
+        deps=reads(*deps),
         check_specs=[check.spec(name)],
     )
     def _asset(
         context: dg.AssetExecutionContext, store: ArtifactStore, snapshots: SnapshotSource
     ) -> dg.MaterializeResult:
         partition = context.partition_key
-        kept, provenance, funnel = decide(store, partition)
+        inputs = declared_inputs(context, store)
+        kept, provenance, funnel = decide(inputs, partition)
         topics = _topics(store, snapshots, partition)
-        parents = _split_tables(store, partition, "multihop_questions")
+        parents = _split_tables(inputs, partition, "multihop_questions")
         paths, rows = {}, {}
         for split, parent in parents.items():
             child = fc.subset_rows(parent, kept)
@@ -521,7 +524,7 @@ def config_asset(
                 **funnel_metadata(funnel, "funnel"),
             }
         )
-        return dg.MaterializeResult(metadata=md, check_results=[check.result(store, partition, name)])
+        return dg.MaterializeResult(metadata=md, check_results=[check.result(inputs, partition, name)])
 
     return _asset
 
