@@ -12,6 +12,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics.pairwise import cosine_similarity
 
 from ragsft_assets.ids import doc_id
+from ragsft_assets.multihop import retrieval
 from ragsft_assets.multihop.distractors import TOO_FEW, Query, select_distractors
 from ragsft_assets.multihop.generation import Doc
 from ragsft_assets.multihop.normalize import contains_normalized, normalize_text
@@ -54,8 +55,17 @@ def _dense_scores(method: str, texts: list[str], queries: list[str]) -> np.ndarr
     return np.array([bm.get_scores(tokenize(q)) for q in queries])
 
 
+@pytest.fixture(params=[False, True], ids=["product", "pruned"])
+def prune(request, monkeypatch):
+    """Both search paths: the full product, and MaxScore pruning for every query (its threshold is
+    50,000 postings, which no query of the small corpora here reaches)."""
+    if request.param:
+        monkeypatch.setattr(retrieval, "_PRUNE_MIN_POSTINGS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("method", ["tfidf", "bm25"])
-def test_topk_equals_dense_reference_on_hotpotqa_paragraphs(hotpot, method):
+def test_topk_equals_dense_reference_on_hotpotqa_paragraphs(hotpot, method, prune):
     records, ids, texts = hotpot
     queries = [r["question"] for r in records] + ["", "zzzz unknownword"]
     index = build_index(method, ids, texts)
@@ -69,7 +79,7 @@ def test_topk_equals_dense_reference_on_hotpotqa_paragraphs(hotpot, method):
 
 
 @pytest.mark.parametrize("method", ["tfidf", "bm25"])
-def test_topk_with_exclusions_equals_reference(hotpot, method):
+def test_topk_with_exclusions_equals_reference(hotpot, method, prune):
     records, ids, texts = hotpot
     queries = [r["question"] for r in records]
     answers = [normalize_text(r["answer"]) for r in records]
@@ -86,7 +96,7 @@ def test_topk_with_exclusions_equals_reference(hotpot, method):
 
 
 @pytest.mark.parametrize("method", ["tfidf", "bm25"])
-def test_sparse_eligibility_walks_past_every_positive_score(hotpot, method):
+def test_sparse_eligibility_walks_past_every_positive_score(hotpot, method, prune):
     records, ids, texts = hotpot
     queries = [r["question"] for r in records][:40]
 
@@ -200,3 +210,55 @@ def test_distractors_pool_gives_the_single_process_table(hotpot, method):
     one = select_distractors(queries, docs, method, k=8, batch_size=4)
     two = select_distractors(queries, docs, method, k=8, batch_size=4, workers=2)
     assert two.equals(one) and one.num_rows == len(records)
+
+
+def _hits(rows) -> list[list[tuple[int, float]]]:
+    return [[(h.doc, h.score) for h in r] for r in rows]
+
+
+@pytest.mark.parametrize("make", ["tfidf", "okapi", "lucene"])
+def test_pruned_search_gives_the_full_products_hits_bit_for_bit(make, monkeypatch):
+    # the bench's Zipfian corpus, where common terms have long postings: the pruned path must return the
+    # product's documents and rounded scores exactly (the distractor stage's bytes), with and without
+    # exclusions, down to zero scores; and it must really answer most queries (not fall back)
+    from ragsft_assets.bench.distractors import synthetic_corpus
+
+    ids, texts, queries = synthetic_corpus(3000)
+    queries = queries[:240] + ["", "zzzz unknownword", "w59999", "w3 w3 w3 w17 w17", texts[5]]
+    index = TfidfBigramIndex(ids, texts) if make == "tfidf" else BM25Index(ids, texts, variant=make)
+    certified = []
+    pruned_topk = retrieval._pruned_topk
+
+    def spy(*args):
+        hits = pruned_topk(*args)
+        certified.append(hits is not None)
+        return hits
+
+    monkeypatch.setattr(retrieval, "_PRUNE_MIN_POSTINGS", 0)
+    monkeypatch.setattr(retrieval, "_pruned_topk", spy)
+
+    def sparse(qi: int, d: int) -> bool:
+        return (d + qi) % 97 == 0
+
+    for eligible in (None, lambda qi, d: (7 * qi + d) % 5 != 0, sparse):
+        for k in (1, 8):
+            ours = index.search(queries, k, eligible, batch_size=32)
+            reference = index._search_range_product(queries, 0, len(queries), k, eligible, 32)
+            assert _hits(ours) == _hits(reference)
+    assert sum(certified) > 0.5 * len(certified)
+
+
+def test_pruning_steps_aside_for_negative_weights(monkeypatch):
+    # rank-bm25's floor is negative when the mean idf is: term bounds then bound nothing, and every
+    # query goes through the product
+    texts = ["aa bb", "aa bb", "aa cc", "aa bb dd"]
+    index = BM25Index([str(i) for i in range(4)], texts)
+    postings = index._postings()
+    assert not postings.nonnegative
+    queries = ["aa bb", "cc dd", "aa"]
+    q = index.query_matrix(queries)
+    for r in range(len(queries)):
+        row = slice(q.indptr[r], q.indptr[r + 1])
+        assert retrieval._pruned_topk(postings, q.indices[row], q.data[row], 3, r, None) is None
+    monkeypatch.setattr(retrieval, "_PRUNE_MIN_POSTINGS", 0)
+    assert _hits(index.search(queries, 3)) == _hits(index._search_range_product(queries, 0, 3, 3, None, 128))
