@@ -39,13 +39,13 @@ def _stage(deps: tuple[str, ...]) -> dg.AssetsDefinition:
 
     return judged_asset(
         JudgedStage(
-            "first_hop",
-            "test-only judged stage",
-            "multihop_first_hop",
-            "first_hop_role",
-            RecipeConfig,
-            deps,
-            judge,
+            name="first_hop",
+            description="test-only judged stage",
+            task="multihop_first_hop",
+            role=lambda r: r.first_hop_role,
+            config=RecipeConfig,
+            reads=deps,
+            judge=judge,
         )
     )
 

@@ -214,80 +214,92 @@ def _descriptor(run: JudgeCall) -> Judged:
 
 first_hop = judged_asset(
     JudgedStage(
-        "first_hop",
-        "The fifth ablation: the judge reads A alone with the question (never B) and names the entity "
-        "the question's descriptor points to; kept when it is B (leads_to_b).",
-        fh.TASK,
-        "first_hop_role",
-        FirstHopConfig,
-        QUESTION_DEPS,
-        _first_hop,
+        name="first_hop",
+        description=(
+            "The fifth ablation: the judge reads A alone with the question (never B) and names the entity "
+            "the question's descriptor points to; kept when it is B (leads_to_b)."
+        ),
+        task=fh.TASK,
+        role=lambda r: r.first_hop_role,
+        config=FirstHopConfig,
+        reads=QUESTION_DEPS,
+        judge=_first_hop,
     )
 )
 criteria_annotation = judged_asset(
     JudgedStage(
-        "criteria_annotation",
-        "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
-        "documents needed, clear question, minimal answer); all six must hold for `filtered_qwen`.",
-        cr.TASK,
-        "criteria_role",
-        CriteriaConfig,
-        QUESTION_DEPS,
-        _criteria,
+        name="criteria_annotation",
+        description=(
+            "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
+            "documents needed, clear question, minimal answer); all six must hold for `filtered_qwen`."
+        ),
+        task=cr.TASK,
+        role=lambda r: r.criteria_role,
+        config=CriteriaConfig,
+        reads=QUESTION_DEPS,
+        judge=_criteria,
     )
 )
 bridge_judge = judged_asset(
     JudgedStage(
-        tj.BRIDGE.stage,
-        "Targeted bridge judge on `filtered_qwen`: an analysis, then kept only if B is the only entity "
-        "of A the question's descriptor can designate, A states the relation, and the question does "
-        "not name B by itself.",
-        tj.BRIDGE.task,
-        "bridge_judge_role",
-        TargetedJudgeConfig,
-        ("criteria_annotation", *QUESTION_DEPS),
-        _targeted(tj.BRIDGE, "criteria_annotation", cr.KEPT),
+        name=tj.BRIDGE.stage,
+        description=(
+            "Targeted bridge judge on `filtered_qwen`: an analysis, then kept only if B is the only entity "
+            "of A the question's descriptor can designate, A states the relation, and the question does "
+            "not name B by itself."
+        ),
+        task=tj.BRIDGE.task,
+        role=lambda r: r.bridge_judge_role,
+        config=TargetedJudgeConfig,
+        reads=("criteria_annotation", *QUESTION_DEPS),
+        judge=_targeted(tj.BRIDGE, "criteria_annotation", cr.KEPT),
     )
 )
 language_judge = judged_asset(
     JudgedStage(
-        tj.LANGUAGE.stage,
-        "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
-        "question is fluent, its referents unique, it has no meta wording, and the answer has the "
-        "right type and scope. Its keeps make `filtered_qwen_v2`.",
-        tj.LANGUAGE.task,
-        "language_judge_role",
-        TargetedJudgeConfig,
-        ("bridge_judge", *QUESTION_DEPS),
-        _targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
+        name=tj.LANGUAGE.stage,
+        description=(
+            "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
+            "question is fluent, its referents unique, it has no meta wording, and the answer has the "
+            "right type and scope. Its keeps make `filtered_qwen_v2`."
+        ),
+        task=tj.LANGUAGE.task,
+        role=lambda r: r.language_judge_role,
+        config=TargetedJudgeConfig,
+        reads=("bridge_judge", *QUESTION_DEPS),
+        judge=_targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
     )
 )
 
 
 publishability_score = judged_asset(
     JudgedStage(
-        tc.PUBLISHABILITY_STAGE,
-        "filtered_qwen_v2's train-only publishability score (the card's \"score de publiabilité "
-        '(train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
-        "kept at the recipe's publishability_min_score (ours: 4) or more.",
-        tc.PUBLISHABILITY_TASK,
-        "publishability_role",
-        TrainCheckConfig,
-        ("language_judge", "bridge_judge", *QUESTION_DEPS),
-        _publishability,
+        name=tc.PUBLISHABILITY_STAGE,
+        description=(
+            "filtered_qwen_v2's train-only publishability score (the card's \"score de publiabilité "
+            '(train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
+            "kept at the recipe's publishability_min_score (ours: 4) or more."
+        ),
+        task=tc.PUBLISHABILITY_TASK,
+        role=lambda r: r.publishability_role,
+        config=TrainCheckConfig,
+        reads=("language_judge", "bridge_judge", *QUESTION_DEPS),
+        judge=_publishability,
     )
 )
 descriptor_check = judged_asset(
     JudgedStage(
-        tc.DESCRIPTOR_STAGE,
-        "filtered_qwen_v2's train-only descriptor check (the card's \"contrôle des descripteurs "
-        "(train)\"): on what publishability_score keeps, the bridge judge's descriptor is a part of "
-        "the question, does not give B away, and says nothing A does not state.",
-        tc.DESCRIPTOR_TASK,
-        "descriptor_check_role",
-        TrainCheckConfig,
-        ("publishability_score", "bridge_judge", *QUESTION_DEPS),
-        _descriptor,
+        name=tc.DESCRIPTOR_STAGE,
+        description=(
+            "filtered_qwen_v2's train-only descriptor check (the card's \"contrôle des descripteurs "
+            "(train)\"): on what publishability_score keeps, the bridge judge's descriptor is a part of "
+            "the question, does not give B away, and says nothing A does not state."
+        ),
+        task=tc.DESCRIPTOR_TASK,
+        role=lambda r: r.descriptor_check_role,
+        config=TrainCheckConfig,
+        reads=("publishability_score", "bridge_judge", *QUESTION_DEPS),
+        judge=_descriptor,
     )
 )
 

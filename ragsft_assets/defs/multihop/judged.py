@@ -17,11 +17,13 @@ from typing import Any
 
 import dagster as dg
 import pyarrow as pa
+from dagster import DagsterLogManager
 
 from ragsft_assets.defs.metadata import model_metadata, table_metadata
 from ragsft_assets.defs.multihop.common import (
     FILTER_PRODUCT,
     KEPT,
+    RecipeConfig,
     language,
     multihop_asset,
     recipe_metadata,
@@ -37,18 +39,18 @@ from ragsft_assets.prompts import PromptTemplate, load_prompt
 from ragsft_assets.resources.store import ArtifactStore
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JudgeCall:
     """What a stage's judge function gets: where, with which recipe, model and prompt. ``store``
-    reads only the stage's declared inputs (``JudgedStage.deps``; ``defs.wiring``)."""
+    reads only the stage's declared inputs (``JudgedStage.reads``; ``defs.wiring``)."""
 
     store: DeclaredInputs
     partition: str
     recipe: MultihopRecipe
-    config: Any
+    config: RecipeConfig  # the stage's run config (its ``JudgedStage.config`` class)
     model: ChatModel
     template: PromptTemplate
-    log: Any
+    log: DagsterLogManager
 
 
 @dataclass(slots=True)
@@ -61,18 +63,19 @@ class Judged:
     preview: Sequence[str] = ("id", "verdict")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JudgedStage:
-    """One judged asset: its name, description, prompt task, the recipe field naming its LLM role,
-    its run config class, its inputs (``deps``: the only tables its judge may read, and the
-    asset's Dagster deps: one declaration) and its judge function."""
+    """One judged asset, by keyword: its name, description, prompt task, the LLM role its recipe
+    names (``role``: e.g. ``lambda r: r.first_hop_role``), its run config class, its inputs
+    (``reads``: the only tables its judge may read, and the asset's Dagster deps: one
+    declaration) and its judge function."""
 
     name: str
     description: str
     task: str
-    role_field: str
-    config: type
-    deps: tuple[str, ...]
+    role: Callable[[MultihopRecipe], str]
+    config: type[RecipeConfig]
+    reads: tuple[str, ...]
     judge: Callable[[JudgeCall], Judged]
     group: str | None = None  # None: the multihop group
     product: str | None = FILTER_PRODUCT  # the ledger product; None: the stage writes no ledger
@@ -109,7 +112,7 @@ def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
         name=stage.name,
         description=stage.description,
         code_version=stage_version(stage.name, (stage.task,)),
-        deps=reads(*stage.deps),
+        deps=reads(*stage.reads),
         llm=True,
         **({"group": stage.group} if stage.group else {}),
     )
@@ -122,11 +125,20 @@ def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         partition = context.partition_key
         recipe = config.resolved(stage.name)
-        role = getattr(recipe, stage.role_field)
+        role = stage.role(recipe)
         model = role_model(stage.name, role, judge=judge, annotator=annotator)
         template = load_prompt(stage.task, language(partition))
         inputs = declared_inputs(context, store)
-        out = stage.judge(JudgeCall(inputs, partition, recipe, config, model, template, context.log))
+        call = JudgeCall(
+            store=inputs,
+            partition=partition,
+            recipe=recipe,
+            config=config,
+            model=model,
+            template=template,
+            log=context.log,
+        )
+        out = stage.judge(call)
         path = store.write(out.table, partition, stage.name)
         if stage.product is not None:
             write_ledger(store, partition, stage.name, out.decisions, stage.product)

@@ -102,14 +102,16 @@ def _label(run: JudgeCall) -> Judged:
 # Group `review`, no ledger (a sample is no production stage); no job selects it: it needs a sample.
 review_labels = judged_asset(
     JudgedStage(
-        "review_labels",
-        "Labels {id, valid} of a blind review sample (`ragsft review sample`) by an LLM role, with the "
-        "six-criteria protocol of criteria_annotation; the file a person labelling it by hand writes.",
-        cr.TASK,
-        "criteria_role",
-        ReviewLabelsConfig,
-        ("question_drafts", "abstracts"),
-        _label,
+        name="review_labels",
+        description=(
+            "Labels {id, valid} of a blind review sample (`ragsft review sample`) by an LLM role, with the "
+            "six-criteria protocol of criteria_annotation; the file a person labelling it by hand writes."
+        ),
+        task=cr.TASK,
+        role=lambda r: r.criteria_role,
+        config=ReviewLabelsConfig,
+        reads=("question_drafts", "abstracts"),
+        judge=_label,
         group=GROUP,
         product=None,
     )
