@@ -418,6 +418,13 @@ def up(
         echo(f"ragsft stack: already up at {state['url']}")
         return state
     pg_bin = require_pg_bin()
+    if not active.alive(procs.get("postgres")) and any(active.alive(procs.get(n)) for n in NAMES[1:]):
+        # PostgreSQL died under a running daemon/webserver: it comes back on another port, which they
+        # would not see. Start all three afresh.
+        echo("ragsft stack: PostgreSQL is gone; stopping the daemon and the webserver to start all again")
+        down(home)
+        state = active.read_state(home)
+        procs = state.get("processes", {})
     account = pg_account()
     password = _init_postgres(paths, pg_bin, account)
     env = {
