@@ -62,6 +62,7 @@ def errors(plan: dict[str, Any], actual: dict[str, dict[str, float]]) -> dict[st
     f_tok = sum(stages[s]["prompt_tokens"] + stages[s]["completion_tokens"] for s in llm)
     a_tok = sum(actual[s]["prompt_tokens"] + actual[s]["completion_tokens"] for s in llm)
     f_wall = sum(stages[s]["wall_s"] for s in llm)
+    f_wall_low = sum(stages[s].get("wall_s_low", stages[s]["wall_s"]) for s in llm)
     a_wall = sum(actual[s].get("wall_s", 0.0) for s in llm)
     inside = total = 0
     for s, f in stages.items():
@@ -80,7 +81,10 @@ def errors(plan: dict[str, Any], actual: dict[str, dict[str, float]]) -> dict[st
         "forecast_calls": round(f_calls),
         "actual_calls": round(a_calls),
         "forecast_wall_s": round(f_wall, 1),
+        "forecast_wall_s_low": round(f_wall_low, 1),
         "actual_wall_s": round(a_wall, 1),
+        # the actual wall time inside [wall_s_low (Little's law), wall_s (measured throughput)]
+        "wall_in_range": f_wall_low * 0.95 <= a_wall <= f_wall * 1.05,
     }
     for s in llm:
         out[f"{s}_calls_error"] = round(relative_error(stages[s]["calls"], actual[s]["calls"]), 3)
@@ -282,6 +286,11 @@ def run(
     worst_seed = max(per_seed, key=lambda v: float(v["stage_error_weighted"]))  # type: ignore[arg-type]
     values["worst_stage"] = worst_seed["worst_stage"]
     values["worst_stage_error"] = worst_seed["worst_stage_error"]
+    values["wall_in_range_share"] = round(sum(bool(v["wall_in_range"]) for v in per_seed) / len(per_seed), 3)
+    values["wall_forecast_over_actual"] = ",".join(
+        f"{float(v['forecast_wall_s']) / max(float(v['actual_wall_s']), 1e-9):.2f}"  # type: ignore[arg-type]
+        for v in per_seed
+    )
     values["plan_s_median"] = round(_median([float(v["plan_s"]) for v in per_seed]), 1)  # type: ignore[arg-type]
     values["run_s_median"] = round(_median([float(v["run_s"]) for v in per_seed]), 1)  # type: ignore[arg-type]
     if "warm" in cases:
