@@ -375,3 +375,35 @@ def test_qa_releases_name_the_cards_sources_and_licenses() -> None:
     assert "distributed under CC BY-SA 4.0." in "\n".join(licenses.license_lines("hotpotqa_cite"))
     with pytest.raises(KeyError, match="names no sources"):
         licenses.license_lines("hotpotqa_fr_abstracts_v2")
+
+
+def test_ids_in_provenance_follow_the_data_rows_when_the_upstream_is_not_sorted(tmp_path: Path) -> None:
+    """The data file is written in release order (by id); ids.parquet's `row` must name that row,
+    not the upstream's file position (they differ when the upstream is not sorted by id)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ragsft_assets.release import build, layout
+    from ragsft_assets.resources.store import ArtifactStore
+
+    store = ArtifactStore(home=str(tmp_path))
+    order = [3, 1, 0, 2]  # upstream file order, not by id
+    rows = [
+        {
+            "id": f"e{k}",
+            "pair_id": f"p{k}",
+            "messages": [{"role": "user", "content": f"q{k}"}],
+            "supporting_facts_titles": [f"T{k}"],
+            "chunks_total": k,  # tells the data rows apart
+            "split": "train",
+        }
+        for k in order
+    ]
+    store.write(pa.Table.from_pylist(rows), "x.en", "rag_sft")
+    target = tmp_path / "releases" / "x.en"
+    build.build_release(store.root, "x.en", target, configs=[layout.CONFIGS_BY_NAME["hotpotqa_cite"]])
+    data = pq.read_table(target / layout.data_file("hotpotqa_cite", "train")).to_pylist()
+    ids = pq.read_table(target / build.ids_path("hotpotqa_cite")).to_pylist()
+    assert [d["chunks_total"] for d in data] == [0, 1, 2, 3]
+    for entry in ids:
+        assert entry["id"] == f"e{data[entry['row']]['chunks_total']}", entry

@@ -417,7 +417,7 @@ IDS_SCHEMA = pa.schema(
 
 def write_product_ids(con: duckdb.DuckDBPyConnection, splits: dict[str, SplitSource], path: Path) -> int:
     """Write ``provenance/<config>/ids.parquet``: per split, each data row's position (``row``, in the
-    data file's order: the upstream's file order) with its ``id`` and twin ``pair_id``.
+    data file's order: release order, by id) with its ``id`` and twin ``pair_id``.
 
     For a config whose data file ships no ``id`` (the Luciole RAG card: "Each row has three
     fields"): ``ragsft explain ID`` reads the ids' lineage, this file ties them to the rows. Returns
@@ -432,9 +432,12 @@ def write_product_ids(con: duckdb.DuckDBPyConnection, splits: dict[str, SplitSou
             names = _columns(src.files)
             pair = "pair_id" if "pair_id" in names else "NULL::VARCHAR"
             rows = src.select_sql(["id"], [f"{pair} AS pair_id", "_fidx", "_rn"])
+            # The data file's order is release order (by id, stable: stream.write_config_files),
+            # which is the upstream's file order only when the upstream came sorted.
+            order = src.order_sql
             sql = (
-                f"SELECT {sql_literal(name)} AS split, (row_number() OVER (ORDER BY _fidx, _rn) - 1)::BIGINT "
-                f"AS row, id, pair_id FROM ({rows}) ORDER BY _fidx, _rn"
+                f"SELECT {sql_literal(name)} AS split, (row_number() OVER (ORDER BY {order}) - 1)::BIGINT "
+                f"AS row, id, pair_id FROM ({rows}) ORDER BY {order}"
             )
             yield from con.sql(sql).to_arrow_reader(PROVENANCE_GROUP_ROWS)
 
