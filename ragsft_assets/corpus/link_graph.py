@@ -422,7 +422,7 @@ def build_link_graph_files(
         )
         del all_tgt, all_src
         spilled = MappedArrow(spills, _SPILL_SCHEMA)
-        compact = spilled.table.select(["source_row", "target_row", "enumerated"])
+        compact = spilled.table.select(["source_row", "target_row", "sentence", "enumerated"])
         tgt_rows = _ints(compact.column("target_row").combine_chunks())
         capped = degree[tgt_rows] > cfg.in_degree_cap
         enumerated = _ints(compact.column("enumerated").combine_chunks()).astype(bool) & ~capped
@@ -431,14 +431,15 @@ def build_link_graph_files(
         funnel[ENUMERATION] = int(enumerated.sum())
         funnel[EDGE_KEPT] = int(kept_mask.sum())
         kept = np.flatnonzero(kept_mask)
-        keys = spilled.gather(kept, ["source_id", "target_id", "sentence"])
-        order = pc.sort_indices(
-            keys,
-            sort_keys=[("source_id", "ascending"), ("target_id", "ascending"), ("sentence", "ascending")],
-        ).to_numpy()
-        kept = kept[order]
-        keys = keys.take(pa.array(order))
         src_rows = _ints(compact.column("source_row").combine_chunks())
+        # Output order (source_id, target_id, sentence) from integers: ids are unique per row, so a
+        # row's rank among the ids (Arrow's byte order of strings, as the string sort) stands for its
+        # id. The keys are unique per edge: the order is total.
+        id_rank = np.empty(n_rows, np.int64)
+        id_rank[_ints(pc.sort_indices(ids)).astype(np.int64)] = np.arange(n_rows, dtype=np.int64)
+        sentence = _ints(compact.column("sentence").combine_chunks())
+        kept = kept[np.lexsort((sentence[kept], id_rank[tgt_rows[kept]], id_rank[src_rows[kept]]))]
+        del id_rank, sentence
         kept_degree = distinct_sources(tgt_rows[kept], src_rows[kept], n_rows)
         del src_rows, compact
         if cfg.bridge_titles:
@@ -460,6 +461,8 @@ def build_link_graph_files(
         kept_target_degree = kept_degree[tgt_rows[kept]]
         del tgt_rows, degree
 
+        key_parts: list[pa.Table] = []  # the ledger's columns, kept from each written row group
+
         def groups() -> Iterable[pa.Table]:
             names = [f.name for f in LINK_GRAPH_SCHEMA if f.name not in ("target_in_degree", "is_bridge")]
             for lo in range(0, len(kept), ROW_GROUP_ROWS):
@@ -468,10 +471,18 @@ def build_link_graph_files(
                 cols = {n: part.column(n) for n in names}
                 cols["target_in_degree"] = pa.array(kept_target_degree[lo : lo + ROW_GROUP_ROWS], pa.int32())
                 cols["is_bridge"] = pc.is_in(part.column("target_id"), value_set=bridge_set)
+                key_parts.append(part.select(["source_id", "target_id", "sentence"]))
                 yield pa.table(cols, schema=LINK_GRAPH_SCHEMA)
                 pa.default_memory_pool().release_unused()
 
         write_row_groups(out_path, LINK_GRAPH_SCHEMA, groups())
     out_funnel = {k: funnel[k] for k in ("links_read", *EDGE_REASONS, EDGE_KEPT, "bridges")}
     pa.default_memory_pool().release_unused()
-    return LinkGraphBuild(keys.combine_chunks(), out_funnel, sorted(bridges), dropped, worker_cpu)
+    keys = (
+        pa.concat_tables(key_parts).combine_chunks()
+        if key_parts
+        else pa.schema(
+            [LINK_GRAPH_SCHEMA.field(n) for n in ("source_id", "target_id", "sentence")]
+        ).empty_table()
+    )
+    return LinkGraphBuild(keys, out_funnel, sorted(bridges), dropped, worker_cpu)
