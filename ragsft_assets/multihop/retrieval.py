@@ -504,14 +504,11 @@ def _narrow(
 def _lookup(p: _Postings, term: int, docs: np.ndarray) -> np.ndarray:
     """The weights of ``term`` for ``docs`` (sorted, unique; 0.0 where absent), by binary search."""
     lo, hi = int(p.indptr[term]), int(p.indptr[term + 1])
-    out = np.zeros(docs.size, dtype=np.float64)
-    if hi > lo and docs.size:
-        plist = p.docs[lo:hi]
-        pos = np.searchsorted(plist, docs)
-        pos[pos == plist.size] = 0
-        found = plist[pos] == docs
-        out[found] = p.weights[lo:hi][pos[found]]
-    return out
+    if hi == lo or not docs.size:
+        return np.zeros(docs.size, dtype=np.float64)
+    plist = p.docs[lo:hi]
+    pos = np.minimum(np.searchsorted(plist, docs), hi - lo - 1)
+    return np.where(plist[pos] == docs, p.weights[lo + pos], 0.0)
 
 
 def _exact_scores(p: _Postings, terms: np.ndarray, weights: np.ndarray, docs: np.ndarray) -> np.ndarray:
@@ -525,21 +522,27 @@ def _exact_scores(p: _Postings, terms: np.ndarray, weights: np.ndarray, docs: np
     document to its place in ``docs``).
     """
     acc = np.zeros(docs.size, dtype=np.float64)
+    starts = p.indptr[terms].tolist()
+    lengths = p.lengths[terms].tolist()
+    passes = any(docs.size * _SEARCH_COST >= n for n in lengths)
     slot = p.slot
-    slot[docs] = np.arange(docs.size)
+    if passes:
+        slot[docs] = np.arange(docs.size)
     try:
-        for t, w in zip(terms.tolist(), weights.tolist(), strict=True):
-            lo, hi = int(p.indptr[t]), int(p.indptr[t + 1])
-            if docs.size * _SEARCH_COST < hi - lo:
+        for t, w, lo, n in zip(terms.tolist(), weights.tolist(), starts, lengths, strict=True):
+            if not n:
+                continue
+            if docs.size * _SEARCH_COST < n:
                 col = _lookup(p, t, docs)
             else:
                 col = np.zeros(docs.size, dtype=np.float64)
-                place = slot[p.docs[lo:hi]]
+                place = slot[p.docs[lo : lo + n]]
                 hit = place >= 0
-                col[place[hit]] = p.weights[lo:hi][hit]
+                col[place[hit]] = p.weights[lo : lo + n][hit]
             acc = acc + w * col
     finally:
-        slot[docs] = -1
+        if passes:
+            slot[docs] = -1
     return acc
 
 
