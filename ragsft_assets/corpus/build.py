@@ -11,7 +11,9 @@ Memory: a worker writes its chunk's rows to a temporary Arrow IPC file and retur
 the file name, so neither the pipe nor the parent carries the rows while the input is read. The
 parent then memory-maps those files, sorts the row indices on the key columns only, and gathers the
 output one column at a time (only that column's pages are mapped in at once), so besides the output
-table itself memory does not grow with the input.
+table itself memory does not grow with the input. With ``out_paths`` (what the asset runs) the output
+table is not held either: the split files are written a row group at a time
+(:func:`merge_chunks_to_files`), and memory holds the sort keys' result (row numbers, ids) besides.
 """
 
 from __future__ import annotations
