@@ -317,8 +317,33 @@ class _Call:
         self._p99 = 0.0
         self._p99_at = 0
 
+        self.watched: dict[int, tuple[float, asyncio.Timeout]] = {}  # first attempts in flight
+        self._ticker: asyncio.Task[None] | None = None
+        self._timeout_s = 0.0
+
     def answered(self, latency: float) -> None:
         self.latencies.append(latency)
+
+    def watch(self, sent: float, cm: asyncio.Timeout, timeout_s: float) -> int:
+        """Put a first attempt under the straggler cut, also when it was sent before the batch had
+        its 50 answers: a ticker moves its deadline to ``sent + straggler_s`` as answers come."""
+        key = id(cm)
+        self.watched[key] = (sent, cm)
+        self._timeout_s = timeout_s
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.ensure_future(self._tick())
+        return key
+
+    async def _tick(self) -> None:
+        while self.watched:
+            await asyncio.sleep(0.5)
+            cut = self.straggler_s(self._timeout_s)
+            if cut is None:
+                continue
+            for sent, cm in list(self.watched.values()):
+                when = cm.when()
+                if when is None or when > sent + cut:
+                    cm.reschedule(sent + cut)
 
     def straggler_s(self, timeout_s: float) -> float | None:
         """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
@@ -347,6 +372,10 @@ class _Call:
         self.last = now
 
     def done(self, set_asides: int) -> TransportStats:
+        if self._ticker is not None and not self._ticker.done():
+            with contextlib.suppress(RuntimeError):  # called off the loop (a failed batch): it ends alone
+                asyncio.get_running_loop()
+                self._ticker.cancel()
         if self.first is not None and self.last is not None:
             self.stats.span_s = self.last - self.first
         self.stats.url_set_asides = set_asides
@@ -663,22 +692,30 @@ class OpenAIBackend:
             epoch = u.epoch
             sent = loop.time()
             cut_s = None if was_cut else call.straggler_s(self.timeout_s)
+            key = 0
             call.enter(sent)
             self.attempts += 1
             self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
             status, content, wait_s = 0, b"", None
             left = windowed = cut = False
             try:
+                watch = asyncio.timeout(cut_s)
                 try:
-                    async with asyncio.timeout(cut_s):
-                        async with self._session.post(
-                            endpoint(u.url, path), data=body, headers=headers
-                        ) as resp:
-                            status = resp.status
-                            content = await resp.read()
-                            wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                    async with watch:
+                        if not was_cut:
+                            key = call.watch(sent, watch, self.timeout_s)
+                        try:
+                            async with self._session.post(
+                                endpoint(u.url, path), data=body, headers=headers
+                            ) as resp:
+                                status = resp.status
+                                content = await resp.read()
+                                wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                        finally:
+                            if not was_cut:
+                                call.watched.pop(key, None)
                 except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-                    cut = cut_s is not None and loop.time() - sent >= cut_s * 0.99
+                    cut = watch.expired()  # our straggler deadline, not aiohttp's timeout_s
                     last = f"{type(exc).__name__} from {u.shown}"
                 now = loop.time()
                 call.leave(now, sent)
