@@ -458,7 +458,11 @@ def test_a_dead_fleet_is_refused_not_planned_as_zero_rows(
         monkeypatch.setenv(f"RAGSFT_{role}_MODEL", role.lower())
     install_snapshot(KEY, sample_folder(), tmp_path)
     DeadFleet.calls = 0
+    import dagster as dg
+
+    policy_lookup = dg.JobDefinition.get_retry_policy_for_handle
     out = CliRunner().invoke(main, ["plan", KEY, "--sample", "3", "--json", "--job", "multihop_job"])
+    assert dg.JobDefinition.get_retry_policy_for_handle is policy_lookup  # the sample's no-retry undone
     assert out.exit_code != 0 and DeadFleet.calls >= 3
     assert out.stdout == ""  # no plan, not a plan of 0 rows
     assert "question_drafts" in out.stderr and "failed" in out.stderr, out.stderr
