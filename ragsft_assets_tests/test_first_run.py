@@ -408,3 +408,21 @@ def test_each_stage_shows_the_recipe_fields_it_reads_beside_the_cards() -> None:
         ("answer_max_words", "12", "10", False),
         ("answer_max_chars", "70", "70", True),
     ]
+
+
+def test_demo_max_pairs_draws_and_drafts_that_many() -> None:
+    """The sample's snapshot.json draws 24 pairs: --max-pairs N sets the draw too, or N > 24 would
+    draft no more than 24."""
+    from ragsft_assets.cli.demo import demo_run_config
+    from ragsft_assets.definitions import defs
+
+    full = demo_run_config(defs.resolve_job_def("full_job"), 40)
+    assert full == {
+        "ops": {
+            "bridge_pairs": {"config": {"max_pairs": 40}},
+            "question_drafts": {"config": {"max_pairs": 40}},
+        }
+    }
+    assert demo_run_config(defs.resolve_job_def("full_job"), None) == {}
+    corpus = demo_run_config(defs.resolve_job_def("corpus_job"), 40)
+    assert "question_drafts" not in corpus["ops"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import Any
 
 import click
 
@@ -22,10 +23,24 @@ def _generator_is_embedded() -> bool:
     return backend == "embedded" and not os.environ.get("RAGSFT_GENERATOR_MODEL")
 
 
+def demo_run_config(job_def: Any, max_pairs: int | None) -> dict[str, Any]:
+    """The run config of ``--max-pairs N``: N pairs drawn by ``bridge_pairs`` and N drafted, for
+    the stages of the two that ``job_def`` runs (the sample's snapshot.json draws only 24)."""
+    if max_pairs is None:
+        return {}
+    ops = [name for name in ("bridge_pairs", "question_drafts") if name in job_def.graph.node_dict]
+    return {"ops": {name: {"config": {"max_pairs": max_pairs}} for name in ops}}
+
+
 @click.command()
 @click.option("--job", default="full_job", show_default=True, help="Which job to run.")
 @click.option("--partition", default=SAMPLE_KEY, show_default=True, help="Snapshot partition key.")
-@click.option("--max-pairs", type=int, default=None, help="Bridge pairs sent to question generation.")
+@click.option(
+    "--max-pairs",
+    type=int,
+    default=None,
+    help="Bridge pairs drawn and sent to question generation (the sample draws 24).",
+)
 @click.option(
     "--verbose", is_flag=True, help="Print Dagster's event log and the libraries' lines as they come."
 )
@@ -62,9 +77,7 @@ def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None
     from ragsft_assets.defs.plan.record import plan_tags
 
     job_def = defs.resolve_job_def(job)
-    run_config: dict = {}
-    if max_pairs is not None:
-        run_config = {"ops": {"question_drafts": {"config": {"max_pairs": max_pairs}}}}
+    run_config = demo_run_config(job_def, max_pairs)
     click.echo(f"ragsft demo: running {job} on partition {partition} ({describe_home()})")
     t0 = time.monotonic()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
