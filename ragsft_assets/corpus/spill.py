@@ -24,6 +24,9 @@ from ragsft_assets import storage
 
 # ours: 65,536 rows a row group (about 100 MB of abstracts, 20 MB of edges, in memory at once).
 ROW_GROUP_ROWS = 65_536
+# ours: a gather gives back mapped pages once the files it read since the last time reach 128 MiB
+# (one madvise per file read, for every column of every row group, is a call and page faults each).
+DROP_EVERY_BYTES = 128 << 20
 
 
 def write_row_groups(path: Path, schema: pa.Schema, groups: Iterable[pa.Table]) -> Path:
@@ -89,8 +92,8 @@ class MappedArrow:
         """The rows ``rows`` (global row numbers, any order) of ``columns``, one contiguous array each.
 
         A take per record batch (a take over the whole chunked column would first concatenate it:
-        a copy of the whole column), then one reordering take of the batch-sized result. A file's
-        pages are given back once its takes of a column are done: rows spread over every file would
+        a copy of the whole column), then one reordering take of the batch-sized result. Files'
+        pages are given back once those read reach :data:`DROP_EVERY_BYTES`: rows spread over every file would
         otherwise map in nearly all of their pages (a page holds a few rows) before any went back.
         """
         names = list(columns) if columns is not None else self.schema.names
@@ -103,6 +106,8 @@ class MappedArrow:
         bounds = np.concatenate([[0], cuts, [len(rows)]]).astype(np.int64)
         back = pa.array(np.argsort(by_chunk, kind="stable"))
         out = []
+        touched: list[int] = []  # files read since their pages were last given back
+        mapped = 0  # their size
         for name in names:
             arrays = self.table.column(name).chunks
             pieces = []
@@ -112,8 +117,13 @@ class MappedArrow:
                     pieces.append(arrays[c].take(pa.array(local[lo:hi])))
                     last = hi == len(rows) or self._batch_file[int(sorted_chunks[hi])] != self._batch_file[c]
                     if last:  # the file's last batch in this gather
-                        self.drop_pages([self._batch_file[c]])
+                        touched.append(self._batch_file[c])
+                        mapped += len(self._maps[touched[-1]])
+                        if mapped > DROP_EVERY_BYTES:  # one madvise per file costs faults and calls
+                            self.drop_pages(touched)
+                            touched, mapped = [], 0
             typ = self.schema.field(name).type
             whole = pa.concat_arrays(pieces) if pieces else pa.array([], typ)
             out.append(whole.take(back) if len(whole) else whole)
+        self.drop_pages(touched)
         return pa.Table.from_arrays(out, schema=pa.schema([self.schema.field(n) for n in names]))
