@@ -21,6 +21,11 @@ def tmp_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("RAGSFT_HOME", str(home))
+    # Its own instance too: an in-process CLI command of an earlier test (ensure_instance_home) may
+    # have pointed DAGSTER_HOME at that test's home. Set, then removed, so that teardown also undoes
+    # what this test's commands set.
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    monkeypatch.delenv("DAGSTER_HOME")
     return home
 
 

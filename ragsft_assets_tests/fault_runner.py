@@ -107,13 +107,18 @@ def _slow_down(mode: str, delay_s: float) -> None:
     elif mode == "corpus":
         from ragsft_assets.corpus import build
 
-        merge = build.merge_chunks
+        merge, merge_to_files = build.merge_chunks, build.merge_chunks_to_files
 
         def slow_merge(paths):  # noqa: ANN001, ANN202 - same signature as build.merge_chunks
             time.sleep(delay_s)
             return merge(paths)
 
+        def slow_merge_to_files(paths, out_paths):  # noqa: ANN001, ANN202 - build.merge_chunks_to_files'
+            time.sleep(delay_s)  # the assets' out-of-core path: chunks written, no split file yet
+            return merge_to_files(paths, out_paths)
+
         build.merge_chunks = slow_merge
+        build.merge_chunks_to_files = slow_merge_to_files
 
 
 def run(home: Path, delay_s: float, max_pairs: int, mode: str = "reference", model: str = "oracle") -> bool:
