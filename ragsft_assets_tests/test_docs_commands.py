@@ -68,6 +68,14 @@ NOT_RUNNABLE: list[tuple[str, str]] = [
         "creates .venv from the package index (minutes): CI runs it before the tests",
     ),
     (r"^bash scripts/test\.sh\b", "the whole suite, of which this test is a part"),
+    (
+        r"^ragsft diff \d",
+        "needs two built snapshot releases: test_release_diff builds two and checks this command's counts",
+    ),
+    (
+        r"^ragsft release promote ",
+        "needs a release pending review: test_release_diff_flow builds one and promotes it",
+    ),
     (r"^git clone ", "needs the repository's remote (network)"),
     (r"^cd ragsft$", "the folder of the clone before it"),
     (r"^python3\.11 -m venv ", "creates a virtual environment: the one-GPU install"),
