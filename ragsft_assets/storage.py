@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,19 +123,27 @@ def swap_folder(built: Path, target: Path) -> Path:
     return target
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write bytes to ``path`` atomically (temp file + rename in the same folder)."""
+@contextmanager
+def replacing(path: Path) -> Iterator[str]:
+    """A temp file beside ``path`` (:func:`temp_beside`) to write; it becomes ``path`` when the block
+    ends, and is removed if the block raises: readers see the old file or the whole new one."""
     fd, tmp = temp_beside(path)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write bytes to ``path`` atomically (temp file + rename in the same folder)."""
+    with replacing(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
     return path
 
 
@@ -144,15 +154,8 @@ PARQUET_OPTIONS: dict[str, object] = {"compression": "zstd", "write_statistics":
 
 def write_parquet(table: pa.Table, path: Path) -> Path:
     """Write ``table`` to ``path`` atomically, deterministically (no timestamps, fixed options)."""
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
+    with replacing(path) as tmp:
         pq.write_table(table, tmp, **PARQUET_OPTIONS)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return path
 
 

@@ -11,7 +11,6 @@ to the one ``pq.write_table`` writes, and a larger one holds the same rows in mo
 from __future__ import annotations
 
 import mmap
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,22 +32,14 @@ def write_row_groups(path: Path, schema: pa.Schema, groups: Iterable[pa.Table]) 
     """Write ``groups`` (tables of at most :data:`ROW_GROUP_ROWS` rows) as the row groups of ``path``,
     atomically, with the project's Parquet options; an empty file when there is none (as
     ``pq.write_table`` of an empty table)."""
-    fd, tmp = storage.temp_beside(path)
-    os.close(fd)
-    try:
+    with storage.replacing(path) as tmp, pq.ParquetWriter(tmp, schema, **storage.PARQUET_OPTIONS) as writer:
         wrote = False
-        with pq.ParquetWriter(tmp, schema, **storage.PARQUET_OPTIONS) as writer:
-            for group in groups:
-                # One contiguous array per column: chunk boundaries would move the writer's page cuts.
-                writer.write_table(group.combine_chunks())
-                wrote = True
-            if not wrote:
-                writer.write_table(schema.empty_table())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        for group in groups:
+            # One contiguous array per column: chunk boundaries would move the writer's page cuts.
+            writer.write_table(group.combine_chunks())
+            wrote = True
+        if not wrote:
+            writer.write_table(schema.empty_table())
     return path
 
 

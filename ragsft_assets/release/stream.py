@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from ragsft_assets.release.layout import RELEASE_CONFIGS, ReleaseConfig, data_file
 from ragsft_assets.sql import sql_list, sql_literal
-from ragsft_assets.storage import PARQUET_OPTIONS, SPLITS, asset_files, temp_beside
+from ragsft_assets.storage import PARQUET_OPTIONS, SPLITS, asset_files, replacing
 
 # DuckDB's share of the release's memory: its sorts and hash tables spill beyond this.
 DUCKDB_MEMORY_LIMIT = os.environ.get("RAGSFT_RELEASE_DUCKDB_MEMORY", "640MB")
@@ -105,21 +105,14 @@ def write_batches(
     batches: Iterator[pa.RecordBatch], path: Path, schema: pa.Schema, rows_per_group: int
 ) -> int:
     """Write ``batches`` to ``path`` atomically in row groups of ``rows_per_group`` rows, cast to ``schema``."""
-    fd, tmp = temp_beside(path)  # owner-named: a killed writer's temp file is removed by the next write
-    os.close(fd)
     n = 0
-    try:
-        with pq.ParquetWriter(tmp, schema, **PARQUET_OPTIONS) as writer:
-            for batch in _group_batches(batches, rows_per_group):
-                writer.write_table(pa.Table.from_batches([batch.cast(schema)]))
-                n += batch.num_rows
-            if n == 0:
-                writer.write_table(schema.empty_table())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # owner-named temp file: a killed writer's is removed by the next write of the same path
+    with replacing(path) as tmp, pq.ParquetWriter(tmp, schema, **PARQUET_OPTIONS) as writer:
+        for batch in _group_batches(batches, rows_per_group):
+            writer.write_table(pa.Table.from_batches([batch.cast(schema)]))
+            n += batch.num_rows
+        if n == 0:
+            writer.write_table(schema.empty_table())
     return n
 
 
