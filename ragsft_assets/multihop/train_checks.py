@@ -68,16 +68,9 @@ VERDICT_SCHEMA = pa.schema(
 
 
 @dataclass(frozen=True, slots=True)
-class TrainItem:
-    """One train question as the two steps see it (``descriptor``: the bridge judge's copy)."""
+class TrainItem(tj.JudgeItem):
+    """One train question as the targeted judges see it, plus ``descriptor``: the bridge judge's copy."""
 
-    id: str
-    question: str
-    answer: str
-    a_title: str
-    a_text: str
-    b_title: str
-    b_text: str
     descriptor: str = ""
 
 
