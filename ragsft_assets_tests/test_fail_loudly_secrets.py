@@ -136,17 +136,21 @@ def test_no_credential_in_the_home_the_instance_or_stderr_after_failing_runs(
         # 2. the judge fails every call: the step fails, naming the masked URL
         _configure(monkeypatch, "judge", url)
         _configure(monkeypatch, "annotator", url)
-        judged = dg.materialize(
-            [first_hop],
-            resources={
-                "store": store,
-                "judge": llm_for_role("judge"),
-                "annotator": llm_for_role("annotator"),
-            },
-            partition_key=PARTITION,
-            instance=instance,
-            raise_on_error=False,
-        )
+
+        def first_hop_run():  # the roles as the variables configure them now
+            return dg.materialize(
+                [first_hop],
+                resources={
+                    "store": store,
+                    "judge": llm_for_role("judge"),
+                    "annotator": llm_for_role("annotator"),
+                },
+                partition_key=PARTITION,
+                instance=instance,
+                raise_on_error=False,
+            )
+
+        judged = first_hop_run()
         assert not judged.success
         failure = next(e for e in judged.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
         message = failure.step_failure_data.error.to_string()
@@ -155,17 +159,7 @@ def test_no_credential_in_the_home_the_instance_or_stderr_after_failing_runs(
 
         # 3. the judge's URL is a closed port: the resource fails to start, saying where (masked)
         _configure(monkeypatch, "judge", _secret_url(_closed_port()))
-        refused = dg.materialize(
-            [first_hop],
-            resources={
-                "store": store,
-                "judge": llm_for_role("judge"),
-                "annotator": llm_for_role("annotator"),
-            },
-            partition_key=PARTITION,
-            instance=instance,
-            raise_on_error=False,
-        )
+        refused = first_hop_run()
         assert not refused.success
         init = [
             e.dagster_event
