@@ -16,11 +16,8 @@ import pytest
 
 from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
 from ragsft_assets.definitions import build_definitions
-from ragsft_assets.resources.catalog import CatalogResource
-from ragsft_assets.resources.embedder import EmbeddingResource
-from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
-from ragsft_assets_tests.test_pipeline_e2e import KEY, filter_failing_model
+from ragsft_assets_tests.test_pipeline_e2e import KEY, filter_failing_model, snapshot_resources
 
 READS: dict[str, set[str]] = defaultdict(set)
 # Not read through the store API, each for a stated reason (the test fails on any other gap):
@@ -60,18 +57,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dg.Definitions, set[s
     home = tmp_path_factory.mktemp("reads_home")
     install_snapshot(KEY, sample_folder(), home)
     model = filter_failing_model()
-    defs = build_definitions(
-        {
-            "store": RecordingStore(home=str(home)),
-            "snapshots": SnapshotSource(home=str(home)),
-            "catalog": CatalogResource(home=str(home)),
-            "generator": model,
-            "judge": model,
-            "annotator": model,
-            "base_model": model,
-            "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),
-        }
-    )
+    defs = build_definitions(snapshot_resources(home, model, store=RecordingStore(home=str(home))))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [KEY])
     READS.clear()

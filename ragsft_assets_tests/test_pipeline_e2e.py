@@ -66,10 +66,10 @@ def filter_failing_model() -> ScriptedChatModel:
     return ScriptedChatModel(FilterFailingOracle(), model_id="oracle-double")
 
 
-def run_full_job(home: Path, model: object, run_config: dict | None = None) -> dg.ExecuteInProcessResult:
-    install_snapshot(KEY, sample_folder(), home)
-    resources = {
-        "store": ArtifactStore(home=str(home)),
+def snapshot_resources(home: Path, model: object, store: ArtifactStore | None = None) -> dict[str, object]:
+    """The snapshot jobs' resources over ``home``, every LLM role played by ``model``."""
+    return {
+        "store": store or ArtifactStore(home=str(home)),
         "snapshots": SnapshotSource(home=str(home)),
         "catalog": CatalogResource(home=str(home)),
         "generator": model,
@@ -78,7 +78,11 @@ def run_full_job(home: Path, model: object, run_config: dict | None = None) -> d
         "base_model": model,
         "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),  # bound; full_job embeds nothing
     }
-    defs = build_definitions(resources)
+
+
+def run_full_job(home: Path, model: object, run_config: dict | None = None) -> dg.ExecuteInProcessResult:
+    install_snapshot(KEY, sample_folder(), home)
+    defs = build_definitions(snapshot_resources(home, model))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [KEY])
     return defs.resolve_job_def("full_job").execute_in_process(

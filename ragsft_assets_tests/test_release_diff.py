@@ -20,12 +20,9 @@ from ragsft_assets.cli.snapshots import install_snapshot, sample_folder
 from ragsft_assets.definitions import build_definitions
 from ragsft_assets.release import layout
 from ragsft_assets.release.diff import Release, diff_releases, key_column
-from ragsft_assets.resources.catalog import CatalogResource
-from ragsft_assets.resources.embedder import EmbeddingResource
-from ragsft_assets.resources.snapshots import SnapshotSource
-from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 from ragsft_assets_tests.oracle_double import Oracle
+from ragsft_assets_tests.test_pipeline_e2e import snapshot_resources
 
 OLD, NEW = "20240901.fr", "20241001.fr"
 NEW_REVISION = ("Orbelle (rivière)", "Étienne Marchal")  # rewritten, with a new revision id
@@ -79,16 +76,7 @@ def derive_second_dump(source: Path, target: Path) -> Path:
 def build_release(home: Path, key: str, source: Path, instance: dg.DagsterInstance) -> Path:
     install_snapshot(key, source, home)
     model = ScriptedChatModel(Oracle(), model_id="oracle-double")
-    resources = {
-        "store": ArtifactStore(home=str(home)),
-        "snapshots": SnapshotSource(home=str(home)),
-        "catalog": CatalogResource(home=str(home)),
-        "generator": model,
-        "judge": model,
-        "annotator": model,
-        "base_model": model,
-        "embedder": EmbeddingResource(cache_dir=str(home / "llm_cache")),
-    }
+    resources = snapshot_resources(home, model)
     instance.add_dynamic_partitions("snapshot", [key])
     job = build_definitions(resources).resolve_job_def("full_job")
     assert job.execute_in_process(partition_key=key, instance=instance, run_config=RUN_CONFIG).success
