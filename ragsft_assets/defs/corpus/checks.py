@@ -18,6 +18,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from ragsft_assets.corpus import invariants
+from ragsft_assets.defs.check_results import FAILURES, check_result
 from ragsft_assets.defs.multihop.checks import empty_output
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
@@ -29,7 +30,6 @@ Check = Callable[[ArtifactStore, SnapshotSource, str], dg.AssetCheckResult]
 
 def _result(failures: list, what: str, empty: str = "", allowed: bool = False) -> dg.AssetCheckResult:
     md = {
-        "failures": len(failures),
         "examples": dg.MetadataValue.json(
             [list(f) if isinstance(f, tuple) else f for f in failures[:EXAMPLES]]
         ),
@@ -37,8 +37,9 @@ def _result(failures: list, what: str, empty: str = "", allowed: bool = False) -
     }
     if empty:
         md.update({"empty_output": empty, "allow_empty_output": allowed})
-    return dg.AssetCheckResult(
+    return check_result(
         passed=not failures and not empty,
+        failures=len(failures),
         severity=dg.AssetCheckSeverity.WARN if empty and allowed else dg.AssetCheckSeverity.ERROR,
         description=empty or None,
         metadata=md,
@@ -128,10 +129,12 @@ def check_results(
     for check in CHECKS[asset]:
         r = check(store, snapshots, key)
         out.append(
-            dg.AssetCheckResult(
+            check_result(
                 asset_key=asset,
                 check_name=check.__name__,
                 passed=r.passed,
+                failures=r.metadata[FAILURES].value,
+                partition=key,
                 severity=r.severity,
                 description=r.description,
                 metadata=r.metadata,

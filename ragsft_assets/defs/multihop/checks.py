@@ -17,6 +17,7 @@ from typing import Any
 
 import dagster as dg
 
+from ragsft_assets.defs.check_results import check_result
 from ragsft_assets.multihop import audit
 
 ASSET = "multihop_questions"
@@ -70,17 +71,17 @@ def invariant_check_results(
     for r in audit.check_invariants(rows, context_size):
         md: dict[str, Any] = {
             "questions": len(rows),
-            "failures": r.failures,
             "examples": ", ".join(r.examples),
             "context_size": context_size,
         }
         if empty:
             md.update({"empty_output": empty, "allow_empty_output": allow_empty, "inputs": inputs})
         out.append(
-            dg.AssetCheckResult(
+            check_result(
                 asset_key=ASSET,
                 check_name=r.name,
                 passed=r.passed and not empty,
+                failures=r.failures,
                 severity=dg.AssetCheckSeverity.WARN if empty and allow_empty else dg.AssetCheckSeverity.ERROR,
                 description=empty or None,
                 metadata=md,
