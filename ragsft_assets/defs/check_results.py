@@ -15,8 +15,12 @@ point per run). Dagster already links each result to that partition's materializ
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import dagster as dg
+
+if TYPE_CHECKING:
+    from ragsft_assets.release.verify import VerifyReport
 
 PARTITION = "partition"
 FAILURES = "failures"
@@ -68,3 +72,10 @@ def check_result(
         description=description,
         metadata={**head, **md},
     )
+
+
+def verify_failures(report: VerifyReport) -> int:
+    """The problems ``verify_release`` found, a count: one per file listed wrong, per error, and one
+    for a root digest that is not the expected one (0 exactly when ``report.ok``)."""
+    listed = (report.mismatched, report.missing, report.unlisted, report.not_regular, report.empty_dirs)
+    return sum(map(len, listed)) + len(report.errors) + (not report.digest_ok)

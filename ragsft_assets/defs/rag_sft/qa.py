@@ -9,6 +9,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.defs.check_results import check_result, verify_failures
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
 from ragsft_assets.defs.rag_sft.assets import (
@@ -167,8 +168,9 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
             else dg.MetadataValue.json([]),
         }
     )
-    yield dg.AssetCheckResult(
+    yield check_result(
         check_name="release_verifies",
         passed=report.ok,
+        failures=verify_failures(report),
         metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
     )
