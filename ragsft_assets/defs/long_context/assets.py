@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ragsft_assets import recipes
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
+from ragsft_assets.defs.check_results import check_result, verify_failures
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions
 from ragsft_assets.ids import DEFAULT_SEED
@@ -319,9 +320,10 @@ def _result(
             **extra,
         }
     )
-    yield dg.AssetCheckResult(
+    yield check_result(
         check_name="within_budget",
         passed=over == 0,
+        failures=over,
         metadata={"rows_over_budget": over, "max_tokens": max(n_tokens, default=0)},
     )
 
@@ -657,9 +659,10 @@ def _release_result(context, target, written, stats, upstream_md):  # noqa: ANN0
             "upstream_materialized": dg.MetadataValue.json(sorted(upstream_md)),
         }
     )
-    yield dg.AssetCheckResult(
+    yield check_result(
         check_name="release_verifies",
         passed=report.ok,
+        failures=verify_failures(report),
         metadata={"report": dg.MetadataValue.md("\n".join(f"- {x}" for x in report.lines()))},
     )
 
