@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 
+from ragsft_assets.defs.check_results import check_result, verify_failures
 from ragsft_assets.defs.metadata import funnel_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
 from ragsft_assets.defs.release.diff import publish_folder
@@ -442,9 +443,10 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
     lines = report.lines() + [f"changed since `release` wrote it: {rel}" for rel in changed]
     if not written:
         lines.append("no write-time hashes recorded by `release` (rematerialize it to compare)")
-    yield dg.AssetCheckResult(
+    yield check_result(
         check_name="release_verifies",
         passed=report.ok and not changed and bool(written),
+        failures=verify_failures(report) + len(changed) + (not written),
         metadata={
             "report": dg.MetadataValue.md("\n".join(f"- {x}" for x in lines)),
             "changed_since_write": dg.MetadataValue.json(changed),
