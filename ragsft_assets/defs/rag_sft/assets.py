@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from ragsft_assets import recipes as recipe_records
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
+from ragsft_assets.defs.check_results import check_result
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
 from ragsft_assets.ids import DEFAULT_SEED
@@ -198,22 +199,25 @@ def sft_checks(
         if not rep.passes:
             failing.append(r["id"])
     return [
-        dg.AssetCheckResult(
+        check_result(
             check_name="twins_together",
             passed=not split_pairs,
+            failures=len(split_pairs),
             metadata={
                 "split_pairs": len(split_pairs),
                 "examples": dg.MetadataValue.json(sorted(split_pairs)[:20]),
             },
         ),
-        dg.AssetCheckResult(
+        check_result(
             check_name="citations_verified",
             passed=not failing,
+            failures=len(failing),
             metadata={"failing": len(failing), "examples": dg.MetadataValue.json(sorted(failing)[:20])},
         ),
-        dg.AssetCheckResult(
+        check_result(
             check_name="layout_intact",
             passed=not broken,
+            failures=len(broken),
             metadata={"broken": len(broken), "examples": dg.MetadataValue.json(sorted(broken)[:20])},
         ),
     ]
