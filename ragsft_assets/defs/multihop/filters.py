@@ -19,6 +19,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.defs.check_results import FAILURES, check_result
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.multihop.common import (
     FILTER_PRODUCT,
@@ -458,10 +459,11 @@ def subset_check_result(
             continue
         check = fc.shared_id_violations if own_rows_allowed else fc.subset_violations
         failures += check(child, parent)
-    return dg.AssetCheckResult(
+    return check_result(
         passed=not failures,
+        failures=len(failures),
+        partition=key,
         metadata={
-            "failures": len(failures),
             "examples": dg.MetadataValue.json([list(f) for f in failures[:5]]),
             "checked": f"{checked} rows",
             "parent": parent_asset,
@@ -484,8 +486,13 @@ class SubsetCheck:
 
     def result(self, store: TableReader, partition: str, asset: str) -> dg.AssetCheckResult:
         r = subset_check_result(store, partition, asset, self.parent, self.own_rows_allowed)
-        return dg.AssetCheckResult(
-            asset_key=asset, check_name=self.name, passed=r.passed, metadata=r.metadata
+        return check_result(
+            asset_key=asset,
+            check_name=self.name,
+            passed=r.passed,
+            failures=r.metadata[FAILURES].value,
+            partition=partition,
+            metadata=r.metadata,
         )
 
 
