@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
+
+from ragsft_assets.json_lines import parse_json_lines
 
 
 def json_objects(path: Path, expected: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -20,13 +21,7 @@ def json_objects(path: Path, expected: str) -> Iterator[tuple[int, dict[str, Any
     """
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise click.ClickException(f"{path}:{n}: not valid JSON ({exc})") from None
+        for n, row in parse_json_lines(fh, path, click.ClickException):
             if not isinstance(row, dict):
                 raise click.ClickException(f"{path}:{n}: expected {expected}")
             yield n, row

@@ -13,11 +13,12 @@ Inputs are JSON lines: a label file holds ``{"id", "valid": true|false}``, a key
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from ragsft_assets.json_lines import parse_json_lines
 
 GROUPS = ("kept", "rejected")
 
@@ -28,14 +29,8 @@ class AgreementInputError(ValueError):
 
 def _read_jsonl(path: Path, field: str, allowed: tuple[Any, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise AgreementInputError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+    with path.open("rb") as fh:
+        for lineno, row in parse_json_lines(fh, path, AgreementInputError):
             if not isinstance(row, dict) or not isinstance(row.get("id"), str) or field not in row:
                 raise AgreementInputError(f'{path}:{lineno}: expected {{"id": str, "{field}": ...}}')
             value = row[field]

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ragsft_assets.ids import derived_id
+from ragsft_assets.json_lines import parse_json_lines
 
 HUB_DATASET = "OpenAssistant/oasst1"
 SKIP_NO_RANKS = "no_ranked_reply"
@@ -133,13 +132,7 @@ def read_tree_export(path: Path, lang: str = "en") -> ReadResult:
     """
     trees = []
     with path.open("rb") as fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                tree = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not valid JSON ({exc})") from None
+        for n, tree in parse_json_lines(fh, path):
             if not isinstance(tree, dict):
                 raise ValueError(f"{path}:{n}: expected a message tree object")
             trees.append(tree)

@@ -17,6 +17,7 @@ from ragsft_assets.defs.metadata import file_sha256
 from ragsft_assets.defs.multihop.common import RecipeConfig, pair_documents
 from ragsft_assets.defs.multihop.filters import criteria_items
 from ragsft_assets.defs.multihop.judged import JudgeCall, Judged, JudgedStage, judged_asset
+from ragsft_assets.json_lines import parse_json_lines
 from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import review
@@ -44,13 +45,7 @@ def read_sample(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"review sample {path} not found: write one with `ragsft review sample`")
     rows, seen = [], set()
-    for lineno, line in enumerate(path.read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{lineno}: not JSON ({exc})") from None
+    for lineno, row in parse_json_lines(path.read_bytes().splitlines(), path):
         if not isinstance(row, dict) or any(
             not isinstance(row.get(k), str) for k in ("id", "question", "answer")
         ):
