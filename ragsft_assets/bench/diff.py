@@ -18,10 +18,7 @@ to the ones the generation rules give (computed here with NumPy).
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from ragsft_assets.bench import machine_values
+from ragsft_assets.bench.release import run_child
 from ragsft_assets.sql import sql_literal
 
 OLD, NEW = "20240901.fr", "20241001.fr"
@@ -233,16 +231,7 @@ def run(
             write_release(home, key, n, q)
         gen_s = time.perf_counter() - t0
         print(f"generated two releases of {n} abstracts and {q} questions in {gen_s:.1f}s", flush=True)
-        code = f"import json; from ragsft_assets.bench.diff import diff_child; print(json.dumps(diff_child({str(home)!r})))"
-        t1 = time.perf_counter()
-        env = {**os.environ, "RAGSFT_HOME": str(home)}
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
-        )
-        wall = time.perf_counter() - t1
-        if out.returncode != 0:
-            raise RuntimeError(f"diff failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-        child = json.loads(out.stdout.strip().splitlines()[-1])
+        child, wall = run_child(home, "ragsft_assets.bench.diff", "diff_child", "diff")
         want = expected(n, q)
         size_mb = sum(p.stat().st_size for p in (home / "releases").rglob("*") if p.is_file()) / 2**20
         c, d = child["counts"]["corpus"], child["counts"]["default"]

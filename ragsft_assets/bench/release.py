@@ -581,6 +581,23 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def run_child(home: Path, module: str, function: str, what: str) -> tuple[dict[str, Any], float]:
+    """``module.function(home)`` in a fresh Python (its own peak RSS, see ``_peak_mb``), with
+    ``RAGSFT_HOME=home``; returns the JSON it prints last and the child's wall seconds.
+
+    Raises:
+        RuntimeError: the child failed; the message holds ``what`` and the end of its stderr.
+    """
+    code = f"import json; from {module} import {function}; print(json.dumps({function}({str(home)!r})))"
+    env = {**os.environ, "RAGSFT_HOME": str(home)}
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), wall
+
+
 def verdict(values: dict[str, Any], rss_bar_mb: float = RSS_BAR_MB) -> bool:
     """Passed: peak RSS under the bar, the release verifies, every product row has its lineage row."""
     return (
@@ -619,16 +636,7 @@ def run(
         reversed_files = 0 if upstream_sorted else reverse_rows(home / "assets" / PARTITION)
         gen_s = time.perf_counter() - t0
         print(f"generated {n_abstracts} abstracts, {n_questions} questions in {gen_s:.1f}s", flush=True)
-        env = {**os.environ, "RAGSFT_HOME": str(home)}
-        code = f"import json; from ragsft_assets.bench.release import build_child; print(json.dumps(build_child({str(home)!r})))"
-        t1 = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False
-        )
-        wall = time.perf_counter() - t1
-        if out.returncode != 0:
-            raise RuntimeError(f"release build failed (exit {out.returncode}):\n{out.stderr[-4000:]}")
-        child = json.loads(out.stdout.strip().splitlines()[-1])
+        child, wall = run_child(home, "ragsft_assets.bench.release", "build_child", "release build")
         folder = home / "releases" / PARTITION
         report = verify_release(folder)
         size_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
