@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.arrow_schemas import STRING_LIST, strings
 from ragsft_assets.corpus.sentences import split_sentences
 from ragsft_assets.corpus.structured_wikipedia import MALFORMED_LINE, NOT_UTF8, BadLine, decode_lead
 from ragsft_assets.ids import DEFAULT_SEED, doc_id, item_uniform
@@ -106,14 +107,12 @@ LINK_TYPE = pa.struct(
 )
 ABSTRACTS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("title", pa.string()),
+        *strings("id", "title"),
         ("identifier", pa.int64()),
         ("url", pa.string()),
         ("revision", pa.int64()),
-        ("qid", pa.string()),
-        ("text", pa.string()),
-        ("sentences", pa.list_(pa.string())),
+        *strings("qid", "text"),
+        ("sentences", STRING_LIST),
         ("links", pa.list_(LINK_TYPE)),
         ("split", pa.string()),
     ]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.ids import DEFAULT_SEED, derived_id, item_uniform
 
 STAGE = "bridge_pairs"
@@ -32,12 +33,7 @@ NOT_DRAWN = "not_drawn"
 
 BRIDGE_PAIRS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("a_id", pa.string()),
-        ("a_title", pa.string()),
-        ("b_id", pa.string()),
-        ("b_title", pa.string()),
-        ("alias", pa.string()),
+        *strings("id", "a_id", "a_title", "b_id", "b_title", "alias"),
         ("a_sentence", pa.int32()),
         ("split", pa.string()),
         ("draw", pa.int64()),  # position in the seeded bridge-first order (0 = drawn first)

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ragsft_assets import leftovers
+from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.corpus import enumeration
 from ragsft_assets.corpus.abstracts import LINK_TYPE
 from ragsft_assets.corpus.enumeration import enumeration_flags, may_hold_enumeration
@@ -57,11 +58,7 @@ DEFAULT_BRIDGE_TOP_K = 10_000
 LINK_LIST = pa.list_(LINK_TYPE)  # the abstracts' links column, one struct definition
 LINK_GRAPH_SCHEMA = pa.schema(
     [
-        ("source_id", pa.string()),
-        ("source_title", pa.string()),
-        ("target_id", pa.string()),
-        ("target_title", pa.string()),
-        ("alias", pa.string()),
+        *strings("source_id", "source_title", "target_id", "target_title", "alias"),
         ("sentence", pa.int32()),
         ("sentence_text", pa.string()),
         ("split", pa.string()),

@@ -29,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import MESSAGES, STRING_LIST, columns, strings
 from ragsft_assets.ids import derived_id
 from ragsft_assets.long_context import raft, syntactic
 from ragsft_assets.long_context.raft import QAExample
@@ -39,14 +40,11 @@ TRANSLATED_VARIANT = "raft_translated"  # = translate.VARIANT
 ALL_VARIANTS = (raft.VARIANT, SYNTACTIC_VARIANT, CLUSTERED_VARIANT, TRANSLATED_VARIANT)
 # Which variants a source builds, and with which values: long_context.recipes (the card's configs).
 
-MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
 ROW_FIELDS = [
-    ("id", pa.string()),
-    ("variant", pa.string()),
-    ("source_id", pa.string()),
-    ("messages", pa.list_(MESSAGE)),
+    *strings("id", "variant", "source_id"),
+    ("messages", MESSAGES),
     ("oracle_positions", pa.list_(pa.int64())),
-    ("distractor_ids", pa.list_(pa.string())),
+    ("distractor_ids", STRING_LIST),
     ("distractor_scores", pa.list_(pa.float64())),
     ("num_tokens", pa.int64()),
 ]
@@ -62,25 +60,18 @@ CLUSTERED_SCHEMA = pa.schema(
 )
 LINEAGE_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("config", pa.string()),
-        ("source_id", pa.string()),
-        ("passage_ids", pa.list_(pa.string())),
-        ("oracle_passage_ids", pa.list_(pa.string())),
-        ("embedding_keys", pa.list_(pa.string())),
+        *strings("id", "config", "source_id"),
+        *columns(STRING_LIST, "passage_ids", "oracle_passage_ids", "embedding_keys"),
         ("oracle_kept", pa.bool_()),
-        ("qa_source_ids", pa.list_(pa.string())),  # the examples whose QA pairs the row asks
-        ("question_embedding_keys", pa.list_(pa.string())),  # clustered: their questions' vectors
+        ("qa_source_ids", STRING_LIST),  # the examples whose QA pairs the row asks
+        ("question_embedding_keys", STRING_LIST),  # clustered: their questions' vectors
     ]
 )
 EXAMPLES_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("passages", pa.list_(pa.string())),
-        ("passage_ids", pa.list_(pa.string())),
-        ("history", pa.list_(MESSAGE)),  # a conversational source's turns before the question
+        *strings("id", "question", "answer"),
+        *columns(STRING_LIST, "passages", "passage_ids"),
+        ("history", MESSAGES),  # a conversational source's turns before the question
         ("cites", pa.bool_()),  # the answer cites its passages as [n] (renumbered where shown)
     ]
 )

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import STRING_LIST, strings
 from ragsft_assets.multihop.generation import Doc
 from ragsft_assets.multihop.normalize import contains_normalized, normalize_text
 from ragsft_assets.multihop.retrieval import build_index
@@ -24,12 +25,8 @@ TOO_FEW = "too_few_distractors"
 
 DISTRACTORS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("split", pa.string()),
-        ("method", pa.string()),
-        ("verdict", pa.string()),
-        ("reason", pa.string()),
-        ("distractor_ids", pa.list_(pa.string())),
+        *strings("id", "split", "method", "verdict", "reason"),
+        ("distractor_ids", STRING_LIST),
         ("scores", pa.list_(pa.float64())),
     ]
 )

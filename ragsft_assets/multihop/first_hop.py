@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import normalize_text
 from ragsft_assets.prompts import PromptTemplate
@@ -49,15 +50,7 @@ JSON_SCHEMA = {
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
-FIRST_HOP_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("verdict", pa.string()),
-        ("entity", pa.string()),
-        ("raw", pa.string()),
-        ("cache_key", pa.string()),
-    ]
-)
+FIRST_HOP_SCHEMA = pa.schema(strings("id", "verdict", "entity", "raw", "cache_key"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import columns, strings
 from ragsft_assets.corpus.bridge_pairs import first_drawn
 from ragsft_assets.ids import question_id
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
@@ -74,24 +75,11 @@ def draft_json_schema(n: int, max_words: int, max_chars: int) -> dict[str, Any]:
 
 DRAFTS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("pair_id", pa.string()),
+        *strings("id", "pair_id"),
         ("draft_index", pa.int32()),
-        ("split", pa.string()),
-        ("a_id", pa.string()),
-        ("a_title", pa.string()),
-        ("b_id", pa.string()),
-        ("b_title", pa.string()),
-        ("alias", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("support_a", pa.list_(pa.int32())),
-        ("support_b", pa.list_(pa.int32())),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("raw", pa.string()),
-        ("cache_key", pa.string()),
-        ("template_version", pa.string()),
+        *strings("split", "a_id", "a_title", "b_id", "b_title", "alias", "question", "answer"),
+        *columns(pa.list_(pa.int32()), "support_a", "support_b"),
+        *strings("status", "error", "raw", "cache_key", "template_version"),
     ]
 )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import STRING_LIST, strings
 from ragsft_assets.multihop.generation import MAX_ANSWER_CHARS, MAX_ANSWER_WORDS, STATUS_OK, Doc
 from ragsft_assets.multihop.normalize import contains_normalized, normalize_text, squeeze_spaces
 
@@ -27,15 +28,7 @@ REASONS = (
     "answer_is_clause",
 )
 
-CHECKS_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("split", pa.string()),
-        ("verdict", pa.string()),
-        ("reason", pa.string()),
-        ("reasons", pa.list_(pa.string())),
-    ]
-)
+CHECKS_SCHEMA = pa.schema([*strings("id", "split", "verdict", "reason"), ("reasons", STRING_LIST)])
 
 _CONJ_RE = re.compile(r"\b(and|or|et|ou)\b", re.IGNORECASE)
 # Words that make an answer a sentence rather than an entity: subject pronouns, subordinators,

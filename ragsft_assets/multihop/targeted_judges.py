@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.prompts import PromptTemplate
 
@@ -80,15 +81,7 @@ LANGUAGE = Judge(
     ),
 )
 JUDGES = {j.stage: j for j in (BRIDGE, LANGUAGE)}
-VERDICT_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("verdict", pa.string()),
-        ("analysis", pa.string()),
-        ("raw", pa.string()),
-        ("cache_key", pa.string()),
-    ]
-)
+VERDICT_SCHEMA = pa.schema(strings("id", "verdict", "analysis", "raw", "cache_key"))
 
 
 @dataclass(frozen=True, slots=True)

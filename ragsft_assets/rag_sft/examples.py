@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 import pyarrow as pa
 
 from ragsft_assets import ids
+from ragsft_assets.arrow_schemas import STRING_LIST, columns, strings
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets.rag_sft.citations import INLINE, REFERENCE
@@ -92,27 +93,11 @@ class RagPrompt:
 
 PROMPT_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("pair_id", pa.string()),
-        ("question_id", pa.string()),
-        ("kind", pa.string()),
-        ("twin_kind", pa.string()),
-        ("split", pa.string()),
-        ("language", pa.string()),
-        ("question", pa.string()),
+        *strings("id", "pair_id", "question_id", "kind", "twin_kind", "split", "language", "question"),
         ("answer", pa.string()),
-        ("titles", pa.list_(pa.string())),
-        ("paragraphs", pa.list_(pa.string())),
-        ("gold_titles", pa.list_(pa.string())),
-        ("removed_titles", pa.list_(pa.string())),
-        ("citation_style", pa.string()),
-        ("refusal_rule", pa.string()),
-        ("refusal_phrase", pa.string()),
-        ("system", pa.string()),
-        ("user", pa.string()),
-        ("chunks_total", pa.int32()),
-        ("distractors_total", pa.int32()),
-        ("distractors_dropped", pa.int32()),
+        *columns(STRING_LIST, "titles", "paragraphs", "gold_titles", "removed_titles"),
+        *strings("citation_style", "refusal_rule", "refusal_phrase", "system", "user"),
+        *columns(pa.int32(), "chunks_total", "distractors_total", "distractors_dropped"),
     ]
 )
 

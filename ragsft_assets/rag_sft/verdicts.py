@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import STRING_LIST, columns, strings
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.types import BatchStats, ChatModel, ChatResult, SamplingParams
@@ -47,15 +48,8 @@ REFUSAL_SCHEMA: dict[str, Any] = {
 
 RESPONSE_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("pair_id", pa.string()),
-        ("split", pa.string()),
-        ("response", pa.string()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("cache_key", pa.string()),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
+        *strings("id", "pair_id", "split", "response", "status", "error", "cache_key"),
+        *columns(pa.int64(), "prompt_tokens", "completion_tokens"),
     ]
 )
 
@@ -127,23 +121,17 @@ class ExampleVerdict:
 
 VERDICT_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("pair_id", pa.string()),
-        ("question_id", pa.string()),
-        ("kind", pa.string()),
-        ("split", pa.string()),
+        *strings("id", "pair_id", "question_id", "kind", "split"),
         ("kept", pa.bool_()),
-        ("verdict", pa.string()),
-        ("reason", pa.string()),
+        *strings("verdict", "reason"),
         ("tags_valid", pa.bool_()),
         ("f1", pa.float64()),
-        ("n_tags", pa.int32()),
-        ("factual_score", pa.int32()),
+        *columns(pa.int32(), "n_tags", "factual_score"),
         ("refuses", pa.bool_()),
         ("language_score", pa.int32()),
-        ("quote_flags", pa.list_(pa.string())),
+        ("quote_flags", STRING_LIST),
         ("citations", pa.string()),
-        ("cache_keys", pa.list_(pa.string())),
+        ("cache_keys", STRING_LIST),
     ]
 )
 

@@ -34,19 +34,8 @@ STAGE_ORDER: tuple[str, ...] = (
     "rag_sft",
 )
 
-DECISIONS_SCHEMA = pa.schema(
-    [
-        ("partition", pa.string()),
-        ("product", pa.string()),
-        ("candidate_id", pa.string()),
-        ("stage", pa.string()),
-        ("verdict", pa.string()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-        ("cache_keys", pa.list_(pa.string())),
-        ("stages_seen", pa.int32()),
-    ]
-)
+# A final decision is its ledger row plus how many stages decided the candidate.
+DECISIONS_SCHEMA = LEDGER_SCHEMA.append(pa.field("stages_seen", pa.int32()))
 
 
 def ledger_files(assets_root: Path, partition: str) -> list[Path]:

@@ -32,14 +32,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ragsft_assets.arrow_schemas import STRING_LIST, strings
 from ragsft_assets.release.stream import PROVENANCE_GROUP_ROWS, SplitSource, quote, scan_sql, write_batches
 from ragsft_assets.sql import sql_list, sql_literal
 from ragsft_assets.storage import asset_files
 
 DOC_STRUCT = pa.struct(
     [
-        ("doc_id", pa.string()),
-        ("title", pa.string()),
+        *strings("doc_id", "title"),
         ("role", pa.string()),  # "self" | "gold_a" | "gold_b" | "gold" | "context"
         ("identifier", pa.int64()),
         ("url", pa.string()),
@@ -48,16 +48,10 @@ DOC_STRUCT = pa.struct(
 )
 LINEAGE_SCHEMA = pa.schema(
     [
-        ("config", pa.string()),
-        ("id", pa.string()),
-        ("question_id", pa.string()),
-        ("twin_pair_id", pa.string()),
-        ("bridge_pair_id", pa.string()),
-        ("a_id", pa.string()),
-        ("b_id", pa.string()),
-        ("doc_ids", pa.list_(pa.string())),
+        *strings("config", "id", "question_id", "twin_pair_id", "bridge_pair_id", "a_id", "b_id"),
+        ("doc_ids", STRING_LIST),
         ("documents", pa.list_(DOC_STRUCT)),
-        ("cache_keys", pa.list_(pa.string())),
+        ("cache_keys", STRING_LIST),
         ("resolution", pa.string()),  # how the question -> pair link was found
     ]
 )
