@@ -248,3 +248,37 @@ def execute_with_console(
         job_def, instance, run_id=run_id, run_config=console_run_config(run_config, verbose), **kwargs
     )
     return result, lines
+
+
+def run_command_job(
+    command: str, job_def: Any, instance: Any, *, verbose: bool, run_config: dict[str, Any], **kwargs: Any
+):  # noqa: ANN201 - a dg.ExecuteInProcessResult
+    """``execute_with_console`` as ``ragsft <command>`` runs a job: the run's outcome line
+    (``ragsft <command>: run <id> succeeded|FAILED in <s>s``) and its warning lines after it.
+
+    Raises:
+        SystemExit: the run was interrupted (SIGINT/SIGTERM); its exit code, after a line saying
+            its slots are freed.
+    """
+    import click
+
+    from ragsft_assets.defs.runs import RunInterrupted
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
+    t0 = time.monotonic()
+    try:
+        result, lines = execute_with_console(
+            job_def, instance, verbose=verbose, run_config=run_config, **kwargs
+        )
+    except RunInterrupted as exc:
+        click.echo(
+            f"ragsft {command}: {exc}; its slots are freed, finished LLM calls stay in the cache", err=True
+        )
+        raise SystemExit(exc.exit_code) from None
+    took = time.monotonic() - t0
+    click.echo(
+        f"ragsft {command}: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
+    )
+    for line in lines.warning_lines():
+        click.echo(line)
+    return result

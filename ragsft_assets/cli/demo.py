@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import time
 from typing import Any
 
 import click
@@ -66,9 +64,9 @@ def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None
     register_partition(partition)
     instance = dg.DagsterInstance.get()
 
-    from ragsft_assets.cli.console import execute_with_console
+    from ragsft_assets.cli.console import run_command_job
     from ragsft_assets.cli.runs import clean_before_run
-    from ragsft_assets.defs.runs import RunInterrupted, process_tags
+    from ragsft_assets.defs.runs import process_tags
 
     # A run killed earlier (SIGKILL, OOM) would still hold its pool slot and block this one forever.
     clean_before_run()
@@ -79,27 +77,16 @@ def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None
     job_def = defs.resolve_job_def(job)
     run_config = demo_run_config(job_def, max_pairs)
     click.echo(f"ragsft demo: running {job} on partition {partition} ({describe_home()})")
-    t0 = time.monotonic()
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
-    try:
-        # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
-        result, lines = execute_with_console(
-            job_def,
-            instance,
-            verbose=verbose,
-            run_config=run_config,
-            partition_key=partition,
-            tags={**process_tags(), **plan_tags(partition)},  # the plan this run was forecast by
-        )
-    except RunInterrupted as exc:
-        click.echo(f"ragsft demo: {exc}; its slots are freed, finished LLM calls stay in the cache", err=True)
-        raise SystemExit(exc.exit_code) from None
-    took = time.monotonic() - t0
-    click.echo(
-        f"ragsft demo: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
+    # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
+    result = run_command_job(
+        "demo",
+        job_def,
+        instance,
+        verbose=verbose,
+        run_config=run_config,
+        partition_key=partition,
+        tags={**process_tags(), **plan_tags(partition)},  # the plan this run was forecast by
     )
-    for line in lines.warning_lines():
-        click.echo(line)
     home = ragsft_home()
     released = sorted(layout.read_configs(home / "releases" / partition)) if result.success else []
     summary = read_summary(assets_dir(home), partition, released)

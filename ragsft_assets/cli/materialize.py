@@ -7,8 +7,6 @@ Ctrl-C cancels the run and frees its pool slots, and the run carries the partiti
 
 from __future__ import annotations
 
-import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -122,11 +120,11 @@ def materialize(
         quiet_third_party()  # before any library of a model is imported
     import dagster as dg
 
-    from ragsft_assets.cli.console import execute_with_console
+    from ragsft_assets.cli.console import run_command_job
     from ragsft_assets.cli.instance import ensure_instance_home
     from ragsft_assets.cli.runs import clean_before_run
     from ragsft_assets.defs.plan.record import plan_tags
-    from ragsft_assets.defs.runs import RunInterrupted, process_tags
+    from ragsft_assets.defs.runs import process_tags
     from ragsft_assets.home import describe_home
 
     run_config = _run_config(config_json, config_files)
@@ -156,31 +154,18 @@ def materialize(
         f"ragsft materialize: {len(keys)} assets ({names}) on {partition or 'no partition'}"
         f" ({describe_home()})"
     )
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
     tags = {**process_tags(), **(plan_tags(partition) if partition else {})}
-    t0 = time.monotonic()
-    try:
-        result, lines = execute_with_console(
-            job,
-            instance,
-            verbose=verbose,
-            run_config=run_config,
-            asset_selection=keys,
-            partition_key=partition,
-            tags=tags,
-            raise_on_error=False,
-        )
-    except RunInterrupted as exc:
-        click.echo(
-            f"ragsft materialize: {exc}; its slots are freed, finished LLM calls stay in the cache", err=True
-        )
-        raise SystemExit(exc.exit_code) from None
-    took = time.monotonic() - t0
-    click.echo(
-        f"ragsft materialize: run {result.run_id} {'succeeded' if result.success else 'FAILED'} in {took:.0f}s"
+    result = run_command_job(
+        "materialize",
+        job,
+        instance,
+        verbose=verbose,
+        run_config=run_config,
+        asset_selection=keys,
+        partition_key=partition,
+        tags=tags,
+        raise_on_error=False,
     )
-    for line in lines.warning_lines():
-        click.echo(line)
     if verbose:  # the stage lines were not printed: the assets and what their rows are
         from ragsft_assets.cli.summary import UNITS
 
