@@ -107,13 +107,10 @@ def config_stats(
             "answerable": f"coalesce(len({col('supporting_facts_titles')}), 0) > 0",
         }
     select = ", ".join(f"{expr} AS {name}" for name, expr in measures.items())
-    con = duckdb.connect()
-    try:
+    with duckdb.connect() as con:
         t = con.sql(
             f"SELECT {select} FROM read_parquet({sql_list(files)}, union_by_name=true)"
         ).to_arrow_table()
-    finally:
-        con.close()
     v = {name: t[name].to_numpy() for name in measures}
     if family == "corpus" and "links" not in names and provenance is not None:
         v["links"] = provenance_link_counts(provenance, v["links"])  # the links ship in provenance

@@ -55,11 +55,6 @@ def provenance_link_counts(provenance: Path, fallback: np.ndarray) -> np.ndarray
     path = provenance / "links.parquet"
     if not path.is_file():
         return fallback
-    con = duckdb.connect()
-    try:
-        t = con.sql(
-            f"SELECT coalesce(len(links), 0) AS n FROM read_parquet({sql_literal(str(path))}) ORDER BY id"
-        ).to_arrow_table()
-    finally:
-        con.close()
-    return t["n"].to_numpy()
+    query = f"SELECT coalesce(len(links), 0) AS n FROM read_parquet({sql_literal(str(path))}) ORDER BY id"
+    with duckdb.connect() as con:
+        return con.sql(query).to_arrow_table()["n"].to_numpy()
