@@ -60,8 +60,7 @@ LINK_GRAPH_SCHEMA = pa.schema(
     [
         *strings("source_id", "source_title", "target_id", "target_title", "alias"),
         ("sentence", pa.int32()),
-        ("sentence_text", pa.string()),
-        ("split", pa.string()),
+        *strings("sentence_text", "split"),
         ("target_in_degree", pa.int32()),
         ("is_bridge", pa.bool_()),
     ]

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import answer_matches, is_impossible, normalize_text
@@ -57,16 +58,11 @@ REJECTION_REASONS = (AB_FAILS, *SUFFICES.values(), *NOT_IMPOSSIBLE.values(), JUD
 
 VERDICTS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("ablation", pa.string()),
+        *strings("id", "ablation"),
         ("round", pa.int32()),
-        ("prompt_key", pa.string()),
-        ("cache_key", pa.string()),
+        *strings("prompt_key", "cache_key"),
         ("shared", pa.bool_()),  # answered by a call made for another question (deduplicated)
-        ("raw", pa.string()),
-        ("normalized", pa.string()),
-        ("outcome", pa.string()),
-        ("reason", pa.string()),
+        *strings("raw", "normalized", "outcome", "reason"),
     ]
 )
 

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets.arrow_schemas import strings
+
 VERDICTS_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("filter", pa.string()),
-        ("verdict", pa.string()),
+        *strings("id", "filter", "verdict"),
         ("kept", pa.bool_()),
         ("reason", pa.string()),
         ("topic", pa.string()),  # the question's topic (its bridge's category), null where unknown

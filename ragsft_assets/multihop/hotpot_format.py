@@ -16,24 +16,15 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import STRING_LIST, strings
 from ragsft_assets.ids import item_rng
 from ragsft_assets.storage import atomic_write_bytes
 
 HF_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("question", pa.string()),
-        ("answer", pa.string()),
-        ("type", pa.string()),
-        ("level", pa.string()),
-        (
-            "supporting_facts",
-            pa.struct([("title", pa.list_(pa.string())), ("sent_id", pa.list_(pa.int32()))]),
-        ),
-        (
-            "context",
-            pa.struct([("title", pa.list_(pa.string())), ("sentences", pa.list_(pa.list_(pa.string())))]),
-        ),
+        *strings("id", "question", "answer", "type", "level"),
+        ("supporting_facts", pa.struct([("title", STRING_LIST), ("sent_id", pa.list_(pa.int32()))])),
+        ("context", pa.struct([("title", STRING_LIST), ("sentences", pa.list_(STRING_LIST))])),
     ]
 )
 MULTIHOP_SCHEMA = HF_SCHEMA.append(pa.field("split", pa.string()))

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from ragsft_assets import ids
+from ragsft_assets.arrow_schemas import MESSAGES
 from ragsft_assets.ledger import DROPPED, KEPT, Decision
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_PATTERN,
@@ -319,7 +320,7 @@ SFT_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
         ("pair_id", pa.string()),
-        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("messages", MESSAGES),
         ("supporting_facts_titles", pa.list_(pa.string())),
         ("chunks_total", pa.int32()),
         ("split", pa.string()),

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import MESSAGES, columns, strings
+
 AUDIT_CHECKLIST = (
     "is_independent_of_context",
     "contains_specific_fact",
@@ -16,8 +18,7 @@ AUDIT_CHECKLIST = (
 )
 REFUSAL = "I cannot answer as I have insufficient information."
 
-MESSAGES = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-ANSWER = pa.struct([("text", pa.string()), ("label", pa.string())])
+ANSWER = pa.struct(strings("text", "label"))
 PROBE = pa.struct([("question", pa.string()), ("answers", pa.list_(ANSWER))])
 CLAIM = pa.struct(
     [
@@ -25,12 +26,10 @@ CLAIM = pa.struct(
         ("text", pa.string()),
         ("is_knowledge_dependent", pa.bool_()),
         ("knowledge_dependence_reason", pa.string()),
-        ("audit_checklist", pa.struct([(name, pa.string()) for name in AUDIT_CHECKLIST])),
+        ("audit_checklist", pa.struct(strings(*AUDIT_CHECKLIST))),
         ("is_known", pa.bool_()),  # null for claims that are not knowledge-dependent
         ("is_removed", pa.bool_()),
-        ("num_entailed_answers", pa.int64()),
-        ("num_contradicted_answers", pa.int64()),
-        ("num_unrelated_answers", pa.int64()),
+        *columns(pa.int64(), "num_entailed_answers", "num_contradicted_answers", "num_unrelated_answers"),
         ("probes", pa.list_(PROBE)),
     ]
 )
@@ -39,8 +38,7 @@ SFT_SCHEMA = pa.schema(
     [
         ("id", pa.string()),
         ("base_model", pa.string()),  # the model's HF id, as in the card
-        ("prompt", pa.string()),
-        ("response", pa.string()),
+        *strings("prompt", "response"),
         ("is_refusal", pa.bool_()),
         ("messages", MESSAGES),
     ]
@@ -48,12 +46,9 @@ SFT_SCHEMA = pa.schema(
 
 FULL_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("base_model", pa.string()),
-        ("prompt", pa.string()),
+        *strings("id", "base_model", "prompt"),
         ("is_refusal", pa.bool_()),
-        ("original_response", pa.string()),
-        ("rewritten_response", pa.string()),
+        *strings("original_response", "rewritten_response"),
         ("filter", pa.string()),  # the thresholds j_e/k_e/j_c/k_c the verdicts were made under
         ("num_claims", pa.int64()),
         ("num_knowledge_dependent_claims", pa.int64()),

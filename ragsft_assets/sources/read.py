@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import MESSAGES
 from ragsft_assets.ids import derived_id
 from ragsft_assets.multihop.hotpot_format import records_table
 from ragsft_assets.sources.records import SUFFIXES, SourceError, file_format, read_records
@@ -58,7 +59,7 @@ REQUIRED = ("question", "answer", "context", "supporting_facts")  # or question,
 PASSAGE_REQUIRED = ("question", "answer", "passage")
 CONVERSATION_REQUIRED = ("conversation", "answer", "passage")  # the question is the last user turn
 PROMPT_REQUIRED = ("prompt", "answer")  # documents and question are in the prompt
-HISTORY_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+HISTORY_TYPE = MESSAGES
 
 PRESETS: dict[str, dict[str, str | None]] = {
     # The original HotpotQA distractor JSON / JSON lines (`_id`) and the hub's `hotpot_qa`
