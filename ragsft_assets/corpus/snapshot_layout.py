@@ -17,13 +17,17 @@ SNAPSHOT_KEY_RE = re.compile(r"(?:\d{8}|[a-z][a-z0-9_-]*)\.[a-z]{2,3}(?:-[a-z0-9
 MAX_KEY_LENGTH = 100
 
 
-def check_key_length(key: str, kind: str) -> None:
-    """Raise ValueError for a partition key too long to name a folder (and its temporary siblings)."""
+def validate_key(key: str, kind: str, pattern: re.Pattern[str], expected: str) -> str:
+    """Return the ``kind`` partition key ``key`` if it can name a folder (and its temporary siblings)
+    and ``pattern`` fully matches it, else raise ValueError saying what was ``expected``."""
     if len(key) > MAX_KEY_LENGTH:
         raise ValueError(
             f"invalid {kind} key {key[:40]!r}... ({len(key)} characters): a key names folders, "
             f"so it may have {MAX_KEY_LENGTH} characters at most"
         )
+    if not pattern.fullmatch(key):
+        raise ValueError(f"invalid {kind} key {key!r}: expected {expected}")
+    return key
 
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".ndjson.gz", ".json.gz")
@@ -57,13 +61,12 @@ def dump_files(folder: Path) -> list[Path]:
 
 def validate_snapshot_key(key: str) -> str:
     """Return ``key`` if it is ``<YYYYMMDD>.<lang>`` (or ``<name>.<lang>``), else raise ValueError."""
-    check_key_length(key, "snapshot")
-    if not SNAPSHOT_KEY_RE.fullmatch(key):
-        raise ValueError(
-            f"invalid snapshot key {key!r}: expected <YYYYMMDD>.<lang> such as 20240916.fr "
-            "(or <name>.<lang> such as sample.fr)"
-        )
-    return key
+    return validate_key(
+        key,
+        "snapshot",
+        SNAPSHOT_KEY_RE,
+        "<YYYYMMDD>.<lang> such as 20240916.fr (or <name>.<lang> such as sample.fr)",
+    )
 
 
 def snapshot_language(key: str) -> str:

@@ -15,8 +15,8 @@ import dagster as dg
 from ragsft_assets.corpus.snapshot_layout import (  # noqa: F401 - re-exported
     MAX_KEY_LENGTH,
     SNAPSHOT_KEY_RE,
-    check_key_length,
     snapshot_language,
+    validate_key,
     validate_snapshot_key,
 )
 
@@ -34,13 +34,12 @@ QA_SOURCE_KEY_RE = re.compile(r"[a-z][a-z0-9_-]*\.[a-z]{2,3}(?:-[a-z0-9]+)?")
 
 def validate_source_key(key: str) -> str:
     """Return ``key`` if it is ``<source>.<lang>`` (e.g. ``hotpotqa.en``), else raise ValueError."""
-    check_key_length(key, "source")
-    if not QA_SOURCE_KEY_RE.fullmatch(key):
-        raise ValueError(
-            f"invalid source key {key!r}: expected <source>.<lang> such as hotpotqa.en "
-            "(a lowercase source name, a dot, a language code)"
-        )
-    return key
+    return validate_key(
+        key,
+        "source",
+        QA_SOURCE_KEY_RE,
+        "<source>.<lang> such as hotpotqa.en (a lowercase source name, a dot, a language code)",
+    )
 
 
 # Recall Rewrite: one key per base model (``ragsft base-models add KEY --model HF_ID``).
