@@ -6,36 +6,28 @@ its dep fails at once, saying which dep to add, instead of silently breaking lin
 staleness in the UI. The asset's own name comes from ``context.asset_key`` too: its own files
 (read back by its checks) and its ledger are always readable.
 
-Used by the judged multihop stages (``defs/multihop/judged.py``) and the filtered configurations
-(``defs/multihop/filters.py``, ``config_asset``) as the pattern; the other families still read through the store, kept honest by ``test_lineage_reads``.
+Used by the judged multihop stages (``defs/multihop/judged.py``), the filtered configurations
+(``defs/multihop/filters.py``, ``config_asset``), the corpus, long-context and Recall Rewrite
+families; the others read through the store, kept honest by ``test_lineage_reads``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import dagster as dg
 import pyarrow as pa
 
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.table_reader import TableReader as TableReader
 
 LEDGER = "_ledger"  # bookkeeping every stage writes and may read, not an input
 
 
 class UndeclaredRead(KeyError):
     """An asset read a table that is not one of its declared inputs."""
-
-
-class TableReader(Protocol):
-    """What plain helpers need of a store to read tables: :class:`ArtifactStore` or
-    :class:`DeclaredInputs`."""
-
-    def read(self, partition: str, asset: str, part: str | None = None) -> pa.Table: ...
-
-    def files(self, partition: str, asset: str) -> list[Path]: ...
 
 
 def reads(*names: str | dg.AssetKey) -> list[dg.AssetKey]:
@@ -71,13 +63,25 @@ class DeclaredInputs:
         return self.store.files(partition, asset)
 
 
-def input_names(keys: Iterable[dg.AssetKey]) -> frozenset[str]:
-    """Store names of asset keys: the key's last part (``qa/rag_prompts`` -> ``rag_prompts``)."""
-    return frozenset(k.path[-1] for k in keys)
+StoreNames = Callable[[str], Iterable[str]]  # an asset's name -> the store tables it writes
 
 
-def declared_inputs(context: dg.AssetExecutionContext, store: ArtifactStore) -> DeclaredInputs:
-    """The reader of the running asset: its deps as Dagster holds them, its name from its key."""
+def own_name(name: str) -> tuple[str, ...]:
+    """Most assets write one store table named as the asset (``qa/rag_prompts`` -> ``rag_prompts``)."""
+    return (name,)
+
+
+def input_names(keys: Iterable[dg.AssetKey], store_names: StoreNames = own_name) -> frozenset[str]:
+    """Store names of asset keys, from the key's last part."""
+    return frozenset(n for k in keys for n in store_names(k.path[-1]))
+
+
+def declared_inputs(
+    context: dg.AssetExecutionContext, store: ArtifactStore, store_names: StoreNames = own_name
+) -> DeclaredInputs:
+    """The reader of the running asset: its deps as Dagster holds them, its name from its key.
+    ``store_names``: the tables an asset writes, where a family names them otherwise (the
+    long-context family's ``lc_`` tables and their lineage)."""
     key = context.asset_key
     deps: Sequence[dg.AssetKey] = list(context.assets_def.asset_deps.get(key, ()))
-    return DeclaredInputs(store, key.path[-1], input_names(deps))
+    return DeclaredInputs(store, next(iter(store_names(key.path[-1]))), input_names(deps, store_names))

@@ -6,23 +6,24 @@ decoration time.
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import dagster as dg
-import orjson
 
 from ragsft_assets import recipes
+from ragsft_assets import stage_versions as versions
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
-from ragsft_assets.ids import sha256_hex
 from ragsft_assets.ledger import Decision, ledger_table
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.multihop import generation
 from ragsft_assets.multihop import recipes as mh_recipes
 from ragsft_assets.multihop.stage_fields import stage_field_rows
-from ragsft_assets.prompts import load_prompt
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.stage_versions import TemplateText as TemplateText
+from ragsft_assets.stage_versions import shipped_template as shipped_template
+from ragsft_assets.stage_versions import template_folder as template_folder
 
 GROUP = "multihop"
 PRODUCT = generation.PRODUCT  # ledger product of the production (``default``)
@@ -49,42 +50,27 @@ def multihop_asset(
 # (:func:`stage_version`), so a test can recompute every version from other template texts.
 STAGE_TASKS: dict[str, tuple[str, ...]] = {}
 PROMPT_LANGS = ("en", "fr")
-TemplateText = Callable[[str, str], str]  # (task, lang) -> the template's text
 
 
-def shipped_template(task: str, lang: str) -> str:
-    """The text of the shipped template ``task.lang`` (English where the language has none)."""
-    return load_prompt(task, lang).text
-
-
-def template_folder(root: Path) -> TemplateText:
-    """Template texts read from a folder of ``<task>.<lang>.txt`` (English where a language has none)."""
-
-    def text(task: str, lang: str) -> str:
-        for candidate in (lang, "en"):
-            path = Path(root) / f"{task}.{candidate}.txt"
-            if path.is_file():
-                return path.read_text(encoding="utf-8")
-        raise FileNotFoundError(f"no prompt template {task}.{lang}.txt (nor .en) in {root}")
-
-    return text
+def _recipe_fields(asset: str) -> dict[str, Any] | None:
+    """The recipe fields ``asset`` reads (``stage_fields.STAGE_FIELDS``) of the config it builds."""
+    if asset not in mh_recipes.ASSET_RECIPE:
+        return None
+    rows = stage_field_rows(asset, recipes.record(mh_recipes.resolve(asset, None)))
+    return {r["field"]: r["value"] for r in rows}
 
 
 def stage_version(asset: str, tasks: Sequence[str] = (), texts: TemplateText | None = None) -> str:
-    """The code version of a multihop stage, derived, never bumped by hand: a hash of its prompt
-    templates (every task, in each of :data:`PROMPT_LANGS`) and of its recipe (the fields it reads of
-    the config it builds: ``multihop.recipes.ASSET_RECIPE``, ``multihop.stage_fields``). An edited template or recipe value marks
-    exactly the stages that use it stale. ``texts``: where template texts come from (the shipped
-    ones by default). Records the tasks in :data:`STAGE_TASKS`."""
+    """The code version of a multihop stage, derived, never bumped by hand
+    (``stage_versions.derived_version``): its prompt templates (every task, in each of
+    :data:`PROMPT_LANGS`) and the recipe fields it reads of the config it builds
+    (``multihop.recipes.ASSET_RECIPE``, ``multihop.stage_fields``). ``texts``: where template texts
+    come from (the shipped ones by default). Records the tasks in :data:`STAGE_TASKS` and the stage
+    in ``stage_versions.STAGES``."""
     STAGE_TASKS[asset] = tuple(tasks)
-    read = texts or shipped_template
-    parts = [read(t, lang) for t in tasks for lang in PROMPT_LANGS]
-    if asset in mh_recipes.ASSET_RECIPE:  # the recipe fields the stage reads (stage_fields.STAGE_FIELDS)
-        rows = stage_field_rows(asset, recipes.record(mh_recipes.resolve(asset, None)))
-        parts.append(
-            orjson.dumps({r["field"]: r["value"] for r in rows}, option=orjson.OPT_SORT_KEYS).decode()
-        )
-    return sha256_hex("\x1f".join(parts))[:12]
+    spec = versions.StageSpec(tuple(tasks), PROMPT_LANGS, partial(_recipe_fields, asset))
+    versions.STAGES[asset] = spec
+    return spec.version(texts)
 
 
 def stage_versions(texts: TemplateText | None = None) -> dict[str, str]:
