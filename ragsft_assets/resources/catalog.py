@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import dagster as dg
 import duckdb
 
-from ragsft_assets.home import ragsft_home
 from ragsft_assets.release.catalog import CATALOG_FILE, CatalogSummary, build_catalog, open_catalog
+from ragsft_assets.resources.home import HomeResource
 
 
-class CatalogResource(dg.ConfigurableResource):
+class CatalogResource(HomeResource):
     """``$RAGSFT_HOME/catalog.duckdb`` (``home`` defaults to ``$RAGSFT_HOME``): every asset as a view."""
-
-    home: str = ""
-
-    @property
-    def home_path(self) -> Path:
-        return Path(self.home).resolve() if self.home else ragsft_home()
 
     @property
     def db_path(self) -> Path:

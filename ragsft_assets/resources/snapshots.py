@@ -12,11 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-
 from ragsft_assets.corpus.hub_snapshot import DEFAULT_LINES_PER_FILE, export_hub_snapshot
 from ragsft_assets.corpus.structured_wikipedia import dump_files
-from ragsft_assets.home import ragsft_home
+from ragsft_assets.resources.home import HomeResource
 
 SNAPSHOT_CONFIG = "snapshot.json"
 
@@ -25,14 +23,12 @@ class SnapshotNotFoundError(FileNotFoundError):
     """The folder of a snapshot key is missing or holds no dump file."""
 
 
-class SnapshotSource(dg.ConfigurableResource):
+class SnapshotSource(HomeResource):
     """Local snapshot folders under ``<home>/snapshots``; ``home`` defaults to ``$RAGSFT_HOME``."""
-
-    home: str = ""
 
     @property
     def root(self) -> Path:
-        return (Path(self.home).resolve() if self.home else ragsft_home()) / "snapshots"
+        return self.home_path / "snapshots"
 
     def folder(self, key: str) -> Path:
         """The folder of snapshot ``key`` (it may not exist)."""

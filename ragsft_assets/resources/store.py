@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import dagster as dg
 import pyarrow as pa
 
 from ragsft_assets import storage
-from ragsft_assets.home import ragsft_home
 from ragsft_assets.ledger import write_ledger
+from ragsft_assets.resources.home import HomeResource
 
 
-class ArtifactStore(dg.ConfigurableResource):
+class ArtifactStore(HomeResource):
     """Reads and writes asset tables; ``home`` defaults to ``$RAGSFT_HOME`` (or ``./.ragsft``)."""
-
-    home: str = ""
-
-    @property
-    def home_path(self) -> Path:
-        return Path(self.home).resolve() if self.home else ragsft_home()
 
     @property
     def root(self) -> Path:
