@@ -9,13 +9,13 @@ annotator never answered readably (failed call, unparseable reply, or left out b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from ragsft_assets.llm.types import ChatModel, SamplingParams
+from ragsft_assets.multihop.targeted_judges import JudgeItem, judge_messages
 from ragsft_assets.prompts import PromptTemplate
 
 STAGE = "criteria_annotation"
@@ -52,15 +52,7 @@ CRITERIA_SCHEMA = pa.schema(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class CriteriaItem:
-    id: str
-    question: str
-    answer: str
-    a_title: str
-    a_text: str
-    b_title: str
-    b_text: str
+CriteriaItem = JudgeItem  # the annotator reads what the targeted judges read
 
 
 def parse_reply(text: str | None) -> dict[str, bool] | None:
@@ -75,22 +67,6 @@ def parse_reply(text: str | None) -> dict[str, bool] | None:
     if not isinstance(obj, dict) or any(not isinstance(obj.get(c), bool) for c in CRITERIA):
         return None
     return {c: obj[c] for c in CRITERIA}
-
-
-def build_messages(template: PromptTemplate, item: CriteriaItem) -> list[dict[str, str]]:
-    return [
-        {
-            "role": "user",
-            "content": template.render(
-                a_title=item.a_title,
-                a_text=item.a_text,
-                b_title=item.b_title,
-                b_text=item.b_text,
-                question=item.question,
-                answer=item.answer,
-            ),
-        }
-    ]
 
 
 def run_criteria(
@@ -108,7 +84,7 @@ def run_criteria(
     budget = len(items) if max_questions is None else max(0, min(max_questions, len(items)))
     asked = items[:budget]
     batch = annotator.chat(
-        [build_messages(template, it) for it in asked],
+        [judge_messages(template, it) for it in asked],
         PARAMS,
         json_schema=JSON_SCHEMA,
         template_version=template.version,

@@ -14,7 +14,7 @@ counted), never a crash.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
@@ -86,6 +86,8 @@ VERDICT_SCHEMA = pa.schema(strings("id", "verdict", "analysis", "raw", "cache_ke
 
 @dataclass(frozen=True, slots=True)
 class JudgeItem:
+    """A question, its answer and its two documents: what the criteria annotator and the judges read."""
+
     id: str
     question: str
     answer: str
@@ -93,6 +95,13 @@ class JudgeItem:
     a_text: str
     b_title: str
     b_text: str
+
+
+def judge_messages(template: PromptTemplate, item: JudgeItem) -> list[dict[str, str]]:
+    """The one-turn conversation: the template reads every field of ``item`` but its id (both
+    documents, the question and its answer; a ``train_checks.TrainItem``'s descriptor too)."""
+    fields = {k: v for k, v in asdict(item).items() if k != "id"}
+    return [{"role": "user", "content": template.render(**fields)}]
 
 
 def verdict_of(judge: Judge, text: str | None) -> tuple[str, str | None]:
@@ -119,22 +128,7 @@ def run_judge(
     """One call per item (sorted by id) at temperature 0; one row per item with its verdict."""
     items = sorted(items, key=lambda it: it.id)
     batch = model.chat(
-        [
-            [
-                {
-                    "role": "user",
-                    "content": template.render(
-                        a_title=it.a_title,
-                        a_text=it.a_text,
-                        b_title=it.b_title,
-                        b_text=it.b_text,
-                        question=it.question,
-                        answer=it.answer,
-                    ),
-                }
-            ]
-            for it in items
-        ],
+        [judge_messages(template, it) for it in items],
         PARAMS,
         json_schema=judge.json_schema,
         template_version=template.version,

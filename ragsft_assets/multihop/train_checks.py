@@ -21,7 +21,7 @@ as the card counts its 46. Dagster-free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -108,12 +108,8 @@ def _chat(
     items: Sequence[TrainItem], model: ChatModel, template: PromptTemplate, schema: dict[str, Any], log: Any
 ) -> list[Any]:
     """One call per item, in the given order, at temperature 0 without thinking (as the card's judges)."""
-    convs = [
-        [{"role": "user", "content": template.render(**{k: v for k, v in asdict(it).items() if k != "id"})}]
-        for it in items
-    ]
     batch = model.chat(
-        convs,
+        [tj.judge_messages(template, it) for it in items],
         tj.PARAMS,
         json_schema=schema,
         template_version=template.version,
