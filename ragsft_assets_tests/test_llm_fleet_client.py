@@ -250,6 +250,33 @@ def test_a_hung_request_is_cut_as_a_straggler_and_sent_again(tmp_path: Path) -> 
     assert elapsed < 7.0  # cut at about 2 s, not after the hang (8 s) or timeout_s (30 s)
 
 
+def test_a_small_batch_cuts_its_straggler_from_the_backends_recent_answers(tmp_path: Path) -> None:
+    # A streamed chunk's batch has fewer than 50 answers of its own: its hung request is cut at 5 x
+    # the p99 of the backend's recent answers to requests of the same max_tokens (at least 2 s).
+    hung: set[str] = set()
+
+    def once(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        if content == "small0" and content not in hung:  # its first attempt hangs, the next answers
+            hung.add(content)
+            time.sleep(8.0)
+        return echo(path, body)
+
+    with FakeOpenAI(once).running() as srv:
+        backend = _backend([srv.url], concurrency=8, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))  # the history: 60 quick answers
+        t0 = time.monotonic()
+        batch = client.chat(_convs(5, "small"), SamplingParams(max_tokens=16))
+        elapsed = time.monotonic() - t0
+        other = client.chat(_convs(3, "other"), SamplingParams(max_tokens=17))  # no history at 17
+        cut = backend.stragglers_cut
+        backend.close()
+    assert all(r.status == STATUS_OK for r in [*batch.results, *other.results])
+    assert cut == 1 and batch.stats.retries == 1
+    assert elapsed < 7.0  # cut at about 2 s, not after the hang (8 s) or timeout_s (30 s)
+
+
 def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
     # The client's limit is twice the gateway's slots (the `over` regime of bench fleet): after the
     # first window, no more than about 5% of attempts are refused, and the window sits at the

@@ -248,11 +248,13 @@ def run(
     time_scale: float = 1.0,
     seed: int = 1,
     regime: str = "equal",
+    stream: str = "auto",
 ) -> dict[str, object]:
     """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs.
 
     ``regime``: the client's per-URL limit is half (``under``), equal to (``equal``) or twice
-    (``over``) each replica's ``slots``.
+    (``over``) each replica's ``slots``. ``stream``: ``ablation_verdicts``' ``stream`` setting
+    (``auto``: the cascade and the judges after it stream chunk by chunk; ``off``: stage at a time).
     """
     import dagster as dg
 
@@ -297,7 +299,12 @@ def run(
             _print(f"corpus_job: {made} bridge pairs in {corpus_s:.1f}s; the LLM jobs start")
             fleet.reset_stats()
             cpu0, t0 = _cpu_s(), time.perf_counter()
-            drafts = {"ops": {"question_drafts": {"config": {"max_pairs": n_pairs}}}}
+            drafts = {
+                "ops": {
+                    "question_drafts": {"config": {"max_pairs": n_pairs}},
+                    "ablation_verdicts": {"config": {"stream": stream}},
+                }
+            }
             results = [_run_job(defs, instance, "multihop_job", drafts)]
             _print(f"multihop_job done in {time.perf_counter() - t0:.1f}s")
             results.append(_run_job(defs, instance, "rag_sft_job"))
@@ -329,6 +336,7 @@ def run(
         "pairs": made,
         "regime": regime,
         "client_limit": concurrency,
+        "stream": stream,
         "utilization_e2e": round(stats["utilization_e2e"], 3),
         "utilization_bar": bar,
         "lost": check["lost"],

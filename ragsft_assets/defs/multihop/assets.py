@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ragsft_assets import recipes
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
+from ragsft_assets.defs.multihop import stream as streaming
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
 from ragsft_assets.defs.multihop.common import (
     RecipeConfig,
@@ -22,6 +23,7 @@ from ragsft_assets.defs.multihop.common import (
     language,
     multihop_asset,
     recipe_metadata,
+    role_model,
     stage_version,
     write_ledger,
 )
@@ -39,7 +41,8 @@ from ragsft_assets.multihop import (
 )
 from ragsft_assets.multihop import question_checks as checks_logic
 from ragsft_assets.multihop.funnel import OVER_LIMIT, build_funnel
-from ragsft_assets.prompts import load_prompt
+from ragsft_assets.multihop.recipes import MultihopRecipe
+from ragsft_assets.prompts import PromptTemplate, load_prompt
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 
@@ -58,6 +61,12 @@ class MultihopConfig(RecipeConfig):
     # use), the pool `ragsft bench distractors` times; the hits are the same for any value
     distractors_workers: int | None = None
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
+    # ablation_verdicts first streams its questions, chunk by chunk, through the cascade and the
+    # judges after it, to fill the LLM cache the stages then read (defs/multihop/stream.py): "auto"
+    # (the roles that have a cache on an HTTP fleet), "on" (any cached role) or "off"
+    stream: str = "auto"
+    stream_chunk: int = streaming.CHUNK  # questions per chunk
+    stream_workers: int = streaming.WORKERS  # chunks at once
 
 
 Context, Model, Result = dg.AssetExecutionContext, dg.ResourceParam[ChatModel], dg.MaterializeResult
@@ -234,9 +243,77 @@ def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactS
     return dg.MaterializeResult(metadata=md)
 
 
+def _run_assets(context: Context) -> set[str]:
+    """The assets this run materializes (its selection, else every asset of its job)."""
+    op_ctx = context.op_execution_context
+    graph = op_ctx.job_def.asset_layer.asset_graph
+    keys = op_ctx.dagster_run.asset_selection or graph.get_all_asset_keys()
+    return {k.path[-1] for k in keys if graph.has(k) and graph.get(k).is_materializable}
+
+
+def _stream(
+    context: Context,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    items: list[ablations.JudgeItem],
+    models: dict[str, ChatModel],
+    template: PromptTemplate,
+    order: tuple[str, ...],
+    lang: str,
+    recipe: MultihopRecipe,
+) -> dict[str, Any]:
+    """Stream ``items`` through the cascade and the run's judges (cache only); their metadata."""
+    why = streaming.usable(models["judge"], config.stream)
+    if why is not None or not items:
+        return {"stream/skipped": why or "no question to judge"}
+    partition = context.partition_key
+    stages, skipped = streaming.stream_stages(
+        _run_assets(context),
+        context.run_config,
+        config.stream,
+        lambda st, role: role_model(st.name, role, **models),
+        lambda st: load_prompt(st.task, language(partition)),
+    )
+
+    def cascade(part: Any, model: Any, log: Any) -> ablations.CascadeResult:
+        return ablations.run_cascade(
+            part,
+            model,
+            template,
+            order,
+            lang,
+            ablations.JUDGE_PARAMS,
+            strict_impossible=recipe.strict_impossible,
+            log=log,
+        )
+
+    report = streaming.run_stream(
+        items,
+        cascade,
+        models["judge"],
+        stages,
+        store.read(partition, "question_drafts"),
+        store.read(partition, "abstracts"),
+        partition,
+        context.log,
+        chunk=config.stream_chunk,
+        workers=config.stream_workers,
+    )
+    report.skipped.update(skipped)
+    context.log.info(
+        f"stream: {report.questions} questions in {report.chunks} chunks through the cascade and"
+        f" {len(stages)} judge(s) in {report.wall_s:.1f}s; the stages now read their calls from the cache"
+    )
+    return report.metadata()
+
+
 @llm_asset(*ablations.PROMPT_TASKS, deps=["distractors", "question_drafts", "abstracts"])
-def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactStore, judge: Model) -> Result:
-    """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept."""
+def ablation_verdicts(
+    context: Context, config: MultihopConfig, store: ArtifactStore, judge: Model, annotator: Model
+) -> Result:
+    """Judge verdicts of the four ablations (cascade, deduplicated prompts), raw judge text kept.
+    First, the questions stream chunk by chunk through the cascade and the judges after it
+    (``config.stream``; ``defs/multihop/stream.py``): the stages then find their calls cached."""
     partition = context.partition_key
     recipe = config.resolved("ablation_verdicts")
     order = ablations.validate_order(recipe.cascade_order)
@@ -259,6 +336,9 @@ def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactS
         items.append(ablations.JudgeItem(qid, d["question"], d["answer"], a.title, a.text, b.title, b.text))
     lang = language(partition, config.language)
     template = load_prompt(ablations.PROMPT_TASK, lang)
+    streamed = _stream(
+        context, config, store, items, {"judge": judge, "annotator": annotator}, template, order, lang, recipe
+    )
     result = ablations.run_cascade(
         items,
         judge,
@@ -285,6 +365,7 @@ def ablation_verdicts(context: Context, config: MultihopConfig, store: ArtifactS
             "judge_calls_per_judged_question": round(result.judge_calls / judged, 3) if judged else 0.0,
             "card_judge_calls_per_judged_question": recipe.card_judge_calls_per_judged,
             "rounds": dg.MetadataValue.json(result.rounds),
+            **streamed,
             **_llm_metadata(judge, result.stats, "judge", template),
             **recipe_metadata(store, partition, "ablation_verdicts", recipe),
         }

@@ -104,9 +104,15 @@ def rejection_counts(verdicts: Sequence[str], known: Sequence[str], kept: str) -
     return {v: counts.get(v, 0) for v in known if v != kept}
 
 
+# name -> stage, filled by :func:`judged_asset`: ``ablation_verdicts`` streams its kept questions
+# through these judges' own functions (``defs/multihop/stream.py``).
+JUDGED_STAGES: dict[str, JudgedStage] = {}
+
+
 def judged_asset(stage: JudgedStage) -> dg.AssetsDefinition:
     """The asset of ``stage``: resolve the recipe, pick the role's model, render the stage's prompt
     in the partition's language, judge, write the table and the ledger, return the metadata."""
+    JUDGED_STAGES[stage.name] = stage
 
     @multihop_asset(
         name=stage.name,

@@ -85,6 +85,9 @@ UNKNOWN_WEIGHTS = "unknown"
 STRAGGLER_FACTOR = 5.0
 STRAGGLER_MIN_S = 2.0
 STRAGGLER_SAMPLES = 50
+# ours: a batch with fewer answers than that (a small batch: a streamed chunk's round) takes the p99
+# from the backend's recent answers to requests of the same max_tokens (the same task, as a rule).
+STRAGGLER_HISTORY = 4096
 
 
 class _Malformed(Exception):
@@ -306,23 +309,44 @@ class _Fleet:
                 fut.set_result(None)
 
 
+class _Latencies:
+    """Answer latencies with a p99 re-sorted now and then, not per answer (loop only)."""
+
+    def __init__(self, maxlen: int | None = None) -> None:
+        self.values: deque[float] = deque(maxlen=maxlen)
+        self.added = 0
+        self._p99 = 0.0
+        self._p99_at = -1
+
+    def add(self, latency: float) -> None:
+        self.values.append(latency)
+        self.added += 1
+
+    def p99(self) -> float:
+        if self._p99_at < 0 or self.added >= self._p99_at + max(32, len(self.values) // 8):
+            ordered = sorted(self.values)
+            self._p99, self._p99_at = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], self.added
+        return self._p99
+
+
 class _Call:
     """Transport numbers of one ``generate`` / ``embed`` call (touched only from the loop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, history: _Latencies | None = None) -> None:
         self.stats = TransportStats()
         self.in_flight = 0
         self.first = self.last = None  # type: float | None
-        self.latencies: list[float] = []  # of this call's answers, for the straggler cut
-        self._p99 = 0.0
-        self._p99_at = 0
+        self.latencies = _Latencies()  # of this call's answers, for the straggler cut
+        self.history = history  # the backend's recent answers of the same kind (small batches)
 
         self.watched: dict[int, tuple[float, asyncio.Timeout]] = {}  # first attempts in flight
         self._ticker: asyncio.Task[None] | None = None
         self._timeout_s = 0.0
 
     def answered(self, latency: float) -> None:
-        self.latencies.append(latency)
+        self.latencies.add(latency)
+        if self.history is not None:
+            self.history.add(latency)
 
     def watch(self, sent: float, cm: asyncio.Timeout, timeout_s: float) -> int:
         """Put a first attempt under the straggler cut, also when it was sent before the batch had
@@ -348,15 +372,15 @@ class _Call:
     def straggler_s(self, timeout_s: float) -> float | None:
         """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
         x the p99 of this call's answers so far (at least ``STRAGGLER_MIN_S``), once
-        ``STRAGGLER_SAMPLES`` answers have come; None before, or when that is not under
+        ``STRAGGLER_SAMPLES`` answers have come (before that, of the backend's recent answers of
+        the same kind, when it has that many); None before, or when that is not under
         ``timeout_s``. One call holds one task's requests, so its answers say how long they take."""
-        n = len(self.latencies)
-        if n < STRAGGLER_SAMPLES:
-            return None
-        if n >= self._p99_at + max(32, n // 8):  # re-sorted now and then, not per answer
-            ordered = sorted(self.latencies)
-            self._p99, self._p99_at = ordered[min(n - 1, int(0.99 * n))], n
-        cut = max(STRAGGLER_MIN_S, STRAGGLER_FACTOR * self._p99)
+        source = self.latencies
+        if len(source.values) < STRAGGLER_SAMPLES:
+            if self.history is None or len(self.history.values) < STRAGGLER_SAMPLES:
+                return None
+            source = self.history
+        cut = max(STRAGGLER_MIN_S, STRAGGLER_FACTOR * source.p99())
         return cut if cut < timeout_s else None
 
     def enter(self, now: float) -> None:
@@ -492,6 +516,7 @@ class OpenAIBackend:
         self.max_throttled = max(1, max_throttled)
         self.dead_after_s = dead_after_s if dead_after_s is not None else max(2 * timeout_s, 60.0)
         self.stragglers_cut = 0  # first attempts cut as stragglers and sent again (see STRAGGLER_FACTOR)
+        self._histories: dict[int, _Latencies] = {}  # max_tokens -> recent answers (STRAGGLER_HISTORY)
         self._client: httpx.Client | None = None  # /v1/models only (once, before any call)
         self._identity: dict[str, str] | None = None
         self._served: dict[str, Any] | None = None
@@ -850,7 +875,10 @@ class OpenAIBackend:
         if not requests:
             return TransportStats()
         results: queue.SimpleQueue[tuple[int, Completion]] = queue.SimpleQueue()
-        call = _Call()
+        kind = max(r.params.max_tokens for r in requests)  # the task, as a rule: same budget, same latency
+        with self._lock:
+            history = self._histories.setdefault(kind, _Latencies(STRAGGLER_HISTORY))
+        call = _Call(history)
 
         async def one(i: int) -> None:
             try:
