@@ -35,15 +35,19 @@ ANALYSIS_MAX_CHARS = 600
 
 @dataclass(frozen=True, slots=True)
 class Judge:
-    """One targeted judge: its stage, prompt task, boolean checks and the reason when a check fails.
+    """One targeted judge: its stage, boolean checks and the reason when a check fails.
 
     ``checks`` are ``(field, value that keeps, reason when it does not)`` in the order they are read.
     """
 
     stage: str
-    task: str
     checks: tuple[tuple[str, bool, str], ...]
     extra: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    @property
+    def task(self) -> str:
+        """The prompt task: ``multihop_<stage>`` (the templates are named after the stage)."""
+        return f"multihop_{self.stage}"
 
     @property
     def verdicts(self) -> tuple[str, ...]:
@@ -59,7 +63,6 @@ class Judge:
 
 BRIDGE = Judge(
     "bridge_judge",
-    "multihop_bridge_judge",
     (
         ("b_only_candidate", True, "several_candidates"),
         ("a_states_relation", True, "relation_not_stated"),
@@ -72,7 +75,6 @@ BRIDGE = Judge(
 )
 LANGUAGE = Judge(
     "language_judge",
-    "multihop_language_judge",
     (
         ("fluent", True, "not_fluent"),
         ("unique_referents", True, "ambiguous_referent"),

@@ -48,7 +48,6 @@ PUBLISHABILITY_SCHEMA: dict[str, Any] = {
 }
 DESCRIPTOR = tj.Judge(
     DESCRIPTOR_STAGE,
-    DESCRIPTOR_TASK,
     (
         ("descriptor_in_question", True, "descriptor_not_in_question"),
         ("descriptor_hides_bridge", True, "descriptor_reveals_bridge"),
