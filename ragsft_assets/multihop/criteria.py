@@ -15,7 +15,7 @@ import orjson
 import pyarrow as pa
 
 from ragsft_assets.llm.types import ChatModel, SamplingParams
-from ragsft_assets.multihop.targeted_judges import JudgeItem, judge_messages
+from ragsft_assets.multihop.targeted_judges import JudgeItem, chat_without_thinking, judge_messages
 from ragsft_assets.prompts import PromptTemplate
 
 STAGE = "criteria_annotation"
@@ -33,7 +33,6 @@ FAILS_CRITERIA = "fails_criteria"
 NOT_ANNOTATED = "not_annotated"
 VERDICTS = (KEPT, FAILS_CRITERIA, NOT_ANNOTATED)
 PARAMS = SamplingParams(temperature=0.0, max_tokens=160)
-NO_THINKING = {"enable_thinking": False}
 JSON_SCHEMA = {  # six booleans and nothing else: the model cannot run on past them
     "type": "object",
     "properties": {c: {"type": "boolean"} for c in CRITERIA},
@@ -83,14 +82,8 @@ def run_criteria(
     items = sorted(items, key=lambda it: it.id)
     budget = len(items) if max_questions is None else max(0, min(max_questions, len(items)))
     asked = items[:budget]
-    batch = annotator.chat(
-        [judge_messages(template, it) for it in asked],
-        PARAMS,
-        json_schema=JSON_SCHEMA,
-        template_version=template.version,
-        log=log,
-        chat_template_kwargs=NO_THINKING,
-    )
+    conversations = [judge_messages(template, it) for it in asked]
+    batch = chat_without_thinking(annotator, conversations, PARAMS, JSON_SCHEMA, template, log)
     rows = []
     for i, it in enumerate(items):
         res = batch.results[i] if i < budget else None

@@ -24,6 +24,7 @@ import pyarrow as pa
 from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import normalize_text
+from ragsft_assets.multihop.targeted_judges import chat_without_thinking
 from ragsft_assets.prompts import PromptTemplate
 
 STAGE = "first_hop"
@@ -35,7 +36,6 @@ A_LACKS_PROPERTY = "a_lacks_property"
 UNREADABLE = "unreadable"
 VERDICTS = (LEADS_TO_B, OTHER_ENTITY, SEVERAL_ENTITIES, A_LACKS_PROPERTY, UNREADABLE)
 PARAMS = SamplingParams(temperature=0.0, max_tokens=96)
-NO_THINKING = {"enable_thinking": False}
 # The reply's bounds go to the model with the call (structured output): the status is one of the
 # three the verdicts read, an entity is a name (at most 200 characters), nothing else is written.
 JSON_SCHEMA = {
@@ -122,14 +122,8 @@ def run_first_hop(
 ) -> pa.Table:
     """Judge every item once (sorted by id); one row per item with its verdict and the raw reply."""
     items = sorted(items, key=lambda it: it.id)
-    batch = judge.chat(
-        [build_messages(template, it) for it in items],
-        PARAMS,
-        json_schema=JSON_SCHEMA,
-        template_version=template.version,
-        log=log,
-        chat_template_kwargs=NO_THINKING,
-    )
+    conversations = [build_messages(template, it) for it in items]
+    batch = chat_without_thinking(judge, conversations, PARAMS, JSON_SCHEMA, template, log)
     rows = []
     for it, res in zip(items, batch.results, strict=True):
         reply = parse_reply(res.text) if res.ok else None

@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 
 from ragsft_assets.arrow_schemas import strings
-from ragsft_assets.llm.types import ChatModel, SamplingParams
+from ragsft_assets.llm.types import BatchResult, ChatModel, Message, SamplingParams
 from ragsft_assets.prompts import PromptTemplate
 
 KEPT = "kept"
@@ -106,6 +106,26 @@ def judge_messages(template: PromptTemplate, item: JudgeItem) -> list[dict[str, 
     return [{"role": "user", "content": template.render(**fields)}]
 
 
+def chat_without_thinking(
+    model: ChatModel,
+    conversations: Sequence[Sequence[Message]],
+    params: SamplingParams,
+    json_schema: dict[str, Any],
+    template: PromptTemplate,
+    log: Any = None,
+) -> BatchResult:
+    """How the card's judges and annotators are asked: one call per conversation, thinking off, the
+    reply bound by ``json_schema``, cached under ``template``'s version."""
+    return model.chat(
+        conversations,
+        params,
+        json_schema=json_schema,
+        template_version=template.version,
+        log=log,
+        chat_template_kwargs=NO_THINKING,
+    )
+
+
 def verdict_of(judge: Judge, text: str | None) -> tuple[str, str | None]:
     """``(verdict, analysis)`` of one reply: kept, the first failed check's reason, or unreadable."""
     start, end = (text or "").find("{"), (text or "").rfind("}")
@@ -129,14 +149,8 @@ def run_judge(
 ) -> pa.Table:
     """One call per item (sorted by id) at temperature 0; one row per item with its verdict."""
     items = sorted(items, key=lambda it: it.id)
-    batch = model.chat(
-        [judge_messages(template, it) for it in items],
-        PARAMS,
-        json_schema=judge.json_schema,
-        template_version=template.version,
-        log=log,
-        chat_template_kwargs=NO_THINKING,
-    )
+    conversations = [judge_messages(template, it) for it in items]
+    batch = chat_without_thinking(model, conversations, PARAMS, judge.json_schema, template, log)
     rows = []
     for it, res in zip(items, batch.results, strict=True):
         verdict, analysis = verdict_of(judge, res.text) if res.ok else (UNREADABLE, None)

@@ -107,15 +107,8 @@ def _chat(
     items: Sequence[TrainItem], model: ChatModel, template: PromptTemplate, schema: dict[str, Any], log: Any
 ) -> list[Any]:
     """One call per item, in the given order, at temperature 0 without thinking (as the card's judges)."""
-    batch = model.chat(
-        [tj.judge_messages(template, it) for it in items],
-        tj.PARAMS,
-        json_schema=schema,
-        template_version=template.version,
-        log=log,
-        chat_template_kwargs=tj.NO_THINKING,
-    )
-    return list(batch.results)
+    conversations = [tj.judge_messages(template, it) for it in items]
+    return list(tj.chat_without_thinking(model, conversations, tj.PARAMS, schema, template, log).results)
 
 
 def run_publishability(
