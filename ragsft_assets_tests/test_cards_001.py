@@ -306,7 +306,7 @@ def test_the_hotpotqa_fr_section_quotes_the_card() -> None:
 
 
 def test_generated_cards_link_to_cards_md() -> None:
-    from ragsft_assets.defs.recall.assets import card_body
+    from ragsft_assets.recall.release_build import card_body
     from ragsft_assets.release.card import CARDS_DOC, CARDS_DOC_LINE
 
     assert (DOCS.parent / CARDS_DOC).is_file()

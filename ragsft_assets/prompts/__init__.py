@@ -53,10 +53,3 @@ def all_prompts() -> list[PromptTemplate]:
             task, lang, _ = f.name.rsplit(".", 2)
             out.append(PromptTemplate(task, lang, f.read_text(encoding="utf-8")))
     return out
-
-
-def templates_version(tasks: tuple[str, ...], langs: tuple[str, ...] = ("en", "fr")) -> str:
-    """One short hash over the templates of some tasks: part of an asset's code version, so an
-    edited prompt shows the asset as stale in the UI."""
-    texts = [load_prompt(t, lang).text for t in tasks for lang in langs]
-    return sha256_hex("\x1f".join(texts))[:8]

@@ -37,6 +37,14 @@ class OasstPair:
     response: str
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedTree:
+    """A tree read and left out, for its ledger row."""
+
+    tree_id: str  # message_tree_id (the prompt's message id where the export has none)
+    reason: str
+
+
 @dataclass
 class ReadResult:
     """Kept pairs and the counted reasons of every skipped tree."""
@@ -44,13 +52,15 @@ class ReadResult:
     pairs: list[OasstPair] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     trees: int = 0
-    skipped_trees: list[tuple[str, str]] = field(default_factory=list)  # (message_tree_id, reason)
+    skipped_trees: list[SkippedTree] = field(default_factory=list)
 
     def skip(self, tree: Mapping[str, Any], reason: str) -> None:
         """Count a skipped tree and keep its id, for the ledger."""
         root = tree.get("prompt") or {}
         self.skipped[reason] += 1
-        self.skipped_trees.append((str(tree.get("message_tree_id") or root.get("message_id")), reason))
+        self.skipped_trees.append(
+            SkippedTree(str(tree.get("message_tree_id") or root.get("message_id")), reason)
+        )
 
 
 def best_reply(replies: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any] | None, str]:

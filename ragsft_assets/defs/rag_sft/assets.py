@@ -32,12 +32,12 @@ from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_languag
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
 from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
-from ragsft_assets.prompts import templates_version
 from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
 from ragsft_assets.rag_sft.hotpot_input import records_from_table
 from ragsft_assets.rag_sft.recipes import RagSftRecipe, chain_record, default_recipe
 from ragsft_assets.rag_sft.recipes import resolve as resolve_recipe
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.stage_versions import stage_version
 from ragsft_assets.storage import SPLITS, atomic_write_bytes
 
 GROUP = "rag_sft"
@@ -381,7 +381,7 @@ def build_sft_chain(
     @stage(
         "rag_prompts",
         input_deps,
-        f"6-{templates_version(PROMPT_TASKS)}",
+        stage_version("/".join([*prefix, "rag_prompts"]), PROMPT_TASKS, ("en", "fr")),
     )
     def rag_prompts(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
@@ -494,7 +494,7 @@ def build_sft_chain(
     rag_verdicts = llm_stage(
         "rag_verdicts",
         [responses_key, prompts_key],
-        f"4-{templates_version(JUDGE_TASKS)}",
+        stage_version("/".join([*prefix, "rag_verdicts"]), JUDGE_TASKS, ("en", "fr")),
         "judge",
         "Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together.",
         judge_stage,
