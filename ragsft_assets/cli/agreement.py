@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
+from ragsft_assets.cli.options import INPUT_FILE
+
 
 @click.command()
-@click.argument("labels_a", type=click.Path(exists=True, dir_okay=False))
-@click.argument("labels_b", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.argument("labels_a", type=INPUT_FILE)
+@click.argument("labels_b", required=False, type=INPUT_FILE)
 @click.option(
     "--key",
     "key_path",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
+    type=INPUT_FILE,
     help='Key file of JSON lines {"id", "group": "kept"|"rejected"} (from `ragsft review sample`).',
 )
-def agreement(labels_a: str, labels_b: str | None, key_path: str | None) -> None:
+def agreement(labels_a: Path, labels_b: Path | None, key_path: Path | None) -> None:
     """Statistics over the ids LABELS_A [LABELS_B] [--key] share; one JSON object on stdout.
 
     A label file holds JSON lines {"id", "valid": true|false}. With --key: validity among kept vs

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ragsft_assets.cli.instance import ensure_instance_home
+from ragsft_assets.cli.options import verbose_option
 from ragsft_assets.cli.summary import read_summary, summary_lines
 from ragsft_assets.home import assets_dir, dagster_home, describe_home, ragsft_home
 from ragsft_assets.release import layout
@@ -34,14 +35,9 @@ def demo_run_config(job_def: Any, max_pairs: int | None) -> dict[str, Any]:
 @click.option("--job", default="full_job", show_default=True, help="Which job to run.")
 @click.option("--partition", default=SAMPLE_KEY, show_default=True, help="Snapshot partition key.")
 @click.option(
-    "--max-pairs",
-    type=int,
-    default=None,
-    help="Bridge pairs drawn and sent to question generation (the sample draws 24).",
+    "--max-pairs", type=int, help="Bridge pairs drawn and sent to question generation (the sample draws 24)."
 )
-@click.option(
-    "--verbose", is_flag=True, help="Print Dagster's event log and the libraries' lines as they come."
-)
+@verbose_option
 def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None:
     """Add the sample snapshot, run JOB on it with the configured models, and say where things are.
 

@@ -13,6 +13,8 @@ from typing import Any
 import click
 import orjson
 
+from ragsft_assets.cli.options import INPUT_FILE, verbose_option
+
 
 def _run_config(config_json: str | None, config_files: tuple[Path, ...]) -> dict[str, Any]:
     """The run config: every ``--config`` file (YAML or JSON) merged in order, then ``--config-json``."""
@@ -94,12 +96,10 @@ def _partition_set(job: Any, keys: list[Any]) -> Any:
     "--config",
     "config_files",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=INPUT_FILE,
     help="Run config file, YAML or JSON (repeatable; --config-json wins).",
 )
-@click.option(
-    "--verbose", is_flag=True, help="Print Dagster's event log and the libraries' lines as they come."
-)
+@verbose_option
 def materialize(
     selection: str,
     partition: str | None,

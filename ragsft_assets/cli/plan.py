@@ -11,6 +11,8 @@ from pathlib import Path
 import click
 import orjson
 
+from ragsft_assets.cli.options import INPUT_FILE
+
 
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
@@ -40,40 +42,29 @@ def stdout_to_stderr() -> Iterator[None]:
 )
 @click.option("--job", default=None, help="The job to forecast (default: the partition kind's main job).")
 @click.option(
-    "--config",
-    "config_path",
-    type=click.Path(exists=True, dir_okay=False),
-    default=None,
-    help="The run's config (YAML), as the launchpad takes it.",
+    "--config", "config_path", type=INPUT_FILE, help="The run's config (YAML), as the launchpad takes it."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option(
     "--slots",
     type=int,
-    default=None,
     help="Requests the fleet serves at once (default: the roles' per-URL concurrency x URLs).",
 )
 @click.option(
     "--gpus", type=int, default=0, help="GPUs of the fleet (replicas x GPUs per replica), for GPU-hours."
 )
 @click.option(
-    "--budget-calls",
-    type=int,
-    default=None,
-    help="Warn when the run would make more calls (default: the roles').",
+    "--budget-calls", type=int, help="Warn when the run would make more calls (default: the roles')."
 )
 @click.option(
-    "--budget-tokens",
-    type=int,
-    default=None,
-    help="Warn when the run would use more tokens (default: the roles').",
+    "--budget-tokens", type=int, help="Warn when the run would use more tokens (default: the roles')."
 )
 @click.option("--compare", "run_id", default=None, help="Show forecast against actual for a finished run.")
 def plan(
     key: str,
     sample: int,
     job: str | None,
-    config_path: str | None,
+    config_path: Path | None,
     as_json: bool,
     slots: int | None,
     gpus: int,
@@ -103,7 +94,7 @@ def plan(
 
             click.echo(compare_table(rows))
         return
-    run_config = yaml.safe_load(Path(config_path).read_text()) if config_path else {}
+    run_config = yaml.safe_load(config_path.read_text()) if config_path else {}
     try:
         # everything but the plan goes to stderr (the engines' and Dagster's logs, C-level prints
         # included), so `--json` output is one JSON object alone on stdout

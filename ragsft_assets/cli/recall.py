@@ -14,6 +14,7 @@ import click
 import orjson
 
 from ragsft_assets.cli.jsonl import json_objects
+from ragsft_assets.cli.options import INPUT_FILE, OUTPUT_FILE
 from ragsft_assets.recall.rule import RuleCounts, Thresholds, rederive
 
 FULL_SUFFIXES = (".parquet", ".jsonl", ".jsonl.gz")  # data files (a release's manifests are .json)
@@ -113,7 +114,7 @@ def _counts_line(label: str, t: Thresholds, c: RuleCounts) -> str:
 @click.argument("full", type=click.Path(exists=True, path_type=Path))
 @click.option("--thresholds", default="2/1/2/1", show_default=True, help="j_e/k_e/j_c/k_c")
 @click.option("--config", "config", default=None, help="the -full config of a release folder to read")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="write JSON lines here")
+@click.option("--out", type=OUTPUT_FILE, help="write JSON lines here")
 def rule(full: Path, thresholds: str, config: str | None, out: Path | None) -> None:
     """Re-apply the known-claim rule to a -full config under THRESHOLDS, with no model call.
 
@@ -156,7 +157,7 @@ def rule(full: Path, thresholds: str, config: str | None, out: Path | None) -> N
 @click.argument("keys", nargs=-1, required=True)
 @click.option(
     "--trees",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=INPUT_FILE,
     default=None,
     help="a JSON-lines export of OASST1 message trees (else --hub)",
 )

@@ -9,6 +9,7 @@ import click
 import orjson
 
 from ragsft_assets.cli.jsonl import json_objects
+from ragsft_assets.cli.options import INPUT_FILE, OUTPUT_FILE
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.long_context.syntactic import generate
 
@@ -29,13 +30,9 @@ def read_passages(path: Path) -> list[tuple[str, str]]:
 
 
 @click.command("syntactic")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", type=INPUT_FILE)
 @click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the JSON lines here instead of standard output.",
+    "--out", "out_path", type=OUTPUT_FILE, help="Write the JSON lines here instead of standard output."
 )
 @click.option("--seed", type=int, default=DEFAULT_SEED, show_default=True, help="The draws' seed.")
 def syntactic(file: Path, out_path: Path | None, seed: int) -> None:
