@@ -578,10 +578,8 @@ class EmbeddingResource(ModelEndpoint):
                 "engine_json": self._engine_json(),
             }
         if self.backend == "vllm":
-            if not self.model:
-                raise ValueError("embedder backend 'vllm' needs `model` (a local folder or a hub id)")
             return "embed:vllm", {
-                "model": self.model,
+                "model": self.vllm_model(),
                 "max_tokens": self.max_tokens,
                 "weights_id": self.weights_id,
                 "dtype": self.dtype,
@@ -591,14 +589,7 @@ class EmbeddingResource(ModelEndpoint):
             if not self.base_urls or not self.model:
                 raise ValueError("embedder backend 'openai' needs `base_urls` and `model`")
             return "embed:openai", {
-                "base_urls": tuple(self.endpoint_urls()),  # credentials from the variable, not config
-                "model": self.model,
-                "api_key_env": self.api_key_env,
-                "concurrency": self.concurrency,
-                "timeout_s": self.timeout_s,
-                "max_retries": self.max_retries,
-                "backoff_s": self.backoff_s,
-                "weights_id": self.weights_id,
+                **self.http_options(self.endpoint_urls(), self.model, self.weights_id),
                 "per_request": self.per_request,
                 "max_tokens": self.max_tokens,
                 "role": self.role,

@@ -61,6 +61,8 @@ class ModelEndpoint(dg.ConfigurableResource):
     # which Dagster stores in the instance with every run: ``base_urls`` then holds them masked and
     # this names the variable holding them as they are (RAGSFT_<ROLE>_BASE_URLS), read when used.
     base_urls_env: str = ""
+    # The role's name (each kind of role sets its own default): in messages, and its own HTTP pool.
+    role: str = "model"
 
     def endpoint_urls(self) -> list[str]:
         """The base URLs to call: those of ``base_urls_env`` when ``base_urls`` is their masked
@@ -70,6 +72,26 @@ class ModelEndpoint(dg.ConfigurableResource):
             if raw and [mask_url(u) for u in raw] == list(self.base_urls):
                 return raw
         return list(self.base_urls)
+
+    def vllm_model(self) -> str:
+        """``model`` for the in-process ``vllm`` backend, which has no default model to fall back on."""
+        if not self.model:
+            raise ValueError(f"{self.role}: backend 'vllm' needs `model` (a local folder or a hub id)")
+        return self.model
+
+    def http_options(self, urls: Sequence[str], model: str, weights_id: str) -> dict[str, Any]:
+        """The options every OpenAI-compatible backend takes, chat or embedding: where and how to
+        call (credentials come from ``api_key_env``'s variable, never from the config)."""
+        return {
+            "base_urls": tuple(urls),
+            "model": model,
+            "api_key_env": self.api_key_env,
+            "concurrency": self.concurrency,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "backoff_s": self.backoff_s,
+            "weights_id": weights_id,
+        }
 
 
 class LLMResource(ModelEndpoint):
@@ -138,10 +160,8 @@ class LLMResource(ModelEndpoint):
         if self.backend == "embedded":
             return "embedded", {"max_model_len": self.max_model_len, **self._engine_json()}
         if self.backend == "vllm":
-            if not self.model:
-                raise ValueError("backend 'vllm' needs `model` (a local folder or a hub id)")
             return "vllm", {
-                "model": self.model,
+                "model": self.vllm_model(),
                 "max_model_len": self.max_model_len,
                 "weights_id": self.weights_id,
                 **self._engine_json(),
@@ -158,14 +178,7 @@ class LLMResource(ModelEndpoint):
                 server = ensure_server(self.model or None, max_model_len=self.max_model_len)
                 urls, model, weights = [server.base_url], server.model_name, weights or server.weights_sha256
             return "openai", {
-                "base_urls": tuple(urls),
-                "model": model,
-                "api_key_env": self.api_key_env,
-                "concurrency": self.concurrency,
-                "timeout_s": self.timeout_s,
-                "max_retries": self.max_retries,
-                "backoff_s": self.backoff_s,
-                "weights_id": weights,
+                **self.http_options(urls, model, weights),
                 "json_mode": self.json_mode,
                 "reasoning_model": self.reasoning_model,
                 "reasoning_effort": self.reasoning_effort,
