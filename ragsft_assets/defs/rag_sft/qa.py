@@ -25,6 +25,7 @@ from ragsft_assets.defs.rag_sft.card import card_statistics
 from ragsft_assets.rag_sft import licenses, multi_answer
 from ragsft_assets.rag_sft.recipes import HOTPOTQA_CITE
 from ragsft_assets.release.layout import RAG_SFT_COLUMNS, ReleaseConfig
+from ragsft_assets.release.notes_log import notes_line
 from ragsft_assets.resources.store import ArtifactStore
 
 
@@ -118,8 +119,8 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
     # trust_align ships the chain's rag_sft under its own config name (the card's), alone.
     configs = [TRUST_ALIGN_CONFIG] if multi else None
     built = build.build_release(store.root, partition, target, configs=configs)
-    for note in built.notes:
-        context.log.info(note)
+    if line := notes_line(built.notes):  # one line for the run log, not one per empty split
+        context.log.info(line)
     stats = card_statistics(store, partition)
     sections = card_section(stats, multi_answer.PRODUCT if multi else "hotpotqa_cite")
     if multi:

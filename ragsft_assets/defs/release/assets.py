@@ -14,6 +14,7 @@ from ragsft_assets.multihop.card_section import release_sections
 from ragsft_assets.release import build, layout
 from ragsft_assets.release.catalog import build_catalog
 from ragsft_assets.release.diff import keep_previous
+from ragsft_assets.release.notes_log import notes_line
 from ragsft_assets.release.verify import verify_release
 from ragsft_assets.resources.store import ArtifactStore
 
@@ -318,8 +319,8 @@ def release(
         keep_previous(target)  # release_diff compares a rebuilt key with the build it replaces
     names = release_names(config, partition)
     built = build.build_release(store.root, partition, target, configs=layout.release_configs(names))
-    for note in built.notes:
-        context.log.info(note)
+    if line := notes_line(built.notes):  # one line, not one per empty split (`notes` lists them all)
+        context.log.info(line)
     rows = [(c, s, n) for c, splits in built.rows.items() for s, n in splits.items()]
     from ragsft_assets.table_stats import markdown_table
 
