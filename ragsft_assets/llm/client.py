@@ -41,6 +41,7 @@ from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.backends.base import Backend, Completion, Request, TransportStats
 from ragsft_assets.llm.cache import LLMCache, canonical_json, request_record
 from ragsft_assets.llm.parsing import interpret
+from ragsft_assets.llm.request_batch import RunsRequests
 from ragsft_assets.llm.thinking import effective_request, thinks
 from ragsft_assets.llm.transport_errors import TransportErrors, share_failure, transport_kinds
 from ragsft_assets.llm.types import (
@@ -186,8 +187,8 @@ class SamplesResult:
     stats: BatchStats = field(default_factory=BatchStats)
 
 
-class ChatClient:
-    """A ``ChatModel`` over one backend and one cache.
+class ChatClient(RunsRequests):
+    """A ``ChatModel`` over one backend and one cache (``chat``/``complete``: ``RunsRequests``).
 
     Args:
         backend: generates completions (see ``llm.backends.base.Backend``).
@@ -262,37 +263,6 @@ class ChatClient:
             template_kwargs=self._template_kwargs,
             reasoning_model=self._reasoning_model,
         )
-
-    def chat(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        template_version: str = "",
-        log: Any = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> BatchResult:
-        """Answer every conversation (see ``ChatModel.chat``); one result per conversation, in order."""
-        kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
-        requests = [Request(conv, params, json_schema, kwargs) for conv in conversations]
-        return self.run(requests, template_version=template_version, log=log)
-
-    def complete(
-        self,
-        prompts: Sequence[str],
-        params: SamplingParams,
-        *,
-        template_version: str = "",
-        log: Any = None,
-    ) -> BatchResult:
-        """Continue every raw prompt (base models: no chat template); see ``CompletionModel.complete``.
-
-        Same cache, budget, progress, statuses and stop sequences as ``chat``; a completion's
-        cache key never equals a chat's.
-        """
-        requests = [Request((), params, None, None, prompt) for prompt in prompts]
-        return self.run(requests, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         """Answer a list of requests that may differ in sampling parameters and schema.

@@ -23,7 +23,7 @@ default). ``docs/llm.md`` says how to set and size them.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,8 @@ from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.cache import LLMCache
 from ragsft_assets.llm.client import ChatClient
-from ragsft_assets.llm.types import BatchResult, Message, SamplingParams
+from ragsft_assets.llm.request_batch import RunsRequests
+from ragsft_assets.llm.types import BatchResult
 from ragsft_assets.masking import mask_url
 
 
@@ -94,7 +95,7 @@ class ModelEndpoint(dg.ConfigurableResource):
         }
 
 
-class LLMResource(ModelEndpoint):
+class LLMResource(ModelEndpoint, RunsRequests):
     """A chat model for one role, with the content-addressed cache in front of it."""
 
     json_mode: str = "json_schema"
@@ -212,37 +213,6 @@ class LLMResource(ModelEndpoint):
 
     def model_identity(self) -> dict[str, str]:
         return self.client().model_identity()
-
-    def chat(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        template_version: str = "",
-        log: Any = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> BatchResult:
-        """Answer every conversation; see ``ragsft_assets.llm.types.ChatModel.chat``."""
-        return self.client().chat(
-            conversations,
-            params,
-            json_schema=json_schema,
-            template_version=template_version,
-            log=log,
-            chat_template_kwargs=chat_template_kwargs,
-        )
-
-    def complete(
-        self,
-        prompts: Sequence[str],
-        params: SamplingParams,
-        *,
-        template_version: str = "",
-        log: Any = None,
-    ) -> BatchResult:
-        """Continue raw prompts (base models); see ``ragsft_assets.llm.types.CompletionModel.complete``."""
-        return self.client().complete(prompts, params, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         """A batch of requests with their own params/schemas (used by ``chat_samples``)."""
