@@ -7,6 +7,7 @@ stage that decided a candidate, in pipeline order).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,15 @@ class Decision:
     reason: str = ""
     detail: dict | None = None
     cache_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DecisionLog:
+    """What a step that keeps some candidates and drops others records beside its output: one
+    ``Decision`` per candidate (its ledger rows) and the funnel's counts."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    funnel: Counter = field(default_factory=Counter)
 
 
 def ledger_table(partition: str, product: str, stage: str, decisions: Iterable[Decision]) -> pa.Table:

@@ -8,7 +8,6 @@ from processing order: the same records and seed give the same prompts in any or
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -16,7 +15,7 @@ import pyarrow as pa
 
 from ragsft_assets import ids
 from ragsft_assets.arrow_schemas import STRING_LIST, columns, strings
-from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, DecisionLog
 from ragsft_assets.prompts import load_prompt
 from ragsft_assets.rag_sft.citations import INLINE, REFERENCE
 from ragsft_assets.rag_sft.hotpot_input import HotpotRecord
@@ -248,10 +247,8 @@ def _draw_replacements(
 
 
 @dataclass(slots=True)
-class PromptBuild:
+class PromptBuild(DecisionLog):
     prompts: list[RagPrompt] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
-    funnel: Counter = field(default_factory=Counter)
 
 
 def build_prompts(

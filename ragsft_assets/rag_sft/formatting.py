@@ -21,7 +21,6 @@ The recipe (``rag_sft/recipes.py``) turns each step on or off:
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,7 +30,7 @@ import pyarrow as pa
 
 from ragsft_assets import ids
 from ragsft_assets.arrow_schemas import MESSAGES
-from ragsft_assets.ledger import DROPPED, KEPT, Decision
+from ragsft_assets.ledger import DROPPED, KEPT, Decision, DecisionLog
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_PATTERN,
     OK,
@@ -329,10 +328,8 @@ SFT_SCHEMA = pa.schema(
 
 
 @dataclass(slots=True)
-class Formatted:
+class Formatted(DecisionLog):
     rows: list[dict] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
-    funnel: Counter = field(default_factory=Counter)
 
 
 def format_examples(
