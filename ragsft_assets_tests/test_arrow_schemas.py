@@ -32,3 +32,16 @@ def test_messages_are_role_and_content_turns() -> None:
     turn = {"role": "user", "content": "Bonjour"}
     assert pa.array([[turn]], type=MESSAGES).to_pylist() == [[turn]]
     assert MESSAGES.value_type.names == ["role", "content"]
+
+
+def test_every_judged_stage_frames_its_fields_with_the_verdict_and_the_reply() -> None:
+    from ragsft_assets.multihop import criteria, first_hop, targeted_judges, train_checks
+
+    for schema, own in (
+        (targeted_judges.VERDICT_SCHEMA, ["analysis"]),
+        (first_hop.FIRST_HOP_SCHEMA, ["entity"]),
+        (train_checks.VERDICT_SCHEMA, ["score", "analysis"]),
+        (criteria.CRITERIA_SCHEMA, ["failed", *criteria.CRITERIA]),
+    ):
+        assert schema.names == ["id", "verdict", *own, "raw", "cache_key"]
+        assert all(schema.field(n).type == pa.string() for n in ("id", "verdict", "raw", "cache_key"))

@@ -14,8 +14,14 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.arrow_schemas import STRING_LIST, columns
 from ragsft_assets.llm.types import ChatModel, SamplingParams
-from ragsft_assets.multihop.targeted_judges import JudgeItem, chat_without_thinking, judge_messages
+from ragsft_assets.multihop.targeted_judges import (
+    JudgeItem,
+    chat_without_thinking,
+    judge_messages,
+    verdict_schema,
+)
 from ragsft_assets.prompts import PromptTemplate
 
 STAGE = "criteria_annotation"
@@ -39,16 +45,7 @@ JSON_SCHEMA = {  # six booleans and nothing else: the model cannot run on past t
     "required": list(CRITERIA),
     "additionalProperties": False,
 }
-CRITERIA_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("verdict", pa.string()),
-        ("failed", pa.list_(pa.string())),
-        *[(c, pa.bool_()) for c in CRITERIA],
-        ("raw", pa.string()),
-        ("cache_key", pa.string()),
-    ]
-)
+CRITERIA_SCHEMA = verdict_schema(("failed", STRING_LIST), *columns(pa.bool_(), *CRITERIA))
 
 
 CriteriaItem = JudgeItem  # the annotator reads what the targeted judges read

@@ -21,10 +21,9 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from ragsft_assets.arrow_schemas import strings
 from ragsft_assets.llm.types import ChatModel, SamplingParams
 from ragsft_assets.multihop.normalize import normalize_text
-from ragsft_assets.multihop.targeted_judges import chat_without_thinking
+from ragsft_assets.multihop.targeted_judges import chat_without_thinking, verdict_schema
 from ragsft_assets.prompts import PromptTemplate
 
 STAGE = "first_hop"
@@ -50,7 +49,7 @@ JSON_SCHEMA = {
 _QUALIFIER = re.compile(r"\s*\([^)]*\)\s*$")
 _JSON_OBJECT = re.compile(r"\{.*\}", re.S)
 
-FIRST_HOP_SCHEMA = pa.schema(strings("id", "verdict", "entity", "raw", "cache_key"))
+FIRST_HOP_SCHEMA = verdict_schema(("entity", pa.string()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,15 @@ LANGUAGE = Judge(
     ),
 )
 JUDGES = {j.stage: j for j in (BRIDGE, LANGUAGE)}
-VERDICT_SCHEMA = pa.schema(strings("id", "verdict", "analysis", "raw", "cache_key"))
+
+
+def verdict_schema(*fields: pa.Field | tuple[str, pa.DataType]) -> pa.Schema:
+    """The table of a judged stage: each question's ``id`` and ``verdict``, what the stage reads
+    from the reply (``fields``), then the ``raw`` reply and its LLM ``cache_key``."""
+    return pa.schema([*strings("id", "verdict"), *fields, *strings("raw", "cache_key")])
+
+
+VERDICT_SCHEMA = verdict_schema(("analysis", pa.string()))
 
 
 @dataclass(frozen=True, slots=True)

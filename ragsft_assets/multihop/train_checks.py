@@ -1,4 +1,4 @@
-"""The two train-only steps of ``filtered_qwen_v2``, after the bridge and language judges.
+"""The two train-only steps of the targeted judges' config, after the bridge and language judges.
 
 The HotpotQA-fr card (001) counts them in its table: "Écartées par le score de publiabilité
 (train) 17 197", "Écartées par le contrôle des descripteurs (train) 1 512" and "Sans verdict du
@@ -54,15 +54,9 @@ DESCRIPTOR = tj.Judge(
         ("descriptor_stated_by_a", True, "descriptor_not_stated_by_a"),
     ),
 )
-VERDICT_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("verdict", pa.string()),
-        ("score", pa.int32()),  # the publishability score (null for the descriptor check)
-        ("analysis", pa.string()),
-        ("raw", pa.string()),
-        ("cache_key", pa.string()),
-    ]
+VERDICT_SCHEMA = tj.verdict_schema(
+    ("score", pa.int32()),  # the publishability score (null for the descriptor check)
+    ("analysis", pa.string()),
 )
 
 
@@ -154,7 +148,7 @@ def run_descriptor_check(
 
 
 def train_only_kept(kept_before: set[str], scored: set[str], descriptor_kept: set[str]) -> set[str]:
-    """``filtered_qwen_v2``: what the two judges keep, less the questions the train-only steps saw
+    """The targeted judges' config: what the two judges keep, less the questions the train-only steps saw
     (``scored``: the train ones) and did not keep; validation and test are not seen by them
     ("(train)" in the card), so they keep the judges' verdict."""
     return {i for i in kept_before if i not in scored or i in descriptor_kept}
