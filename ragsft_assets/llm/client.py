@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ragsft_assets.ids import sha256_hex
@@ -334,7 +334,7 @@ class ChatClient(RunsRequests):
                         )
                         stats.errors += 1
                     for n, i in enumerate(todo[key]):
-                        results[i] = res if n == 0 else _copy_result(res, cached=True)
+                        results[i] = res if n == 0 else replace(res, cached=True)
                     stats.cache_hits += len(todo[key]) - 1
                     stats.calls += 1
                     stats.prompt_tokens += completion.prompt_tokens
@@ -408,21 +408,6 @@ def _record(identity: Mapping[str, str], r: Request, template_version: str) -> d
     version = r.template_version if r.template_version is not None else template_version
     return request_record(
         identity, r.params, r.messages, r.json_schema, version, r.chat_template_kwargs, r.prompt
-    )
-
-
-def _copy_result(res: ChatResult, cached: bool) -> ChatResult:
-    return ChatResult(
-        text=res.text,
-        status=res.status,
-        parsed=res.parsed,
-        reasoning=res.reasoning,
-        prompt_tokens=res.prompt_tokens,
-        completion_tokens=res.completion_tokens,
-        cache_key=res.cache_key,
-        cached=cached,
-        error=res.error,
-        reason=res.reason,
     )
 
 
