@@ -97,14 +97,7 @@ LINK_REASONS = (
     LINK_KEPT,
 )
 
-LINK_TYPE = pa.struct(
-    [
-        ("target_title", pa.string()),
-        ("target_id", pa.string()),
-        ("anchor", pa.string()),
-        ("sentence", pa.int32()),
-    ]
-)
+LINK_TYPE = pa.struct([*strings("target_title", "target_id", "anchor"), ("sentence", pa.int32())])
 ABSTRACTS_SCHEMA = pa.schema(
     [
         *strings("id", "title"),

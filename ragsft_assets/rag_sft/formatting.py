@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from ragsft_assets import ids
-from ragsft_assets.arrow_schemas import MESSAGES
+from ragsft_assets.arrow_schemas import MESSAGES, STRING_LIST, strings
 from ragsft_assets.ledger import DROPPED, KEPT, Decision, DecisionLog
 from ragsft_assets.rag_sft.citations import (
     ELLIPSIS_PATTERN,
@@ -317,10 +317,9 @@ def rewrite_refusal(response: str, lang: str, seed: int, pair_id: str) -> tuple[
 
 SFT_SCHEMA = pa.schema(
     [
-        ("id", pa.string()),
-        ("pair_id", pa.string()),
+        *strings("id", "pair_id"),
         ("messages", MESSAGES),
-        ("supporting_facts_titles", pa.list_(pa.string())),
+        ("supporting_facts_titles", STRING_LIST),
         ("chunks_total", pa.int32()),
         ("split", pa.string()),
     ]
