@@ -216,13 +216,23 @@ def _dispatch(entry: Any, lines: StageLines) -> None:
             data.check_name,
             data.asset_key.to_user_string(),
             getattr(data.severity, "value", str(data.severity)),
-            getattr(data, "partition", None),
+            check_partition(data),
         )
     elif kind == "STEP_SUCCESS":
         lines.step_ended(step, True, data.duration_ms / 1000 if data.duration_ms else None)
     elif kind == "STEP_FAILURE":
         error = data.error.message if data and data.error else ""
         lines.step_ended(step, False, None, error)
+
+
+def check_partition(evaluation: Any) -> str | None:
+    """The partition a check evaluation checked: Dagster's own field where it is set (a partitioned
+    check, a preview feature the project does not use), else the ``partition`` our results carry
+    in their metadata (``defs.check_results``)."""
+    if getattr(evaluation, "partition", None):
+        return evaluation.partition
+    value = (getattr(evaluation, "metadata", None) or {}).get("partition")
+    return getattr(value, "value", value)
 
 
 def execute_with_console(
