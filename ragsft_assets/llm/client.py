@@ -41,7 +41,6 @@ from ragsft_assets.ids import sha256_hex
 from ragsft_assets.llm.backends.base import Backend, Completion, Request, TransportStats
 from ragsft_assets.llm.cache import LLMCache, canonical_json, request_record
 from ragsft_assets.llm.parsing import interpret
-from ragsft_assets.llm.request_batch import RunsRequests
 from ragsft_assets.llm.thinking import effective_request, thinks
 from ragsft_assets.llm.transport_errors import TransportErrors, share_failure, transport_kinds
 from ragsft_assets.llm.types import (
@@ -51,6 +50,7 @@ from ragsft_assets.llm.types import (
     BatchStats,
     ChatModel,
     ChatResult,
+    CompletionModel,
     Message,
     SamplingParams,
 )
@@ -187,8 +187,8 @@ class SamplesResult:
     stats: BatchStats = field(default_factory=BatchStats)
 
 
-class ChatClient(RunsRequests):
-    """A ``ChatModel`` over one backend and one cache (``chat``/``complete``: ``RunsRequests``).
+class ChatClient(ChatModel, CompletionModel):
+    """A ``ChatModel`` over one backend and one cache (``chat``/``complete``: the protocols' own).
 
     Args:
         backend: generates completions (see ``llm.backends.base.Backend``).

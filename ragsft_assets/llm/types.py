@@ -180,8 +180,15 @@ class ChatModel(Protocol):
             log: a logger (Dagster's context.log) for progress lines.
             chat_template_kwargs: per-call arguments of the model's chat template, e.g.
                 ``{"enable_thinking": False}``; part of the cache key when set.
+
+        By default one batch of ``Request``s through ``run``: ``ChatClient`` inherits it and
+        ``LLMResource`` takes it, so the two answer a chat the same way.
         """
-        ...
+        from ragsft_assets.llm.backends.base import Request  # base imports this module
+
+        kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
+        requests = [Request(conv, params, json_schema, kwargs) for conv in conversations]
+        return self.run(requests, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Any], *, template_version: str = "", log: Any = None) -> BatchResult:
         """Answer requests (``llm.backends.base.Request``) that differ in sampling, schema or template
@@ -206,6 +213,10 @@ class CompletionModel(Protocol):
         """Continue every prompt as is (no chat template); one ChatResult per prompt, in order.
 
         Same cache, budget, statuses and stop sequences (``params.stop``) as ``ChatModel.chat``;
-        the text is the continuation only.
+        the text is the continuation only, and a completion's cache key never equals a chat's. By
+        default one batch of ``Request``s through the model's ``run`` (as ``ChatModel.chat``).
         """
-        ...
+        from ragsft_assets.llm.backends.base import Request  # base imports this module
+
+        requests = [Request((), params, None, None, prompt) for prompt in prompts]
+        return self.run(requests, template_version=template_version, log=log)  # type: ignore[attr-defined]

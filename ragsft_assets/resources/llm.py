@@ -36,8 +36,7 @@ from ragsft_assets.llm import engines
 from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.cache import LLMCache
 from ragsft_assets.llm.client import ChatClient
-from ragsft_assets.llm.request_batch import RunsRequests
-from ragsft_assets.llm.types import BatchResult
+from ragsft_assets.llm.types import BatchResult, ChatModel, CompletionModel
 from ragsft_assets.masking import mask_url
 
 
@@ -95,7 +94,7 @@ class ModelEndpoint(dg.ConfigurableResource):
         }
 
 
-class LLMResource(ModelEndpoint, RunsRequests):
+class LLMResource(ModelEndpoint):
     """A chat model for one role, with the content-addressed cache in front of it."""
 
     json_mode: str = "json_schema"
@@ -213,6 +212,11 @@ class LLMResource(ModelEndpoint, RunsRequests):
 
     def model_identity(self) -> dict[str, str]:
         return self.client().model_identity()
+
+    # The protocols' chat and complete (one batch of Requests through ``run``, as ChatClient's): a
+    # Dagster resource cannot subclass a Protocol (their metaclasses conflict), so it takes them.
+    chat = ChatModel.chat
+    complete = CompletionModel.complete
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         """A batch of requests with their own params/schemas (used by ``chat_samples``)."""
