@@ -267,11 +267,12 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     their metadata (schema, preview, split counts, funnels, reasons table from the ledger); then the
     link graph's edge ledger and its metadata (top targets, bridge edges).
     """
-    from ragsft_assets import storage, table_stats
+    from ragsft_assets import storage
+    from ragsft_assets.corpus import summaries
     from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
     from ragsft_assets.corpus.ledgers import abstracts_ledger, link_graph_ledger
     from ragsft_assets.corpus.link_graph import LINK_GRAPH_SCHEMA
-    from ragsft_assets.defs.corpus.assets import PRODUCT, _funnel_rows, _reason_table
+    from ragsft_assets.defs.corpus.assets import PRODUCT
     from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
     from ragsft_assets.ledger import write_ledger
 
@@ -286,8 +287,8 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
         preview_columns=["id", "title", "split", "text"],
         split_column="split",
     )
-    md.update(funnel_metadata(_funnel_rows(build.funnel)))
-    md["rejections_by_reason"] = _reason_table([ledger])
+    md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
+    md["rejections_by_reason"] = summaries.reason_table([ledger])
 
     path = storage.asset_path(PARTITION, "link_graph", storage.ALL, root)
     write_ledger(
@@ -299,13 +300,9 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
         preview_columns=["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
         split_column="split",
     )
-    md.update(funnel_metadata(_funnel_rows(graph.funnel)))
-    md["bridge_edges"] = table_stats.query([path], "SELECT count(*) FROM t WHERE is_bridge")[0][0]
-    md["top_targets"] = table_stats.query(
-        [path],
-        "SELECT target_title, max(target_in_degree) d, bool_or(is_bridge) FROM t "
-        "GROUP BY target_title ORDER BY d DESC, target_title LIMIT 10",
-    )
+    md.update(funnel_metadata(summaries.funnel_rows(graph.funnel)))
+    md["bridge_edges"] = summaries.bridge_edges(path)
+    md["top_targets"] = summaries.top_targets(path)
     return time.perf_counter() - started
 
 

@@ -1,41 +1,27 @@
-"""Corpus assets: abstracts, link graph, bridge pairs (thin: read, call the logic, write, describe)."""
+"""Corpus assets: snapshot files, abstracts, link graph, bridge pairs. A table of declarations: each
+asset declares what it reads once (``reads=``: its deps and its reader), resolves its settings
+(``corpus.settings``), calls the logic, writes Parquet and ledger rows, and describes the output
+(``corpus.summaries``)."""
 
 import time
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from ragsft_assets import table_stats
-from ragsft_assets.corpus.abstracts import (
-    ABSTRACTS_SCHEMA,
-    DEFAULT_SPLIT_SHARES,
-    AbstractsConfig,
-    normalise_shares,
-)
-from ragsft_assets.corpus.bridge_pairs import (
-    BRIDGE_PAIRS_SCHEMA,
-    NOT_DRAWN,
-    BridgePairsConfig,
-    draw_bridge_pairs,
-)
+from ragsft_assets.corpus import settings, summaries
+from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
+from ragsft_assets.corpus.bridge_pairs import BRIDGE_PAIRS_SCHEMA, BridgePairsConfig, draw_bridge_pairs
 from ragsft_assets.corpus.build import build_abstracts, check_bad_share, default_workers
 from ragsft_assets.corpus.hub_snapshot import describe_files, exports_from_hub, hub_dataset, snapshot_revision
 from ragsft_assets.corpus.ledgers import abstracts_ledger, link_graph_ledger
-from ragsft_assets.corpus.link_graph import (
-    DEFAULT_BRIDGE_TOP_K,
-    DEFAULT_IN_DEGREE_CAP,
-    LINK_GRAPH_SCHEMA,
-    LinkGraphConfig,
-    build_link_graph_files,
-)
+from ragsft_assets.corpus.link_graph import LINK_GRAPH_SCHEMA, build_link_graph_files
 from ragsft_assets.defs.bad_input import fail_at_once_on_bad_input
 from ragsft_assets.defs.corpus.checks import check_results, check_specs
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
+from ragsft_assets.defs.wiring import declared_inputs, reads
 from ragsft_assets.ids import DEFAULT_SEED
-from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
-from ragsft_assets.multihop.recipes import default_pairs_drawn
+from ragsft_assets.ledger import ledger_table
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS
@@ -82,16 +68,6 @@ class BridgePairsAssetConfig(dg.Config):
     max_pairs: int = 0
 
 
-def _snapshot_setting(snapshots: SnapshotSource, key: str, name: str, value: Any, default: Any) -> Any:
-    if value is not None:
-        return value
-    return snapshots.config(key).get(name, default)
-
-
-def _funnel_rows(funnel: dict[str, int]) -> dict[str, int]:
-    return {k: int(v) for k, v in funnel.items()}
-
-
 def _common_metadata(seed: int | None, started: float, **config: Any) -> dict[str, Any]:
     md: dict[str, Any] = {"wall_time_s": round(time.perf_counter() - started, 3)}
     if seed is not None:
@@ -100,19 +76,16 @@ def _common_metadata(seed: int | None, started: float, **config: Any) -> dict[st
     return md
 
 
-def _reason_table(files: list[Path], column: str = "reason") -> str:
-    if not files:
-        return "(none)"
-    rows = table_stats.query(
-        files, f'SELECT "{column}", count(*) FROM t GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT 20'
+def _asset(version: str, inputs: tuple[str, ...], **kw: Any):  # noqa: ANN202
+    """``dg.asset`` of the family: snapshot partitions, its group, its version, what it reads."""
+    return dg.asset(
+        partitions_def=snapshot_partitions, group_name=GROUP, code_version=version, deps=reads(*inputs), **kw
     )
-    return table_stats.markdown_table([column, "count"], rows)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=SNAPSHOT_FILES_VERSION,
+@_asset(
+    SNAPSHOT_FILES_VERSION,
+    (),
     kinds={"huggingface"},
     # The hub export resumes by shard, so a retry after a dropped connection continues where it stopped.
     retry_policy=dg.RetryPolicy(max_retries=3, delay=30, backoff=dg.Backoff.EXPONENTIAL),
@@ -135,12 +108,7 @@ def snapshot_files(context: dg.AssetExecutionContext, snapshots: SnapshotSource)
     origin = snapshot_revision(folder)
     md: dict[str, Any] = {
         "source": origin["source"],
-        "files": dg.MetadataValue.md(
-            table_stats.markdown_table(
-                ["file", "bytes", "sha256"],
-                [(d["name"], d["bytes"], d["sha256"] or "(too large)") for d in described],
-            )
-        ),
+        "files": dg.MetadataValue.md(summaries.files_table(described)),
         "file_count": len(described),
         "total_bytes": sum(d["bytes"] for d in described),
         "file_list": dg.MetadataValue.json(described),
@@ -152,13 +120,9 @@ def snapshot_files(context: dg.AssetExecutionContext, snapshots: SnapshotSource)
     return dg.MaterializeResult(metadata=md)
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=ABSTRACTS_VERSION,
-    kinds={"parquet", "duckdb"},
-    deps=[snapshot_files],
-    check_specs=check_specs("abstracts"),
+# the dump files come through the snapshots resource, not the store
+@_asset(
+    ABSTRACTS_VERSION, ("snapshot_files",), kinds={"parquet", "duckdb"}, check_specs=check_specs("abstracts")
 )
 def abstracts(
     context: dg.AssetExecutionContext,
@@ -170,15 +134,13 @@ def abstracts(
     started = time.perf_counter()
     key = context.partition_key
     files = snapshots.files(key)
-    shares = normalise_shares(
-        _snapshot_setting(snapshots, key, "split_shares", config.split_shares, DEFAULT_SPLIT_SHARES)
-    )
-    cfg = AbstractsConfig(
-        lang=snapshot_language(key).split("-")[0],
+    cfg = settings.abstracts_config(
+        snapshot_language(key).split("-")[0],
+        snapshots.config(key),
+        seed=config.seed,
+        split_shares=config.split_shares,
         min_chars=config.min_chars,
         min_sentences=config.min_sentences,
-        seed=config.seed,
-        split_shares=shares,
     )
     workers = config.workers or default_workers()
     context.log.info(f"reading {len(files)} dump file(s) of {key} with {workers} worker(s)")
@@ -202,23 +164,19 @@ def abstracts(
     md = table_metadata(
         files_out, ABSTRACTS_SCHEMA, preview_columns=["id", "title", "split", "text"], split_column="split"
     )
-    md.update(funnel_metadata(_funnel_rows(build.funnel)))
-    md.update(funnel_metadata(_funnel_rows(build.link_funnel), key="link_funnel"))
+    md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
+    md.update(funnel_metadata(summaries.funnel_rows(build.link_funnel), key="link_funnel"))
     md["bad_lines"] = build.bad_lines
     md["bad_share"] = round(build.bad_share, 6)
-    md["bad_line_examples"] = dg.MetadataValue.md(
-        table_stats.markdown_table(["file", "line", "reason", "detail"], build.bad_examples[:20])
-        if build.bad_examples
-        else "(none)"
-    )
+    md["bad_line_examples"] = dg.MetadataValue.md(summaries.bad_lines_table(build.bad_examples))
     md["ledger"] = dg.MetadataValue.path(str(ledger_path))
-    md["rejections_by_reason"] = dg.MetadataValue.md(_reason_table([ledger_path]))
+    md["rejections_by_reason"] = dg.MetadataValue.md(summaries.reason_table([ledger_path]))
     md["source_files"] = dg.MetadataValue.json([str(f) for f in files])
     md.update(
         _common_metadata(
             config.seed,
             started,
-            split_shares=list(shares),
+            split_shares=list(cfg.split_shares),
             min_chars=config.min_chars,
             min_sentences=config.min_sentences,
             max_bad_share=config.max_bad_share,
@@ -228,24 +186,8 @@ def abstracts(
     return dg.MaterializeResult(metadata=md, check_results=check_results("abstracts", store, snapshots, key))
 
 
-def load_bridge_titles(config: LinkGraphAssetConfig, snapshots: SnapshotSource, key: str) -> tuple[str, ...]:
-    """Bridge titles from the config list, the config file, or snapshot.json's ``bridge_titles``."""
-    titles = list(config.bridge_titles)
-    if config.bridge_titles_file:
-        path = Path(config.bridge_titles_file).expanduser()
-        titles += [t.strip() for t in path.read_text(encoding="utf-8").splitlines() if t.strip()]
-    if not titles:
-        titles = list(snapshots.config(key).get("bridge_titles", []))
-    return tuple(sorted(set(titles)))
-
-
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=LINK_GRAPH_VERSION,
-    kinds={"parquet", "duckdb"},
-    deps=[abstracts],
-    check_specs=check_specs("link_graph"),
+@_asset(
+    LINK_GRAPH_VERSION, ("abstracts",), kinds={"parquet", "duckdb"}, check_specs=check_specs("link_graph")
 )
 def link_graph(
     context: dg.AssetExecutionContext,
@@ -256,19 +198,17 @@ def link_graph(
     """Hyperlink edges a -> b between abstracts of the same split, with alias, sentence and bridge flag."""
     started = time.perf_counter()
     key = context.partition_key
-    cfg = LinkGraphConfig(
-        in_degree_cap=int(
-            _snapshot_setting(snapshots, key, "in_degree_cap", config.in_degree_cap, DEFAULT_IN_DEGREE_CAP)
-        ),
-        bridge_titles=load_bridge_titles(config, snapshots, key),
-        bridge_top_k=int(
-            _snapshot_setting(snapshots, key, "bridge_top_k", config.bridge_top_k, DEFAULT_BRIDGE_TOP_K)
-        ),
+    cfg = settings.link_graph_config(
+        snapshots.config(key),
+        in_degree_cap=config.in_degree_cap,
+        titles=config.bridge_titles,
+        titles_file=config.bridge_titles_file,
+        bridge_top_k=config.bridge_top_k,
     )
     # Out of core (issue 36): the abstracts split files read a row group at a time, the edges spilled.
     path = store.path(key, "link_graph")
     build = build_link_graph_files(
-        store.files(key, "abstracts"),
+        declared_inputs(context, store).files(key, "abstracts"),
         cfg,
         path,
         workers=config.workers or default_workers(),
@@ -284,21 +224,10 @@ def link_graph(
         preview_columns=["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
         split_column="split",
     )
-    md.update(funnel_metadata(_funnel_rows(build.funnel)))
+    md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
     md["bridges"] = len(build.bridge_ids)
-    md["bridge_edges"] = int(table_stats.query([path], "SELECT count(*) FROM t WHERE is_bridge")[0][0])
-    md["top_targets"] = dg.MetadataValue.md(
-        table_stats.markdown_table(
-            ["target_title", "in_degree", "is_bridge"],
-            table_stats.query(
-                [path],
-                "SELECT target_title, max(target_in_degree) d, bool_or(is_bridge) FROM t "
-                "GROUP BY target_title ORDER BY d DESC, target_title LIMIT 10",
-            ),
-        )
-        if build.table.num_rows
-        else "(empty)"
-    )
+    md["bridge_edges"] = summaries.bridge_edges(path)
+    md["top_targets"] = dg.MetadataValue.md(summaries.top_targets_table(path, build.table.num_rows))
     md["ledger"] = dg.MetadataValue.path(str(ledger_path))
     md.update(
         _common_metadata(
@@ -312,12 +241,10 @@ def link_graph(
     return dg.MaterializeResult(metadata=md, check_results=check_results("link_graph", store, snapshots, key))
 
 
-@dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=GROUP,
-    code_version=BRIDGE_PAIRS_VERSION,
+@_asset(
+    BRIDGE_PAIRS_VERSION,
+    ("link_graph",),
     kinds={"parquet", "duckdb"},
-    deps=[link_graph],
     check_specs=check_specs("bridge_pairs"),
 )
 def bridge_pairs(
@@ -329,16 +256,13 @@ def bridge_pairs(
     """Seeded, reproducible (source a, bridge b) pairs drawn from the bridge edges of the link graph."""
     started = time.perf_counter()
     key = context.partition_key
-    graph = store.read(key, "link_graph")
-    # the card's draw ("200 000 paires ont été tirées", the recipe's pairs_drawn) unless the run
-    # config or the snapshot's snapshot.json (the sample's quick demo) sets another; capped at what exists
-    max_pairs = config.max_pairs or snapshots.config(key).get("max_pairs") or default_pairs_drawn()
+    graph = declared_inputs(context, store).read(key, "link_graph")
+    max_pairs = settings.pairs_drawn(config.max_pairs, snapshots.config(key))
     table, funnel, not_drawn = draw_bridge_pairs(
         graph, BridgePairsConfig(seed=config.seed, max_pairs=max_pairs)
     )
     path = store.write(table, key, "bridge_pairs")
-    decisions = [Decision(i, KEPT) for i in table.column("id").to_pylist()]
-    decisions += [Decision(i, DROPPED, NOT_DRAWN) for i in not_drawn]
+    decisions = summaries.pairs_decisions(table, not_drawn)
     ledger_path = store.write_ledger(
         ledger_table(key, PRODUCT, "bridge_pairs", decisions), key, "bridge_pairs"
     )
@@ -348,7 +272,7 @@ def bridge_pairs(
         preview_columns=["a_title", "b_title", "alias", "a_sentence", "split"],
         split_column="split",
     )
-    md.update(funnel_metadata(_funnel_rows(funnel)))
+    md.update(funnel_metadata(summaries.funnel_rows(funnel)))
     md["distinct_bridges"] = len(set(table.column("b_id").to_pylist()))
     md["ledger"] = dg.MetadataValue.path(str(ledger_path))
     md.update(_common_metadata(config.seed, started, max_pairs=max_pairs))
