@@ -139,31 +139,16 @@ class SparseIndex:
     def _scores_arrays(
         self, queries: Sequence[str], q: sp.csr_matrix | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(indptr, indices, data) of ``scores_matrix``: the same product, without its counting pass.
+        """(indptr, indices, data) of ``scores_matrix`` (``_product``). ``q``: the queries' matrix
+        when already built."""
+        return _product(self.query_matrix(queries) if q is None else q, self._doc_terms_t)
 
-        scipy sizes the product with a first pass over all the postings; a bound from the posting
-        lengths (at most every document per query) serves as well and costs nothing. ``q``: the
-        queries' matrix when already built.
-        """
-        q = self.query_matrix(queries) if q is None else q
-        dt = self._doc_terms_t
-        m, n = q.shape[0], dt.shape[1]
-        postings = np.diff(dt.indptr)[q.indices]
-        rows = np.repeat(np.arange(m), np.diff(q.indptr))
-        bound = int(np.minimum(np.bincount(rows, weights=postings, minlength=m), n).sum())
-        limit = np.iinfo(np.int32).max
-        if _csr_matmat is None or max(bound, dt.nnz, n, dt.shape[0]) >= limit or dt.indices.dtype != np.int32:
-            s = sp.csr_matrix(q @ dt)  # pragma: no cover - another scipy layout or a huge product
-            return s.indptr, s.indices, s.data
-        cp = np.empty(m + 1, dtype=np.int32)
-        cj = np.empty(bound, dtype=np.int32)
-        cx = np.empty(bound, dtype=np.float64)
-        qp, qj = q.indptr.astype(np.int32), q.indices.astype(np.int32)
-        _csr_matmat(
-            m, n, qp, qj, q.data, dt.indptr.astype(np.int32, copy=False), dt.indices, dt.data, cp, cj, cx
-        )
-        nnz = int(cp[-1])
-        return cp, cj[:nnz], cx[:nnz]
+    def __getstate__(self) -> dict:
+        # the search workers receive the index pickled: the derived arrays (as large as the index) are
+        # rebuilt there on first use rather than copied
+        state = dict(self.__dict__)
+        state.pop("_postings_cache", None)
+        return state
 
     def search(
         self,
@@ -214,14 +199,17 @@ class SparseIndex:
         for start in range(begin, end, batch_size):
             batch = queries[start : min(start + batch_size, end)]
             q = self.query_matrix(batch)
-            qp = q.indptr.tolist()
             # a query reading few postings is cheaper through the product than through the pruning
             rows = np.repeat(np.arange(len(batch)), np.diff(q.indptr))
             read = np.bincount(rows, weights=postings.lengths[q.indices], minlength=len(batch))
             hits: list[list[Hit] | None] = [None] * len(batch)
-            for r in np.flatnonzero(read >= _PRUNE_MIN_POSTINGS).tolist():
-                terms, weights = q.indices[qp[r] : qp[r + 1]], q.data[qp[r] : qp[r + 1]]
-                hits[r] = _pruned_topk(postings, terms, weights, k, start + r, eligible)
+            pruned = np.flatnonzero(read >= _PRUNE_MIN_POSTINGS)
+            if pruned.size:
+                answers = _pruned_topk(
+                    postings, self._doc_terms_t, q[pruned], k, (pruned + start).tolist(), eligible
+                )
+                for r, h in zip(pruned.tolist(), answers, strict=True):
+                    hits[r] = h
             rest = [r for r in range(len(batch)) if hits[r] is None]  # also those not certified
             if rest:
                 indptr, indices, data = self._scores_arrays([], q[rest])
@@ -254,22 +242,38 @@ class SparseIndex:
         return out
 
     def _postings(self) -> _Postings:
-        """The term-major postings with each term's largest weight, computed once per index."""
+        """The term bounds and the document-major weights of the pruned search, computed once per index."""
         cached = getattr(self, "_postings_cache", None)
         if cached is None:
             dt = self._doc_terms_t
-            if not dt.has_sorted_indices:
-                dt.sort_indices()  # documents in id order within a term: binary search below
             lengths = np.diff(dt.indptr)
             max_weight = np.zeros(dt.shape[0], dtype=np.float64)
             nonempty = lengths > 0
             if dt.nnz:
                 max_weight[nonempty] = np.maximum.reduceat(dt.data, dt.indptr[:-1][nonempty])
             nonnegative = bool(dt.nnz == 0 or dt.data.min() >= 0)
-            scratch = np.zeros(dt.shape[1], dtype=np.float64)
-            slot = np.full(dt.shape[1], -1, dtype=np.int64)
+            by_doc = sp.csr_matrix(dt.T)
+            by_doc.sum_duplicates()  # canonical: terms ascending within a document (one entry each already)
+            common = np.argsort(-lengths, kind="stable")[: min(_IMPACT_TERMS, dt.shape[0])]
+            common = common[lengths[common] > 0]
+            impact_col = np.full(dt.shape[0], -1, dtype=np.int64)
+            impact_col[common] = np.arange(common.size)
+            impacts = np.zeros((dt.shape[1], common.size), dtype=np.uint8)
+            for c, t in enumerate(common.tolist()):
+                lo, hi = dt.indptr[t], dt.indptr[t + 1]
+                if max_weight[t] > 0:  # (all weights 0 otherwise: code 0 bounds them)
+                    # ceil: 255 * code / 255 * max_weight is at least the weight (the rounding margin
+                    # covers the division's last bit)
+                    codes = np.ceil(dt.data[lo:hi] / max_weight[t] * 255.0)
+                    impacts[dt.indices[lo:hi], c] = np.clip(codes, 0, 255).astype(np.uint8)
             cached = _Postings(
-                dt.indptr, dt.indices, dt.data, lengths, max_weight, nonnegative, scratch, slot
+                lengths,
+                max_weight,
+                nonnegative,
+                by_doc,
+                np.ones(dt.shape[0], dtype=np.float64),
+                impact_col,
+                impacts,
             )
             self._postings_cache = cached
         return cached
@@ -364,196 +368,250 @@ def _zero_tail(
 
 @dataclass(slots=True)
 class _Postings:
-    indptr: np.ndarray
-    docs: np.ndarray  # document indices, ascending within each term
-    weights: np.ndarray
-    lengths: np.ndarray
+    lengths: np.ndarray  # postings per term
     max_weight: np.ndarray  # per term: the bound of its contribution to any document's score
     nonnegative: bool  # bounds hold only then (rank-bm25's floor is negative when the mean idf is)
-    scratch: np.ndarray  # per-document partial sums, all 0 between queries
-    slot: np.ndarray  # per-document place in a candidate list, all -1 between queries
+    by_doc: sp.csr_matrix  # the same weights document-major (documents x terms, terms ascending)
+    ones: np.ndarray  # one per term: the row sums of an elementwise product, through csr_matvec
+    impact_col: np.ndarray  # per term: its column in ``impacts``, -1 for the terms not there
+    impacts: np.ndarray  # documents x the most common terms: ceil(255 * weight / max_weight), 0 if absent
 
 
-# ours: the rarest terms' postings read first, for a score threshold: a quarter of the documents (the
-# threshold is what prunes; at 100,000 documents this read about 1/7 of a query's postings in all)
+# ours: the rarest terms' postings read first, for a score threshold and the candidates: up to a
+# quarter of the documents' worth (at 100,000 documents, ~15,000 of a query's ~146,000 postings;
+# the common terms left are looked up only for the candidates)
 _SEED_SHARE = 4
-# ours: a query with fewer postings than this goes through the product (measured at 100,000 documents:
-# the product ~8 ns a posting, the pruning ~0.4 ms a query plus the postings it reads)
+# ours: a query with fewer postings than this goes through the product (the pruning's fixed cost,
+# a few numpy calls per query, is worth it only above; measured at 100,000 documents)
 _PRUNE_MIN_POSTINGS = 50_000
 _THRESHOLD_POOL = 4  # ours: documents scored exactly per wanted one, for the threshold
-_SEARCH_COST = 16  # ours: a binary search costs about this many steps of one pass over postings
+# ours: the terms with the longest postings get a byte per document bounding their weight there
+# (``impacts``): documents x 128 bytes (12.8 MB at 100,000 documents). On the bench's corpus the
+# candidates left to score exactly fell from ~700 a query (one bound per term) to ~8 (64 terms: ~9)
+_IMPACT_TERMS = 128
 
 
-def _accumulate(p: _Postings, terms: np.ndarray, weights: np.ndarray, picked: np.ndarray) -> list[np.ndarray]:
-    """Add ``weight * term weight`` of the terms ``picked`` to ``p.scratch``; the documents touched."""
-    touched = []
-    scratch = p.scratch
-    for i in picked.tolist():
-        lo, hi = p.indptr[terms[i]], p.indptr[terms[i] + 1]
-        docs = p.docs[lo:hi]
-        scratch[docs] += weights[i] * p.weights[lo:hi]  # a term's documents are distinct
-        touched.append(docs)
-    return touched
+def _product(q: sp.csr_matrix, dt: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, data) of ``q @ dt``, without scipy's counting pass.
+
+    scipy sizes the product with a first pass over all the postings; a bound from the posting
+    lengths (at most every document per query) serves as well and costs nothing. Within a row the
+    documents come in no particular order; each score adds ``query weight * term weight`` over the
+    query row's stored terms, in that order, from 0.
+    """
+    m, n = q.shape[0], dt.shape[1]
+    postings = np.diff(dt.indptr)[q.indices]
+    rows = np.repeat(np.arange(m), np.diff(q.indptr))
+    bound = int(np.minimum(np.bincount(rows, weights=postings, minlength=m), n).sum())
+    limit = np.iinfo(np.int32).max
+    if _csr_matmat is None or max(bound, dt.nnz, n, dt.shape[0]) >= limit or dt.indices.dtype != np.int32:
+        s = sp.csr_matrix(q @ dt)  # pragma: no cover - another scipy layout or a huge product
+        return s.indptr, s.indices, s.data
+    cp = np.empty(m + 1, dtype=np.int32)
+    cj = np.empty(bound, dtype=np.int32)
+    cx = np.empty(bound, dtype=np.float64)
+    qp, qj = q.indptr.astype(np.int32), q.indices.astype(np.int32)
+    _csr_matmat(m, n, qp, qj, q.data, dt.indptr.astype(np.int32, copy=False), dt.indices, dt.data, cp, cj, cx)
+    nnz = int(cp[-1])
+    return cp, cj[:nnz], cx[:nnz]
+
+
+def _pair_scores(p: _Postings, q: sp.csr_matrix, rows: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """The scores of the documents ``docs`` for the query rows ``rows`` (pairwise), bit for bit those
+    of the sparse product.
+
+    scipy's csr_matmat adds, for each document, ``query weight * term weight`` over the query row's
+    stored terms (ascending: ``q`` is canonical), from 0. Here each pair's query row and document row
+    (both canonical) are multiplied elementwise, which scipy does by merging them: the products of the
+    terms both hold, ascending; csr_matvec then adds each row's products in that order from 0 (times
+    1.0, exact). Same products, same order: the same float, hence the same rounded scores and ties.
+    """
+    if not rows.size:
+        return np.zeros(0, dtype=np.float64)
+    return sp.csr_matrix(q[rows]).multiply(p.by_doc[docs]) @ p.ones
 
 
 def _pruned_topk(
-    p: _Postings, terms: np.ndarray, weights: np.ndarray, k: int, qi: int, eligible: Eligible | None
-) -> list[Hit] | None:
-    """The hits of ``_row_topk`` without reading the long postings of common terms, or None (then the
-    caller computes the full row).
+    p: _Postings, dt: sp.csr_matrix, q: sp.csr_matrix, k: int, qis: list[int], eligible: Eligible | None
+) -> list[list[Hit] | None]:
+    """The hits of ``_row_topk`` for every query row of ``q`` (canonical), without reading the common
+    terms' postings: a row's hits, or None where the caller must compute the full row.
 
-    MaxScore, exact: the rarest terms' postings give partial scores, and the want-th best of them,
-    ``theta``, is at most the want-th best full score. A term adds at most ``query weight *
-    max_weight`` to any document, so the common terms whose bounds sum below ``theta`` (minus the
-    rounding margin) are not read: a document needs its partial score from the other terms plus those
-    bounds to reach ``theta``. The documents that do get their exact scores (``_exact_scores``), and
-    every document whose rounded score reaches round(theta) is among them: ordered by (-rounded score,
-    doc), they are the full order down to there, at least ``want`` documents.
+    MaxScore, exact, batched: a few numpy/scipy calls per batch and per row, none per term.
+
+    1. Per query, its rarest terms (the seed, ``_SEED_SHARE``) are read for all rows at once, one
+       sparse product: partial scores. Each other term adds at most its bound (query weight times
+       the term's largest weight) to any document: ``unread`` in all.
+    2. ``theta``, the want-th best exact score of the ``4 * want`` documents with the best partial
+       scores, is at most the want-th best full score.
+    3. If ``unread`` is below ``theta`` (less the rounding margin), a document with no seed term
+       cannot reach it, and every document whose score rounds to round(theta) or more has a partial
+       score that ``unread`` lifts to it; the common terms' bytes (``impacts``) bound those
+       candidates closer, and the few left get exact scores (``_pair_scores``). Ordered by (-rounded
+       score, doc), the ones at or above round(theta) are the full order's prefix, at least ``want``
+       documents: the first k eligible of them are the row's hits.
+    4. Rows whose ``unread`` reaches theta are read again with every term but those of smallest
+       bounds that stay below it (theta stands). Rows still uncertified, or with too few eligible
+       above theta, are None.
     """
-    if terms.size == 0 or not p.nonnegative or weights.min() < 0:
-        return None
+    m = q.shape[0]
+    out: list[list[Hit] | None] = [None] * m
+    if not m or not q.nnz or not p.nonnegative or q.data.min() < 0 or not q.has_canonical_format:
+        return out  # (a query matrix stored otherwise would add in another order than _pair_scores)
     want = k if eligible is None else max(4 * k, 32)
-    lengths = p.lengths[terms]
-    bounds = weights * p.max_weight[terms]
-    by_length = np.argsort(lengths, kind="stable")
-    budget = max(p.scratch.size // _SEED_SHARE, 1)
-    n_rare = max(int(np.searchsorted(np.cumsum(lengths[by_length]), budget, "right")), 1)
-    rare = by_length[:n_rare]
-    scratch = p.scratch
-    touched: list[np.ndarray] = []
-    try:
-        touched = _accumulate(p, terms, weights, rare)
-        docs = np.concatenate(touched)
-        theta = _threshold(p, terms, weights, docs, want, n_rare)
-        if not np.round(theta, SCORE_DECIMALS) > 0:
-            theta = 0.0  # no threshold: read every term, and zero scores follow in id order
-        low = theta - _ROUND_MARGIN * max(1.0, abs(theta))
-        # the common terms left unread: smallest bounds first, while their sum stays below low
-        rest = by_length[n_rare:]
-        rest = rest[np.argsort(bounds[rest], kind="stable")]
-        skipped = int(np.searchsorted(np.cumsum(bounds[rest]), low, side="left")) if theta > 0 else 0
-        unread, more = rest[:skipped], rest[skipped:]
-        if more.size:
-            touched += _accumulate(p, terms, weights, more)
-            docs = np.concatenate(touched)
-        if theta > 0:  # filter before deduplicating: the survivors are few, the postings read are not
-            cand = _dedupe(p, docs[scratch[docs] + float(bounds[unread].sum()) >= low])
-            cand = _narrow(p, terms, weights, bounds, unread, cand, scratch[cand], low)
-        else:
-            cand = _dedupe(p, docs)
-    finally:
-        for d in touched:
-            scratch[d] = 0.0
-    scores = np.round(_exact_scores(p, terms, weights, cand), SCORE_DECIMALS)
-    # with theta, the documents reaching round(theta); without, every positive one
-    valid = scores >= np.round(theta, SCORE_DECIMALS) if theta > 0 else scores > 0
-    cand, scores = cand[valid], scores[valid]
-    order = np.lexsort((cand, -scores))
-    hits: list[Hit] = []
-    if _take(hits, cand[order].tolist(), scores[order].tolist(), k, qi, eligible):
-        return hits
-    if theta > 0:
-        return None  # too few eligible above theta: the full row goes further down
-    return _zero_tail(hits, set(cand.tolist()), p.scratch.size, k, qi, eligible)
+    counts = np.diff(q.indptr)
+    row_of = np.repeat(np.arange(m), counts)
+    lengths = p.lengths[q.indices]
+    bounds = q.data * p.max_weight[q.indices]
+    # 1. the seed: per row, the shortest postings while their total stays within the budget (one at least)
+    by_length = np.lexsort((lengths, row_of))  # rows stay in place; within a row, shortest first
+    total = np.concatenate(([0], np.cumsum(lengths[by_length])))
+    first = q.indptr[:-1]
+    within = total[1:] - np.repeat(total[first], counts)
+    rank = np.arange(q.nnz) - np.repeat(first, counts)
+    seed = np.zeros(q.nnz, dtype=bool)
+    seed[by_length] = (within <= max(dt.shape[1] // _SEED_SHARE, 1)) | (rank == 0)
+    rows = _Rows(q, row_of, bounds, want, k, qis, eligible)
+    theta, low, retry = _prune_round(p, dt, rows, seed, np.ones(m, dtype=bool), None, out)
+    if retry.any():
+        # 4. unread: the non-seed terms of smallest bounds while their sum stays below low
+        by_bound = np.lexsort((bounds, seed, row_of))  # per row: non-seed first, smallest bound first
+        total = np.concatenate(([0], np.cumsum(np.where(seed, 0.0, bounds)[by_bound])))
+        within = total[1:] - np.repeat(total[first], counts)
+        unread = np.zeros(q.nnz, dtype=bool)
+        unread[by_bound] = ~seed[by_bound] & (within < low[row_of[by_bound]])
+        _prune_round(p, dt, rows, ~unread, retry, theta, out)
+    return out
 
 
-def _threshold(
-    p: _Postings, terms: np.ndarray, weights: np.ndarray, docs: np.ndarray, want: int, n_read: int
-) -> float:
-    """A score that ``want`` documents reach (0.0 when fewer than ``want`` are in ``docs``): the
-    want-th best exact score of the ``4 * want`` documents with the best partial scores in
-    ``p.scratch``. A document is at most ``n_read`` times in ``docs``, so the ``4 * want * n_read``
-    largest entries hold those documents."""
-    values = p.scratch[docs]
-    top = min(_THRESHOLD_POOL * want * n_read, values.size)
-    if top < values.size:
-        docs = docs[np.argpartition(values, values.size - top)[values.size - top :]]
-    distinct = _dedupe(p, docs)
-    if distinct.size < want:
-        return 0.0
-    if distinct.size > _THRESHOLD_POOL * want:
-        partial = p.scratch[distinct]
-        cut = distinct.size - _THRESHOLD_POOL * want
-        distinct = np.sort(distinct[np.argpartition(partial, cut)[cut:]])
-    exact = _exact_scores(p, terms, weights, distinct)
-    return float(np.partition(exact, exact.size - want)[exact.size - want])
+@dataclass(slots=True)
+class _Rows:
+    """A batch of query rows under pruning, and what every round needs of them."""
+
+    q: sp.csr_matrix
+    row_of: np.ndarray  # per entry of q, its row
+    bounds: np.ndarray  # per entry of q, the most that term adds to any document's score
+    want: int
+    k: int
+    qis: list[int]
+    eligible: Eligible | None
 
 
-def _narrow(
+def _prune_round(
     p: _Postings,
-    terms: np.ndarray,
-    weights: np.ndarray,
-    bounds: np.ndarray,
-    unread: np.ndarray,
-    cand: np.ndarray,
-    partial: np.ndarray,
-    low: float,
-) -> np.ndarray:
-    """``cand`` less the documents that cannot reach ``low``: the unread terms' weights looked up for
-    the candidates, largest bound first, each dropping those whose partial score plus the bounds still
-    unread falls below it."""
-    left = float(bounds[unread].sum())
-    for i in unread[::-1].tolist():
-        left -= float(bounds[i])
-        partial = partial + weights[i] * _lookup(p, int(terms[i]), cand)
-        keep = partial + max(left, 0.0) >= low
-        cand, partial = cand[keep], partial[keep]
-    return cand
-
-
-def _lookup(p: _Postings, term: int, docs: np.ndarray) -> np.ndarray:
-    """The weights of ``term`` for ``docs`` (sorted, unique; 0.0 where absent), by binary search."""
-    lo, hi = int(p.indptr[term]), int(p.indptr[term + 1])
-    if hi == lo or not docs.size:
-        return np.zeros(docs.size, dtype=np.float64)
-    plist = p.docs[lo:hi]
-    pos = np.minimum(np.searchsorted(plist, docs), hi - lo - 1)
-    return np.where(plist[pos] == docs, p.weights[lo + pos], 0.0)
-
-
-def _exact_scores(p: _Postings, terms: np.ndarray, weights: np.ndarray, docs: np.ndarray) -> np.ndarray:
-    """The scores of ``docs`` (sorted, unique), bit for bit those of the sparse product.
-
-    scipy's csr_matmat adds, for each document, ``query weight * term weight`` over the query row's
-    stored term order, starting from 0; a term the document lacks adds nothing. This adds the same
-    products in the same order (adding 0.0 leaves a float unchanged), so the rounded scores, and with
-    them ties and output bytes, are the product's. A term's weights come from a binary search of its
-    postings when they are long against ``docs``, else from one pass over them (``p.slot`` maps a
-    document to its place in ``docs``).
-    """
-    acc = np.zeros(docs.size, dtype=np.float64)
-    starts = p.indptr[terms].tolist()
-    lengths = p.lengths[terms].tolist()
-    passes = any(docs.size * _SEARCH_COST >= n for n in lengths)
-    slot = p.slot
-    if passes:
-        slot[docs] = np.arange(docs.size)
-    try:
-        for t, w, lo, n in zip(terms.tolist(), weights.tolist(), starts, lengths, strict=True):
-            if not n:
-                continue
-            if docs.size * _SEARCH_COST < n:
-                col = _lookup(p, t, docs)
+    dt: sp.csr_matrix,
+    rows: _Rows,
+    seed: np.ndarray,
+    active: np.ndarray,
+    theta: np.ndarray | None,
+    out: list[list[Hit] | None],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One pass of ``_pruned_topk`` over the ``active`` rows, reading the ``seed`` entries' postings;
+    sets ``out`` for the rows it certifies. Returns (theta, low, the rows to read again)."""
+    q, row_of, bounds, want = rows.q, rows.row_of, rows.bounds, rows.want
+    m = q.shape[0]
+    seed = seed & active[row_of]
+    rest = ~seed & active[row_of]
+    unread = np.bincount(row_of[rest], weights=bounds[rest], minlength=m)
+    seed_q = sp.csr_matrix(
+        (
+            q.data[seed],
+            q.indices[seed],
+            np.concatenate(([0], np.cumsum(np.bincount(row_of[seed], minlength=m)))),
+        ),
+        shape=q.shape,
+    )
+    sp_, sj, sx = _product(seed_q, dt)
+    ptr = sp_.tolist()
+    if theta is None:
+        # 2. theta: the want-th best exact score of the documents with the best partial scores
+        pool = _THRESHOLD_POOL * want
+        picked, picked_rows = [], []
+        for r in np.flatnonzero(active & (np.diff(sp_) >= want)).tolist():
+            lo, hi = ptr[r], ptr[r + 1]
+            if hi - lo <= pool:
+                picked.append(np.arange(lo, hi))
             else:
-                col = np.zeros(docs.size, dtype=np.float64)
-                place = slot[p.docs[lo : lo + n]]
-                hit = place >= 0
-                col[place[hit]] = p.weights[lo : lo + n][hit]
-            acc = acc + w * col
-    finally:
-        if passes:
-            slot[docs] = -1
-    return acc
+                seg = sx[lo:hi]
+                cut = np.partition(seg, hi - lo - pool)[hi - lo - pool]
+                picked.append(np.flatnonzero(seg >= cut) + lo)  # at least pool (ties kept)
+            picked_rows.append(r)
+        theta = np.zeros(m, dtype=np.float64)
+        if picked:
+            at = np.concatenate(picked)
+            pool_rows = np.repeat(picked_rows, [a.size for a in picked])
+            exact = _pair_scores(p, q, pool_rows, sj[at])
+            order = np.lexsort((-exact, pool_rows))  # per row, best first
+            start = np.concatenate(([0], np.cumsum(np.bincount(pool_rows, minlength=m))))[:-1]
+            theta[picked_rows] = exact[order][start[picked_rows] + want - 1]
+    low = theta - _ROUND_MARGIN * np.maximum(1.0, np.abs(theta))
+    floor = np.round(theta, SCORE_DECIMALS)
+    # 3. certified rows: a threshold above 0 that no document without a seed term can reach
+    ok = active & (floor > 0) & (unread < low)
+    retry = active & (floor > 0) & ~ok
+    need = (low - unread).tolist()
+    parts, part_rows = [], []
+    for r in np.flatnonzero(ok).tolist():
+        lo, hi = ptr[r], ptr[r + 1]
+        parts.append(np.flatnonzero(sx[lo:hi] >= need[r]) + lo)
+        part_rows.append(r)
+    if parts:
+        _certify(p, rows, sx, sj, parts, part_rows, low, floor, unread, rest, out)
+    # a row with every term read holds the product's own row: answered here whatever theta was
+    for r in np.flatnonzero(active & (np.bincount(row_of[rest], minlength=m) == 0)).tolist():
+        if out[r] is None:
+            lo, hi = ptr[r], ptr[r + 1]
+            out[r] = _row_topk(sx[lo:hi], sj[lo:hi], dt.shape[1], rows.k, rows.qis[r], rows.eligible)
+    return theta, low, retry & ~np.array([h is not None for h in out])
 
 
-def _dedupe(p: _Postings, docs: np.ndarray) -> np.ndarray:
-    """``docs`` without repeats, sorted (through ``p.slot``: one write per document wins, no hashing)."""
-    slot, ranks = p.slot, np.arange(docs.size)
-    slot[docs] = ranks
-    unique = docs[slot[docs] == ranks]
-    slot[unique] = -1
-    unique.sort()
-    return unique
+def _certify(
+    p: _Postings,
+    rows: _Rows,
+    sx: np.ndarray,
+    sj: np.ndarray,
+    parts: list[np.ndarray],
+    part_rows: list[int],
+    low: np.ndarray,
+    floor: np.ndarray,
+    unread: np.ndarray,
+    rest: np.ndarray,
+    out: list[list[Hit] | None],
+) -> None:
+    """Step 3 of ``_pruned_topk`` for the rows ``part_rows``, whose candidates' places in the partial
+    product (``sx``, ``sj``) are ``parts``."""
+    q, row_of, bounds = rows.q, rows.row_of, rows.bounds
+    m = q.shape[0]
+    cand = np.concatenate(parts)
+    cand_rows = np.repeat(part_rows, [a.size for a in parts])
+    cand_docs = sj[cand]
+    # the unread common terms' bytes bound each candidate closer: what is left to score exactly is
+    # little more than the documents that reach theta
+    cols = p.impact_col[q.indices]
+    table = rest & (cols >= 0)
+    loose = unread - np.bincount(row_of[table], weights=bounds[table], minlength=m)  # terms outside it
+    per_row = np.bincount(row_of[table], minlength=m)
+    n_items = per_row[cand_rows]
+    item_cand = np.repeat(np.arange(cand.size), n_items)
+    starts = (
+        np.concatenate(([0], np.cumsum(per_row)))[cand_rows] - np.concatenate(([0], np.cumsum(n_items)))[:-1]
+    )
+    t_pos = np.flatnonzero(table)[np.repeat(starts, n_items) + np.arange(item_cand.size)]
+    codes = p.impacts.ravel()[cand_docs[item_cand] * p.impacts.shape[1] + cols[t_pos]]
+    extra = np.bincount(item_cand, weights=codes * (bounds[t_pos] / 255.0), minlength=cand.size)
+    tight = sx[cand] + extra + loose[cand_rows] >= low[cand_rows]
+    cand_rows, cand_docs = cand_rows[tight], cand_docs[tight]
+    scores = np.round(_pair_scores(p, q, cand_rows, cand_docs), SCORE_DECIMALS)
+    keep = scores >= floor[cand_rows]
+    cand_rows, cand_docs, scores = cand_rows[keep], cand_docs[keep], scores[keep]
+    order = np.lexsort((cand_docs, -scores, cand_rows))
+    docs_l, scores_l = cand_docs[order].tolist(), scores[order].tolist()
+    ends = np.cumsum(np.bincount(cand_rows, minlength=m)).tolist()
+    for r in part_rows:
+        lo = ends[r - 1] if r else 0
+        hits: list[Hit] = []
+        if _take(hits, docs_l[lo : ends[r]], scores_l[lo : ends[r]], rows.k, rows.qis[r], rows.eligible):
+            out[r] = hits
 
 
 def _take(
