@@ -158,7 +158,7 @@ class Stack:
         import psycopg2
 
         pg = self.state()["processes"]["postgres"]
-        password = active.password_file(self.home).read_text().strip()
+        password = active.stack_paths(self.home).password.read_text().strip()
         conn = psycopg2.connect(
             host="127.0.0.1", port=pg["port"], user="ragsft", password=password, dbname="dagster"
         )
@@ -285,7 +285,7 @@ def stack() -> Iterator[Stack]:
 
 
 def test_up_status_and_up_again(stack: Stack) -> None:
-    pw_file = active.password_file(stack.home)
+    pw_file = active.stack_paths(stack.home).password
     assert stat.S_IMODE(pw_file.stat().st_mode) == 0o600
     password = pw_file.read_text().strip()
     out = _cli(stack.home, "stack", "status", "--json")

@@ -106,9 +106,9 @@ def down() -> None:
 @click.argument("names", nargs=-1, type=click.Choice(["postgres", "daemon", "webserver"]))
 def logs(lines: int, follow: bool, names: tuple[str, ...]) -> None:
     """The end of each process's log (all three unless NAMES)."""
-    from ragsft_assets.stack.processes import Paths
+    from ragsft_assets.stack.active import stack_paths
 
-    paths = Paths(ragsft_home())
+    paths = stack_paths(ragsft_home())
     chosen = names or ("postgres", "daemon", "webserver")
     offsets: dict[str, int] = {}
     for name in chosen:

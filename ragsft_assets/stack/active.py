@@ -10,32 +10,46 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
 from ragsft_assets.stack.config import PASSWORD_ENV
 
 
-def stack_dir(home: Path) -> Path:
-    return home / "stack"
+class StackPaths(NamedTuple):
+    """Where a home's stack keeps its files (``stack_paths`` says which is where)."""
+
+    home: Path
+    root: Path
+    data: Path
+    password: Path
+    instance: Path
+    logs: Path
+    state: Path
+
+    def log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
 
 
-def state_file(home: Path) -> Path:
-    return stack_dir(home) / "state.json"
-
-
-def password_file(home: Path) -> Path:
-    return stack_dir(home) / "postgres.password"
-
-
-def instance_dir(home: Path) -> Path:
-    return stack_dir(home) / "dagster"
+def stack_paths(home: Path) -> StackPaths:
+    """The stack's layout: everything under ``<home>/stack``."""
+    root = home / "stack"
+    return StackPaths(
+        home=home,
+        root=root,
+        data=root / "postgres",  # PostgreSQL's data folder
+        password=root / "postgres.password",  # 0600, read into PASSWORD_ENV for dagster.yaml
+        instance=root / "dagster",  # the stack's DAGSTER_HOME
+        logs=root / "logs",  # one <process>.log per process
+        state=root / "state.json",  # what `ragsft stack up` started (pids, ports)
+    )
 
 
 def read_state(home: Path) -> dict:
     """The state ``ragsft stack up`` wrote ({} when none, or unreadable)."""
     try:
-        return json.loads(state_file(home).read_text(encoding="utf-8"))
+        return json.loads(stack_paths(home).state.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
 
@@ -63,7 +77,7 @@ def active_instance(home: Path) -> Path | None:
         return None
     if not os.environ.get(PASSWORD_ENV):
         try:
-            os.environ[PASSWORD_ENV] = password_file(home).read_text(encoding="utf-8").strip()
+            os.environ[PASSWORD_ENV] = stack_paths(home).password.read_text(encoding="utf-8").strip()
         except OSError:
             return None
-    return instance_dir(home)
+    return stack_paths(home).instance

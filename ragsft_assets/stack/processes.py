@@ -24,7 +24,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -51,38 +50,6 @@ READY_TIMEOUT = float(os.environ.get("RAGSFT_STACK_READY_TIMEOUT", "300"))  # sl
 
 class StackError(RuntimeError):
     """A stack step failed; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Paths:
-    home: Path
-
-    @property
-    def root(self) -> Path:
-        return active.stack_dir(self.home)
-
-    @property
-    def data(self) -> Path:
-        return self.root / "postgres"
-
-    @property
-    def password(self) -> Path:
-        return active.password_file(self.home)
-
-    @property
-    def instance(self) -> Path:
-        return active.instance_dir(self.home)
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def state(self) -> Path:
-        return active.state_file(self.home)
-
-    def log(self, name: str) -> Path:
-        return self.logs / f"{name}.log"
 
 
 # --- PostgreSQL binaries and user -------------------------------------------------------------
@@ -133,7 +100,7 @@ def pg_account() -> pwd.struct_passwd | None:
     return pwd.getpwnam("postgres")
 
 
-def _grant_search(paths: Paths, account: pwd.struct_passwd) -> None:
+def _grant_search(paths: active.StackPaths, account: pwd.struct_passwd) -> None:
     """Let ``account`` reach the data folder: search (x, not read) on the home and stack folders,
     and a loud stop when a folder above the home blocks it."""
     for folder in (paths.home, paths.root):
@@ -234,7 +201,7 @@ def postgres_url(port: int, password: str | None = None, db: str = PG_DB) -> str
     return f"postgresql://{PG_USER}:{password if password is not None else '***'}@127.0.0.1:{port}/{db}"
 
 
-def _init_postgres(paths: Paths, pg_bin: Path, account: pwd.struct_passwd | None) -> str:
+def _init_postgres(paths: active.StackPaths, pg_bin: Path, account: pwd.struct_passwd | None) -> str:
     """The data folder, made once (initdb, scram-sha-256), and the password (0600 file)."""
     paths.root.mkdir(parents=True, exist_ok=True)
     if not paths.password.exists():
@@ -271,7 +238,9 @@ def _init_postgres(paths: Paths, pg_bin: Path, account: pwd.struct_passwd | None
     return password
 
 
-def _start_postgres(paths: Paths, pg_bin: Path, account, port: int, password: str, env: dict) -> dict:
+def _start_postgres(
+    paths: active.StackPaths, pg_bin: Path, account, port: int, password: str, env: dict
+) -> dict:
     cmd = [
         str(pg_bin / "postgres"), "-D", str(paths.data), "-c", "listen_addresses=127.0.0.1",
         "-c", f"port={port}", "-c", "unix_socket_directories=",
@@ -379,7 +348,9 @@ def set_pools(port: int, pools: dict[str, int]) -> None:
             raise StackError(f"the `{pool}` pool's limit is {got} after setting {limit}")
 
 
-def write_instance(paths: Paths, pg_port: int, intervals: Intervals, module: str, cwd: Path) -> None:
+def write_instance(
+    paths: active.StackPaths, pg_port: int, intervals: Intervals, module: str, cwd: Path
+) -> None:
     paths.instance.mkdir(parents=True, exist_ok=True)
     (paths.instance / "dagster.yaml").write_text(
         dump(
@@ -395,7 +366,7 @@ def write_instance(paths: Paths, pg_port: int, intervals: Intervals, module: str
     )
 
 
-def _save(paths: Paths, state: dict) -> None:
+def _save(paths: active.StackPaths, state: dict) -> None:
     paths.state.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -409,7 +380,7 @@ def up(
 ) -> dict:
     """Start what is not running (PostgreSQL, then the daemon, then the webserver) and wait until
     each answers. A running stack is left as it is. Returns the state (also in ``state.json``)."""
-    paths = Paths(home)
+    paths = active.stack_paths(home)
     cwd = cwd or Path.cwd()
     intervals = intervals or Intervals()
     state = active.read_state(home)
@@ -490,8 +461,8 @@ def status(home: Path) -> dict:
         "processes": rows,
         "url": state.get("url"),
         "postgres_url": postgres_url(pg_port) if pg_port else None,
-        "dagster_home": str(Paths(home).instance),
-        "logs": {n: str(Paths(home).log(n)) for n in NAMES},
+        "dagster_home": str(active.stack_paths(home).instance),
+        "logs": {n: str(active.stack_paths(home).log(n)) for n in NAMES},
     }
 
 
@@ -524,7 +495,7 @@ def _signal(procs: Iterable[psutil.Process], sig: int) -> None:
 def down(home: Path, timeout: float = 30.0) -> list[str]:
     """Stop the webserver, the daemon (with its code servers and run workers) and PostgreSQL, in
     that order; then check that none of their processes is left. Returns what had to be killed."""
-    paths = Paths(home)
+    paths = active.stack_paths(home)
     state = active.read_state(home)
     procs = state.get("processes", {})
     killed: list[str] = []
