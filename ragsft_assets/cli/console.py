@@ -261,24 +261,39 @@ def execute_with_console(
 
 
 def run_command_job(
-    command: str, job_def: Any, instance: Any, *, verbose: bool, run_config: dict[str, Any], **kwargs: Any
+    command: str,
+    job_def: Any,
+    instance: Any,
+    partition: str | None,
+    verbose: bool,
+    run_config: dict[str, Any],
+    **kwargs: Any,
 ):  # noqa: ANN201 - a dg.ExecuteInProcessResult
-    """``execute_with_console`` as ``ragsft <command>`` runs a job: the run's outcome line
-    (``ragsft <command>: run <id> succeeded|FAILED in <s>s``) and its warning lines after it.
+    """``execute_with_console`` as ``ragsft <command>`` runs a job on ``partition``: the run is
+    tagged with this process and the plan it was forecast by, then prints its outcome
+    (``ragsft <command>: run <id> succeeded|FAILED in <s>s``) and its warning lines.
 
     Raises:
-        SystemExit: the run was interrupted (SIGINT/SIGTERM); its exit code, after a line saying
-            its slots are freed.
+        SystemExit: the run was interrupted (SIGINT/SIGTERM cancel it and free its slots, which
+            Dagster alone ignores on a pool wait); its exit code, after a line saying so.
     """
     import click
 
-    from ragsft_assets.defs.runs import RunInterrupted
+    from ragsft_assets.defs.plan.record import plan_tags
+    from ragsft_assets.defs.runs import RunInterrupted, process_tags
 
+    tags = {**process_tags(), **(plan_tags(partition) if partition else {})}
     logging.basicConfig(level=logging.WARNING, format="%(message)s")  # the pool-wait WARNING on stderr
     t0 = time.monotonic()
     try:
         result, lines = execute_with_console(
-            job_def, instance, verbose=verbose, run_config=run_config, **kwargs
+            job_def,
+            instance,
+            verbose=verbose,
+            run_config=run_config,
+            partition_key=partition,
+            tags=tags,
+            **kwargs,
         )
     except RunInterrupted as exc:
         click.echo(

@@ -62,27 +62,16 @@ def demo(job: str, partition: str, max_pairs: int | None, verbose: bool) -> None
 
     from ragsft_assets.cli.console import run_command_job
     from ragsft_assets.cli.runs import clean_before_run
-    from ragsft_assets.defs.runs import process_tags
 
     # A run killed earlier (SIGKILL, OOM) would still hold its pool slot and block this one forever.
     clean_before_run()
 
     from ragsft_assets.definitions import defs
-    from ragsft_assets.defs.plan.record import plan_tags
 
     job_def = defs.resolve_job_def(job)
     run_config = demo_run_config(job_def, max_pairs)
     click.echo(f"ragsft demo: running {job} on partition {partition} ({describe_home()})")
-    # SIGINT/SIGTERM cancel the run and free its slots (dagster alone ignores them on a pool wait)
-    result = run_command_job(
-        "demo",
-        job_def,
-        instance,
-        verbose=verbose,
-        run_config=run_config,
-        partition_key=partition,
-        tags={**process_tags(), **plan_tags(partition)},  # the plan this run was forecast by
-    )
+    result = run_command_job("demo", job_def, instance, partition, verbose, run_config)
     home = ragsft_home()
     released = sorted(layout.read_configs(home / "releases" / partition)) if result.success else []
     summary = read_summary(assets_dir(home), partition, released)

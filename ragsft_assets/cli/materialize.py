@@ -123,8 +123,6 @@ def materialize(
     from ragsft_assets.cli.console import run_command_job
     from ragsft_assets.cli.instance import ensure_instance_home
     from ragsft_assets.cli.runs import clean_before_run
-    from ragsft_assets.defs.plan.record import plan_tags
-    from ragsft_assets.defs.runs import process_tags
     from ragsft_assets.home import describe_home
 
     run_config = _run_config(config_json, config_files)
@@ -154,16 +152,14 @@ def materialize(
         f"ragsft materialize: {len(keys)} assets ({names}) on {partition or 'no partition'}"
         f" ({describe_home()})"
     )
-    tags = {**process_tags(), **(plan_tags(partition) if partition else {})}
     result = run_command_job(
         "materialize",
         job,
         instance,
-        verbose=verbose,
-        run_config=run_config,
+        partition,
+        verbose,
+        run_config,
         asset_selection=keys,
-        partition_key=partition,
-        tags=tags,
         raise_on_error=False,
     )
     if verbose:  # the stage lines were not printed: the assets and what their rows are
