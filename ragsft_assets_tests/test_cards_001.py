@@ -178,7 +178,7 @@ def test_filtered_qwen_check_allows_its_own_rows_not_changed_shared_ones() -> No
     assert fc.shared_id_violations(changed, parent) == [("row_differs", "b")]
     from ragsft_assets.defs.multihop import filters
 
-    names = {spec.name for spec in filters.multihop_filtered_qwen.check_specs}
+    names = {spec.name for spec in filters.CONFIG_ASSETS["filtered_qwen"].check_specs}
     assert "matches_default_on_shared_ids" in names
     assert "is_subset_of_default" not in names
 
@@ -259,15 +259,15 @@ def test_every_multihop_recipe_field_says_the_card_ours_or_derived() -> None:
 
 
 def test_every_config_entry_quotes_the_card() -> None:
-    source = (
-        Path(mh.__file__).read_text(encoding="utf-8").split("RECIPES: dict[str, MultihopRecipe] = {", 1)[1]
-    )
-    blocks = re.findall(
-        r"((?:    #.*\n)+)    (\w+): dataclasses\.replace", source.split("recipes.register", 1)[0]
-    )
-    assert {b[1] for b in blocks} == {"FILTERED", "FILTERED_QWEN", "FILTERED_QWEN_V2", "CORPUS", "CORPUS_V2"}
-    for text, name in blocks:
-        _check_comment(name, " ".join(line.strip().lstrip("# ") for line in text.splitlines()))
+    """Each multihop config but the production's own (its values are the fields' own comments) says
+    in its entry why it is built so, in the card's words."""
+    from ragsft_assets import published_configs
+
+    entries = [c for c in published_configs.configs() if c.is_multihop_recipe and c.name != mh.DEFAULT]
+    names = {c.name for c in entries}
+    assert names == {"filtered", "filtered_qwen", "filtered_qwen_v2", "corpus", "corpus_filtered_qwen_v2"}
+    for c in entries:
+        _check_comment(c.name, c.card)
 
 
 @pytest.mark.parametrize("lang", ["fr", "en"])
@@ -321,6 +321,7 @@ def test_filtered_qwen_v2_is_the_judges_keeps_less_the_train_only_drops(tmp_path
     from ragsft_assets.defs.multihop import filters
     from ragsft_assets.multihop import criteria as cr
     from ragsft_assets.multihop import targeted_judges as tj
+    from ragsft_assets.published_configs import by_name
     from ragsft_assets.resources.store import ArtifactStore
 
     store = ArtifactStore(home=str(tmp_path))
@@ -344,7 +345,9 @@ def test_filtered_qwen_v2_is_the_judges_keeps_less_the_train_only_drops(tmp_path
     store.write(pa.Table.from_pylist(score, schema=tc.VERDICT_SCHEMA), key, tc.PUBLISHABILITY_STAGE)
     desc = [{"id": "t1", "verdict": "kept"}, {"id": "t3", "verdict": tc.UNREADABLE}]
     store.write(pa.Table.from_pylist(desc, schema=tc.VERDICT_SCHEMA), key, tc.DESCRIPTOR_STAGE)
-    kept, provenance, funnel = filters._filtered_qwen_v2(store, key)
+    kept, provenance, funnel = filters.DECIDERS[by_name("filtered_qwen_v2").filters](
+        store, key, "filtered_qwen"
+    )
     assert kept == {"t1", "v1"}  # t2 scored low, t3 no descriptor verdict, t4 failed the language judge
     assert [r[0] for r in provenance[tc.PUBLISHABILITY_STAGE]] == ["t1", "t2", "t3"]
     assert funnel["publishability_score dropped (train)"] == 1

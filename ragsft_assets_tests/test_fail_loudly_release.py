@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from ragsft_assets.defs.multihop.assets import question_drafts
-from ragsft_assets.defs.multihop.filters import first_hop, mechanical_rules, multihop_filtered
+from ragsft_assets.defs.multihop.filters import CONFIG_ASSETS, first_hop, mechanical_rules
 from ragsft_assets.defs.release.assets import dataset_card, release, release_manifest
 from ragsft_assets.defs.resources import llm_for_role
 from ragsft_assets.resources.snapshots import SnapshotSource
@@ -74,8 +74,8 @@ def test_a_failed_llm_stage_publishes_no_release(
         _role(monkeypatch, "judge", broken.url, **({"MAX_ERROR_SHARE": "1"} if rule == "off" else {}))
         _role(monkeypatch, "annotator", broken.url)
         run = dg.materialize(
-            [first_hop, mechanical_rules, multihop_filtered, release, dataset_card, release_manifest],
-            selection=[first_hop, mechanical_rules, multihop_filtered, release],
+            [first_hop, mechanical_rules, CONFIG_ASSETS["filtered"], release, dataset_card, release_manifest],
+            selection=[first_hop, mechanical_rules, CONFIG_ASSETS["filtered"], release],
             resources={
                 "store": store,
                 "snapshots": SnapshotSource(),

@@ -665,17 +665,13 @@ def test_v2_check_compares_with_filtered_qwen_not_default(run, tmp_path):
 
     import pyarrow.compute as pc
 
-    from ragsft_assets.defs.multihop.filters import (
-        FILTERED_QWEN_ASSET,
-        multihop_filtered_qwen_v2,
-        subset_check_result,
-    )
+    from ragsft_assets.defs.multihop.filters import CONFIG_ASSETS, subset_check_result
 
-    [spec] = multihop_filtered_qwen_v2.check_specs  # the check the asset computes as it is written
+    [spec] = CONFIG_ASSETS["filtered_qwen_v2"].check_specs  # the check the asset computes as it is written
     assert spec.name == "is_subset_of_filtered_qwen"
 
     def check(_context, store):
-        return subset_check_result(store, PARTITION, "multihop_filtered_qwen_v2", FILTERED_QWEN_ASSET)
+        return subset_check_result(store, PARTITION, "multihop_filtered_qwen_v2", "multihop_filtered_qwen")
 
     _, store, _, _ = run
     shutil.copytree(store.home_path / "assets", tmp_path / "assets")

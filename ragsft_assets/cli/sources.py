@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ragsft_assets import published_configs
 from ragsft_assets.cli.instance import SOURCE_PARTITIONS as PARTITIONS
 from ragsft_assets.cli.instance import instance as _instance
 from ragsft_assets.cli.instance import sources_dir
@@ -151,12 +152,7 @@ def install_source(
 
 # The snapshot assets in the HotpotQA layout, split files ``<split>.parquet``: the default
 # configuration and the filtered ones (rows of the default's, unchanged).
-SNAPSHOT_QUESTIONS = (
-    "multihop_questions",
-    "multihop_filtered",
-    "multihop_filtered_qwen",
-    "multihop_filtered_qwen_v2",
-)
+SNAPSHOT_QUESTIONS = tuple(c.asset for c in published_configs.of_family("multihop"))
 
 
 def install_snapshot_source(

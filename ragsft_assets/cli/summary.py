@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from ragsft_assets import published_configs
 from ragsft_assets.release.decisions import all_rows_sql, ledger_files, stage_rank_sql
 
 # What one row of each asset is (the console's stage lines): one thing per word.
@@ -37,18 +38,14 @@ UNITS: dict[str, str] = {
     "bridge_judge": "bridge-judge replies",
     "mechanical_rules": "rule verdicts",
     "language_judge": "language-judge replies",
-    "multihop_filtered": "questions",
-    "multihop_filtered_qwen": "questions",
-    "multihop_filtered_qwen_v2": "questions",
-    "corpus_filtered_qwen_v2": "abstracts",
     "multihop_audit": "audit measures",
     "rag_prompts": "prompts",
     "rag_responses": "responses",
     "rag_verdicts": "verdicts",
-    "rag_sft": "SFT examples",
     "publishability_score": "publishability replies",
     "descriptor_check": "descriptor-check replies",
     "release": "rows shipped",
+    **{c.asset: c.unit for c in published_configs.configs()},  # what one row of each config is
 }
 
 # (what enters a stage, what its kept candidates are called), for the funnel lines.

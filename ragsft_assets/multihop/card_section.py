@@ -1,5 +1,6 @@
 """The multihop lines of a snapshot's dataset card: the card's funnel rows beside this run's, the
-gold and distractor-only abstracts of the v2 corpus per split, and each config's recipe.
+gold and distractor-only abstracts of each corpus config drawn from a question config, per split,
+and each config's recipe.
 
 Dagster-free: reads the stage tables under an assets root and the release folder's files.
 """
@@ -12,22 +13,14 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ragsft_assets import recipes
+from ragsft_assets import published_configs, recipes
 from ragsft_assets.multihop.config_recipes import config_sentence
 from ragsft_assets.multihop.funnel import build_funnel, card_rows
-from ragsft_assets.multihop.recipes import CORPUS_V2, FILTERED_QWEN_V2, RECIPES
+from ragsft_assets.multihop.recipes import RECIPES
 from ragsft_assets.storage import SPLITS, asset_files
 from ragsft_assets.table_stats import markdown_table
 
 FUNNEL_STAGES = ("question_drafts", "question_checks", "distractors", "ablation_verdicts")
-# The asset whose recipe record stands for each config (the one that applies its values).
-RECORD_ASSET = {
-    "default": "multihop_questions",
-    "filtered": "first_hop",
-    "filtered_qwen": "criteria_annotation",
-    "filtered_qwen_v2": "language_judge",
-    "corpus_filtered_qwen_v2": "corpus_filtered_qwen_v2",
-}
 
 
 def _read(assets_root: Path, partition: str, asset: str) -> Any:
@@ -79,20 +72,26 @@ def corpus_role_counts(questions: Sequence[Path], corpus: Sequence[Path]) -> dic
 
 
 def corpus_lines(folder: Path, files: Mapping[str, Mapping[str, str]], names: Mapping[str, str]) -> list[str]:
-    """Gold vs distractor-only abstracts per split of the v2 corpus config, as the card reports them."""
-    corpus, questions = names.get(CORPUS_V2), names.get(FILTERED_QWEN_V2)
-    if corpus not in files or questions not in files:
-        return []
-    counts = corpus_role_counts(
-        [folder / p for p in files[questions].values()], [folder / p for p in files[corpus].values()]
-    )
-    rows = [(s, c["gold"], c["distractor_only"], c["gold"] + c["distractor_only"]) for s, c in counts.items()]
-    return [
-        f"### `{corpus}`: gold and distractor-only abstracts per split",
-        "",
-        markdown_table(["split", "gold", "distractor only", "abstracts"], rows),
-        "",
-    ]
+    """Gold vs distractor-only abstracts per split of each corpus config drawn from the contexts of
+    a question config (its parent), as the card reports them."""
+    lines: list[str] = []
+    for config in published_configs.of_family("corpus"):
+        corpus, questions = names.get(config.name), names.get(config.parent or "")
+        if config.parent is None or corpus not in files or questions not in files:
+            continue
+        counts = corpus_role_counts(
+            [folder / p for p in files[questions].values()], [folder / p for p in files[corpus].values()]
+        )
+        rows = [
+            (s, c["gold"], c["distractor_only"], c["gold"] + c["distractor_only"]) for s, c in counts.items()
+        ]
+        lines += [
+            f"### `{corpus}`: gold and distractor-only abstracts per split",
+            "",
+            markdown_table(["split", "gold", "distractor only", "abstracts"], rows),
+            "",
+        ]
+    return lines
 
 
 def recipe_lines(assets_root: Path, partition: str, names: Mapping[str, str]) -> list[str]:
@@ -100,7 +99,7 @@ def recipe_lines(assets_root: Path, partition: str, names: Mapping[str, str]) ->
     of every asset that made it (``config_recipes``)."""
     records = recipes.read_records(assets_root / partition)
     lines = []
-    for config in RECORD_ASSET:
+    for config in RECIPES:  # a config no asset makes (``corpus``: the abstracts) has no sentence
         sentence = config_sentence(records, config)
         if sentence is not None and config in names:
             lines.append(f"- `{names[config]}`: {sentence}")
@@ -114,7 +113,7 @@ def card_section(
     files: Mapping[str, Mapping[str, str]],
     names: Mapping[str, str],
 ) -> list[str]:
-    """The multihop lines of the card (under Statistics): funnel, v2 corpus roles, recipes.
+    """The multihop lines of the card (under Statistics): funnel, corpus configs' roles, recipes.
 
     Args:
         assets_root: the store's ``assets`` folder.

@@ -1,8 +1,8 @@
 """The recipe of a multihop config as every asset that made it ran it.
 
 A config is the work of several assets: ``default`` of the five production stages (drafts, checks,
-distractors with the caps, the ablation judge, the questions), ``filtered`` of those and its two
-filters, ``filtered_qwen_v2`` of ``filtered_qwen``'s and its own... Each asset writes the recipe it
+distractors with the caps, the ablation judge, the questions), a filtered config of its parent's and
+its own filters, a corpus config of its parent's and its own stage (``published_configs``). Each asset writes the recipe it
 resolved beside its files (``recipes.write_record``). A run that overrides a field on one stage only
 (``distractors: {overrides: {max_per_bridge: 3}}``) changed the config as much as one that overrides
 it everywhere, so the dataset card and the checks read every asset's record, not one per config.
@@ -14,19 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ragsft_assets.multihop.recipes import CORPUS, CORPUS_V2, RECIPES
+from ragsft_assets import published_configs
+from ragsft_assets.multihop.recipes import RECIPES
 
-# The production's stages that resolve a recipe, in pipeline order: every config but ``corpus``
-# (the abstracts themselves) is built on them.
-PRODUCTION: tuple[str, ...] = (
-    "question_drafts",
-    "question_checks",
-    "distractors",
-    "ablation_verdicts",
-    "multihop_questions",
-)
-# Assets that make a config of their own name (beside its parent's assets and filters).
-OWN_ASSET = {CORPUS_V2: CORPUS_V2}
+# What each config adds on its parent's assets: its filters, then its own stages (the production for
+# ``default``, its own asset for a corpus config).
+_OWN_ASSETS = {c.name: (*c.filters, *c.stages) for c in published_configs.configs()}
 
 
 def config_assets(config: str) -> tuple[str, ...]:
@@ -37,11 +30,8 @@ def config_assets(config: str) -> tuple[str, ...]:
         KeyError: a config that is not a multihop recipe.
     """
     recipe = RECIPES[config]
-    if config == CORPUS:
-        return ()
-    base = config_assets(recipe.parent) if recipe.parent else PRODUCTION
-    own = (OWN_ASSET[config],) if config in OWN_ASSET else ()
-    return (*base, *recipe.filters, *own)
+    base = config_assets(recipe.parent) if recipe.parent else ()
+    return (*base, *_OWN_ASSETS[config])
 
 
 def config_changes(

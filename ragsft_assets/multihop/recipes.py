@@ -1,8 +1,8 @@
 """The multihop family's recipes: the HotpotQA-fr card's values for each published configuration.
 
-One frozen :class:`MultihopRecipe` per config of the card (``default``, ``filtered``,
-``filtered_qwen``, ``filtered_qwen_v2``, ``corpus``, ``corpus_filtered_qwen_v2``), registered with
-the shared mechanism (``ragsft_assets.recipes``). Every config carries every value, because each is
+One frozen :class:`MultihopRecipe` per question and corpus config of the card (each an entry of
+``ragsft_assets.published_configs``, which holds its parent, its filters and the card's words for
+it), registered with the shared mechanism (``ragsft_assets.recipes``). Every config carries every value, because each is
 built from the same production: ``filtered`` is ``default``'s questions seen by two more filters.
 A run names a recipe (by default the config the asset builds: :data:`ASSET_RECIPE`) and overrides
 some fields; the stages receive the resolved object and read nothing else. Each value's comment
@@ -15,16 +15,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ragsft_assets import recipes
+from ragsft_assets import published_configs, recipes
 
 FAMILY = "multihop"
-DEFAULT, FILTERED, FILTERED_QWEN, FILTERED_QWEN_V2 = (
-    "default",
-    "filtered",
-    "filtered_qwen",
-    "filtered_qwen_v2",
-)
-CORPUS, CORPUS_V2 = "corpus", "corpus_filtered_qwen_v2"
+DEFAULT = "default"  # the production's own config: every other one is built from its questions
 ABLATIONS = ("ab", "a", "b", "none")
 RETRIEVALS = ("tfidf", "bm25")
 ROLES = ("judge", "annotator")
@@ -109,7 +103,7 @@ class MultihopRecipe:
     bridge_judge_role: str = "judge"
     # ours: the card's "Qwen3.5-35B-A3B-FP8 pour langue" is one model; the judge role
     language_judge_role: str = "judge"
-    # -- filtered_qwen_v2's train-only steps (multihop/train_checks.py)
+    # -- the targeted judges' train-only steps (multihop/train_checks.py)
     # ours: the card counts "Écartées par le score de publiabilité (train) 17 197" and names no model;
     # the judge role, as the two targeted judges
     publishability_role: str = "judge"
@@ -179,53 +173,28 @@ class MultihopRecipe:
 
 
 _DEFAULT = MultihopRecipe(DEFAULT)
+# Each config's recipe is the card's values with its entry's parent and filters (the card's words for
+# each config are its entry's ``card``).
 RECIPES: dict[str, MultihopRecipe] = {
-    DEFAULT: _DEFAULT,
-    # the card: "La configuration filtered est un sous-ensemble strict de la configuration par défaut,
-    # obtenu par deux filtres décrits plus bas." (Filtre 1, the first hop; Filtre 2, two rules)
-    FILTERED: dataclasses.replace(
-        _DEFAULT, name=FILTERED, filters=("first_hop", "mechanical_rules"), parent=DEFAULT
-    ),
-    # the card: "Une question n'est retenue que si les six critères sont satisfaits." ours: on default's
-    # production (the card's "provient d'une production ultérieure et plus large")
-    FILTERED_QWEN: dataclasses.replace(
-        _DEFAULT, name=FILTERED_QWEN, filters=("criteria_annotation",), parent=DEFAULT
-    ),
-    # the card: "Plutôt qu'un juge généraliste, deux juges ciblés sont appliqués l'un après l'autre.",
-    # then its two train-only steps ("score de publiabilité (train)", "contrôle des descripteurs")
-    FILTERED_QWEN_V2: dataclasses.replace(
-        _DEFAULT,
-        name=FILTERED_QWEN_V2,
-        filters=("bridge_judge", "language_judge", "publishability_score", "descriptor_check"),
-        parent=FILTERED_QWEN,
-    ),
-    # the card: "La configuration corpus contient les 822 270 abstracts dont sont tirés tous les
-    # documents gold et distracteurs du jeu."
-    CORPUS: dataclasses.replace(_DEFAULT, name=CORPUS),
-    # the card: "Sous-ensemble de corpus réduit aux abstracts qui apparaissent dans les contextes de
-    # filtered_qwen_v2, documents gold et distracteurs, avec le même schéma."
-    CORPUS_V2: dataclasses.replace(_DEFAULT, name=CORPUS_V2, parent=FILTERED_QWEN_V2),
+    c.name: dataclasses.replace(_DEFAULT, name=c.name, filters=c.filters, parent=c.parent)
+    for c in published_configs.configs()
+    if c.is_multihop_recipe
 }
 recipes.register(FAMILY, RECIPES)
 
-# The recipe an asset resolves when its run config names none: the config the asset builds.
-ASSET_RECIPE = {
-    "question_drafts": DEFAULT,
-    "question_checks": DEFAULT,
-    "distractors": DEFAULT,
-    "ablation_verdicts": DEFAULT,
-    "multihop_questions": DEFAULT,
-    "multihop_audit": DEFAULT,
-    "first_hop": FILTERED,
-    "mechanical_rules": FILTERED,
-    "criteria_annotation": FILTERED_QWEN,
-    "review_labels": FILTERED_QWEN,
-    "bridge_judge": FILTERED_QWEN_V2,
-    "language_judge": FILTERED_QWEN_V2,
-    "publishability_score": FILTERED_QWEN_V2,
-    "descriptor_check": FILTERED_QWEN_V2,
-    "corpus_filtered_qwen_v2": CORPUS_V2,
-}
+
+# The recipe an asset resolves when its run config names none: the config the asset builds (the
+# first config that lists it: a later config with the same filters runs them under its own name).
+def _asset_recipes() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for c in published_configs.configs():
+        if c.is_multihop_recipe:
+            for asset in (*c.stages, *c.also_resolved_by, *c.filters):
+                out.setdefault(asset, c.name)
+    return out
+
+
+ASSET_RECIPE = _asset_recipes()
 
 
 def resolve(asset: str, name: str | None, overrides: dict | None = None) -> MultihopRecipe:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ragsft_assets import published_configs
+
 STAGE_FIELDS: dict[str, tuple[str, ...]] = {
     "question_drafts": (
         "pairs_drawn",
@@ -31,7 +33,8 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
     "language_judge": ("language_judge_role",),
     "publishability_score": ("publishability_role", "publishability_min_score", "train_only_splits"),
     "descriptor_check": ("descriptor_check_role", "train_only_splits"),
-    "corpus_filtered_qwen_v2": ("corpus_columns",),
+    # a corpus config's own stage ships the recipe's columns
+    **{stage: ("corpus_columns",) for c in published_configs.of_family("corpus") for stage in c.stages},
 }
 
 

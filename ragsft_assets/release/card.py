@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ragsft_assets import published_configs
 from ragsft_assets.release import decisions as decisions_mod
 from ragsft_assets.release.card_notes import condense_notes, provenance_link_counts
 from ragsft_assets.release.layout import PLOTS, PROVENANCE, default_name, read_configs
@@ -172,18 +173,7 @@ def write_histograms(folder: Path, config: str, series: Mapping[str, Sequence[fl
 
 
 # Notes the card gives per filtered config (issue 13): how ours differs from the HotpotQA-fr card's.
-FILTER_NOTES = {
-    "filtered_qwen": (
-        "In the HotpotQA-fr card `filtered_qwen` comes from a larger, later production; here it is a "
-        "subset of `default` from the same production."
-    ),
-    "filtered_qwen_v2": (
-        "The HotpotQA-fr card's two train-only steps, a publishability score and a descriptor check, "
-        "run on the train questions the two judges keep; the card gives neither prompt nor threshold, "
-        "so both are ours (a score of 1 to 5, kept from the recipe's `publishability_min_score`). "
-        "See docs/cards.md."
-    ),
-}
+FILTER_NOTES = {c.name: c.card_note for c in published_configs.configs() if c.card_note}
 # Every step and figure of the four seed cards, with where it lives in ragsft or why it differs.
 CARDS_DOC = "docs/cards.md"
 CARDS_DOC_LINE = (

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ragsft_assets import published_configs
+
 _SPLIT = "The split: train, validation or test (drawn per document from the seed, before any graph)."
 _MESSAGES_RAG = (
     "The chat: system (the instructions and the documents as OpenRAG `[Source N]` blocks), user (the"
@@ -111,16 +113,14 @@ RECALL_STAGES = (
     "known_claims",
 )
 
+# Each published config's asset by its family (``published_configs``); the corpus config of the
+# abstracts themselves ships five of their columns, the asset has more.
+BY_FAMILY: dict[str, Mapping[str, str]] = {"multihop": HOTPOTQA, "corpus": CORPUS, "rag_sft": RAG_SFT}
 # Asset key (as the UI writes it; a `qa/` chain's assets share their snapshot twin's) -> columns.
 BY_ASSET: dict[str, Mapping[str, str]] = {
+    **{c.asset: BY_FAMILY[c.family] for c in published_configs.configs()},
     "abstracts": ABSTRACTS,
-    "corpus_filtered_qwen_v2": CORPUS,
-    "multihop_questions": HOTPOTQA,
-    "multihop_filtered": HOTPOTQA,
-    "multihop_filtered_qwen": HOTPOTQA,
-    "multihop_filtered_qwen_v2": HOTPOTQA,
     "qa/questions": HOTPOTQA,
-    "rag_sft": RAG_SFT,
     "long_context/raft": LONG_CONTEXT,
     "long_context/raft_syntactic": LONG_CONTEXT,
     "long_context/clustered": LONG_CONTEXT,

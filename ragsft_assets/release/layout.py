@@ -28,6 +28,7 @@ import orjson
 import pyarrow as pa
 import yaml
 
+from ragsft_assets import published_configs
 from ragsft_assets.leftovers import recover  # noqa: F401 - re-exported; the clean-up of killed builds: leftovers knows their names
 from ragsft_assets.storage import staging_folder, swap_folder, write_parquet
 
@@ -67,66 +68,19 @@ RAG_SFT_COLUMNS = ("messages", "supporting_facts_titles", "chunks_total")
 # `id` (every stage, the lineage and `ragsft explain` read it); the published file names it `_id`.
 HOTPOTQA_COLUMNS = ("id", "question", "answer", "supporting_facts", "context", "type", "level")
 HOTPOTQA_RENAMES = (("id", "_id"),)
-# Order matters: the first present config is the one `load_dataset(folder)` opens without a name.
-RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = (
-    ReleaseConfig(
-        "default",
-        "multihop_questions",
-        "multihop",
-        "Multi-hop bridge questions in the HotpotQA (hotpot_qa) layout: 2 gold + distractor paragraphs.",
-        HOTPOTQA_COLUMNS,
-        HOTPOTQA_RENAMES,
-    ),
-    ReleaseConfig(
-        "filtered",
-        "multihop_filtered",
-        "multihop",
-        "The rows of `default` kept by the first-hop judge and the mechanical rules, unchanged.",
-        HOTPOTQA_COLUMNS,
-        HOTPOTQA_RENAMES,
-    ),
-    ReleaseConfig(
-        "filtered_qwen",
-        "multihop_filtered_qwen",
-        "multihop",
-        "The rows of `default` whose six criteria all hold for the annotator (same production as `default`).",
-        HOTPOTQA_COLUMNS,
-        HOTPOTQA_RENAMES,
-    ),
-    ReleaseConfig(
-        "filtered_qwen_v2",
-        "multihop_filtered_qwen_v2",
-        "multihop",
-        "The rows of `filtered_qwen` that the bridge judge and then the language judge keep, less the "
-        "train questions the publishability score and the descriptor check drop.",
-        HOTPOTQA_COLUMNS,
-        HOTPOTQA_RENAMES,
-    ),
-    ReleaseConfig(
-        "corpus_filtered_qwen_v2",
-        "corpus_filtered_qwen_v2",
-        "corpus",
-        "The abstracts in the contexts (golds and distractors) of `filtered_qwen_v2`, per split.",
-        CORPUS_COLUMNS,
-    ),
-    ReleaseConfig(
-        "corpus",
-        "abstracts",
-        "corpus",
-        "The retrieval corpus: one row per kept Wikipedia abstract, with its sentences.",
-        CORPUS_COLUMNS,
-    ),
-    ReleaseConfig(
-        "hotpotqa_cite",
-        "rag_sft",
-        "rag_sft",
-        "RAG SFT chat examples with verified inline citations and unanswerable twins.",
-        RAG_SFT_COLUMNS,
-    ),
+# What each family ships: the shipped columns in order, and the (asset column, shipped name) renames.
+FAMILY_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[tuple[str, str], ...]]] = {
+    "multihop": (HOTPOTQA_COLUMNS, HOTPOTQA_RENAMES),
+    "corpus": (CORPUS_COLUMNS, ()),
+    "rag_sft": (RAG_SFT_COLUMNS, ()),
+}
+# One per published config, in its order: the first present config is the one
+# `load_dataset(folder)` opens without a name.
+RELEASE_CONFIGS: tuple[ReleaseConfig, ...] = tuple(
+    ReleaseConfig(c.name, c.asset, c.family, c.description, *FAMILY_COLUMNS[c.family])
+    for c in published_configs.configs()
 )
 CONFIGS_BY_NAME = {c.name: c for c in RELEASE_CONFIGS}
-# The rag_sft config of a French snapshot, as the HotpotQA-fr card names it (one split, train).
-FR_RAG_SFT = "hotpotqa_fr_abstracts_v2"
 CONFIGS_FILE = "configs.json"  # provenance/configs.json: the configs as this release named them
 # A Hub config name: it is also a folder name of the release and a word of `load_dataset(folder, NAME)`.
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")

@@ -1,9 +1,12 @@
 """Filter assets on the released questions and the filtered configurations they make.
 
-``first_hop`` then ``mechanical_rules`` make ``filtered``; ``criteria_annotation`` makes
-``filtered_qwen``; ``bridge_judge`` then ``language_judge``, and on the train split
-``publishability_score`` then ``descriptor_check``, make ``filtered_qwen_v2`` and its corpus. The four judges are built by one factory (``judged.judged_asset``) and the three configs by
-another (:func:`config_asset`): each piece below says only what it selects and how it decides.
+The filters: ``first_hop`` then ``mechanical_rules``; ``criteria_annotation``; ``bridge_judge`` then
+``language_judge``, and on the train split ``publishability_score`` then ``descriptor_check``. The
+four judges are built by one factory (``judged.judged_asset``). Each filtered config of
+``published_configs`` is the rows its filters keep (one factory, :func:`config_asset`, and the
+reading of its filters' verdicts, :data:`DECIDERS`); each corpus config drawn from a question config
+is the abstracts of that config's contexts (:func:`corpus_asset`). Each piece below says only what
+it selects and how it decides.
 
 No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
 time. Thin wiring: the logic is ``ragsft_assets.multihop.first_hop`` / ``mechanical_rules`` /
@@ -19,6 +22,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets import published_configs
 from ragsft_assets.defs.check_results import FAILURES, check_result
 from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
 from ragsft_assets.defs.multihop.common import (
@@ -55,14 +59,15 @@ from ragsft_assets.storage import SPLITS, write_parquet
 
 PRODUCT = FILTER_PRODUCT
 MECHANICAL_SCHEMA = pa.schema([("id", pa.string()), ("verdict", pa.string())])
-FILTERED_ASSET = "multihop_filtered"
-FILTERED_QWEN_ASSET = "multihop_filtered_qwen"
-FILTERED_QWEN_V2_ASSET = "multihop_filtered_qwen_v2"
-CORPUS_V2_ASSET = "corpus_filtered_qwen_v2"
 # Beside the split files, in a subfolder so that readers of the asset's split files never see it;
 # the release copies it to provenance/<config>/verdicts.parquet.
 VERDICTS_FILE = "provenance/verdicts.parquet"
 QUESTION_DEPS = ("multihop_questions", "question_drafts", "abstracts")
+
+
+def _made_by(stage: str) -> published_configs.PublishedConfig:
+    """The filtered config whose filters list ``stage`` first (the config its verdicts make)."""
+    return next(c for c in published_configs.filtered_configs() if stage in c.filters)
 
 
 def criteria_items(
@@ -82,7 +87,7 @@ def criteria_items(
 
 
 class FirstHopConfig(RecipeConfig):
-    """Recipe ``filtered`` by default; its ``first_hop_role`` names the LLM role (judge)."""
+    """Recipe: the config its filter makes by default; its ``first_hop_role`` names the LLM role (judge)."""
 
 
 def _first_hop(run: JudgeCall) -> Judged:
@@ -104,7 +109,7 @@ def _first_hop(run: JudgeCall) -> Judged:
 
 
 class CriteriaConfig(RecipeConfig):
-    """Recipe ``filtered_qwen`` by default; its ``criteria_role`` names the LLM role (annotator)."""
+    """Recipe: the config its filter makes by default; its ``criteria_role`` names the LLM role (annotator)."""
 
     max_questions: int | None = None  # the annotation budget; questions past it are not_annotated (None: all)
 
@@ -134,7 +139,7 @@ def _criteria(run: JudgeCall) -> Judged:
 
 
 class TargetedJudgeConfig(RecipeConfig):
-    """Recipe ``filtered_qwen_v2`` by default; ``bridge_judge_role`` / ``language_judge_role``."""
+    """Recipe: the config its filters make by default; ``bridge_judge_role`` / ``language_judge_role``."""
 
 
 def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall], Judged]:
@@ -163,7 +168,7 @@ def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall],
 
 
 class TrainCheckConfig(RecipeConfig):
-    """Recipe ``filtered_qwen_v2`` by default: ``publishability_role`` / ``descriptor_check_role``,
+    """Recipe: the config its filters make by default: ``publishability_role`` / ``descriptor_check_role``,
     ``publishability_min_score`` and ``train_only_splits``."""
 
 
@@ -232,7 +237,8 @@ criteria_annotation = judged_asset(
         name="criteria_annotation",
         description=(
             "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
-            "documents needed, clear question, minimal answer); all six must hold for `filtered_qwen`."
+            "documents needed, clear question, minimal answer); all six must hold for "
+            f"`{_made_by('criteria_annotation').name}`."
         ),
         task=cr.TASK,
         role=lambda r: r.criteria_role,
@@ -245,8 +251,8 @@ bridge_judge = judged_asset(
     JudgedStage(
         name=tj.BRIDGE.stage,
         description=(
-            "Targeted bridge judge on `filtered_qwen`: an analysis, then kept only if B is the only entity "
-            "of A the question's descriptor can designate, A states the relation, and the question does "
+            f"Targeted bridge judge on `{_made_by(tj.BRIDGE.stage).parent}`: an analysis, then kept only "
+            "if B is the only entity of A the question's descriptor can designate, A states the relation, and the question does "
             "not name B by itself."
         ),
         task=tj.BRIDGE.task,
@@ -262,7 +268,7 @@ language_judge = judged_asset(
         description=(
             "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
             "question is fluent, its referents unique, it has no meta wording, and the answer has the "
-            "right type and scope. Its keeps make `filtered_qwen_v2`."
+            f"right type and scope. Its keeps make `{_made_by(tj.LANGUAGE.stage).name}`."
         ),
         task=tj.LANGUAGE.task,
         role=lambda r: r.language_judge_role,
@@ -277,8 +283,8 @@ publishability_score = judged_asset(
     JudgedStage(
         name=tc.PUBLISHABILITY_STAGE,
         description=(
-            "filtered_qwen_v2's train-only publishability score (the card's \"score de publiabilité "
-            '(train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
+            f"{_made_by(tc.PUBLISHABILITY_STAGE).name}'s train-only publishability score (the card's "
+            '"score de publiabilité (train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
             "kept at the recipe's publishability_min_score (ours: 4) or more."
         ),
         task=tc.PUBLISHABILITY_TASK,
@@ -292,8 +298,9 @@ descriptor_check = judged_asset(
     JudgedStage(
         name=tc.DESCRIPTOR_STAGE,
         description=(
-            "filtered_qwen_v2's train-only descriptor check (the card's \"contrôle des descripteurs "
-            "(train)\"): on what publishability_score keeps, the bridge judge's descriptor is a part of "
+            f"{_made_by(tc.DESCRIPTOR_STAGE).name}'s train-only descriptor check (the card's "
+            '"contrôle des descripteurs (train)"): on what publishability_score keeps, the bridge judge\'s '
+            "descriptor is a part of "
             "the question, does not give B away, and says nothing A does not state."
         ),
         task=tc.DESCRIPTOR_TASK,
@@ -356,6 +363,8 @@ def _split_tables(store: TableReader, partition: str, asset: str) -> dict[str, p
 
 
 Provenance = dict[str, list[tuple[str, str, bool, str | None]]]
+# What a filtered config's filters decided: the kept ids, every filter's verdicts, the funnel.
+Decided = tuple[set[str], Provenance, dict[str, int]]
 
 
 def _criteria_provenance(rows: list[dict[str, Any]]) -> Provenance:
@@ -373,7 +382,7 @@ def _criteria_provenance(rows: list[dict[str, Any]]) -> Provenance:
     return provenance
 
 
-def _filtered(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _first_hop_and_rules(store: TableReader, partition: str, parent: str) -> Decided:
     fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
     mech_rows = store.read(partition, "mechanical_rules").to_pylist()
     kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
@@ -382,19 +391,19 @@ def _filtered(store: TableReader, partition: str) -> tuple[set[str], Provenance,
         "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
     }
     funnel = {
-        "default": len(fh_rows),
+        parent: len(fh_rows),
         "first_hop kept": sum(r["verdict"] == fh.LEADS_TO_B for r in fh_rows),
         "mechanical_rules kept": len(kept),
     }
     return kept, provenance, funnel
 
 
-def _filtered_qwen(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _criteria_kept(store: TableReader, partition: str, parent: str) -> Decided:
     rows = store.read(partition, "criteria_annotation").to_pylist()
     kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
     counts = Counter(r["verdict"] for r in rows)
     funnel = {
-        "default": len(rows),
+        parent: len(rows),
         "not_annotated (excluded, not rejected)": counts.get(cr.NOT_ANNOTATED, 0),
         "annotated": len(rows) - counts.get(cr.NOT_ANNOTATED, 0),
         "fails_criteria": counts.get(cr.FAILS_CRITERIA, 0),
@@ -403,7 +412,7 @@ def _filtered_qwen(store: TableReader, partition: str) -> tuple[set[str], Proven
     return kept, _criteria_provenance(rows), funnel
 
 
-def _filtered_qwen_v2(store: TableReader, partition: str) -> tuple[set[str], Provenance, dict[str, int]]:
+def _targeted_and_train_checks(store: TableReader, partition: str, parent: str) -> Decided:
     crit = store.read(partition, "criteria_annotation").to_pylist()
     bridge = store.read(partition, "bridge_judge").to_pylist()
     lang = store.read(partition, "language_judge").to_pylist()
@@ -426,7 +435,7 @@ def _filtered_qwen_v2(store: TableReader, partition: str) -> tuple[set[str], Pro
         tc.DESCRIPTOR_STAGE: [(r["id"], r["verdict"], r["verdict"] == tc.KEPT, r["analysis"]) for r in desc],
     }
     funnel = {
-        "filtered_qwen": sum(r["verdict"] == cr.KEPT for r in crit),
+        parent: sum(r["verdict"] == cr.KEPT for r in crit),
         "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
         "language_judge kept": len(judged),
         "publishability_score judged (train)": len(score),
@@ -496,23 +505,63 @@ class SubsetCheck:
         )
 
 
-def config_asset(
-    name: str,
-    description: str,
-    deps: list[str],
-    decide: Callable[[TableReader, str], tuple[set[str], Provenance, dict[str, int]]],
-    code_version: str,
-    check: SubsetCheck,
-) -> dg.AssetsDefinition:
-    """A filtered configuration: the rows of ``default`` whose id ``decide`` keeps, unchanged (byte
-    for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's verdict;
-    ``check``, a blocking check of its rows against its parent, computed as it is written.
-    ``deps`` are also the only tables ``decide`` and the check may read (``defs.wiring``)."""
+# How the verdicts of a filtered config's filters (its entry's ``filters``) decide its rows; a config
+# whose filters have none here fails at import with the list.
+DECIDERS: dict[tuple[str, ...], Callable[[TableReader, str, str], Decided]] = {
+    ("first_hop", "mechanical_rules"): _first_hop_and_rules,
+    ("criteria_annotation",): _criteria_kept,
+    (
+        tj.BRIDGE.stage,
+        tj.LANGUAGE.stage,
+        tc.PUBLISHABILITY_STAGE,
+        tc.DESCRIPTOR_STAGE,
+    ): _targeted_and_train_checks,
+}
+QUESTIONS = "multihop_questions"  # the production's questions: every filtered config's rows are some of them
+
+
+def _filter_chain(config: published_configs.PublishedConfig) -> tuple[str, ...]:
+    """The filters of ``config``'s ancestors, then its own, in the order they ran."""
+    parent = published_configs.by_name(config.parent) if config.parent else None
+    return (*(_filter_chain(parent) if parent else ()), *config.filters)
+
+
+def subset_check(config: published_configs.PublishedConfig) -> SubsetCheck:
+    """A filtered config's blocking check against its parent, named after the parent."""
+    parent = published_configs.by_name(config.parent or "")
+    name = (
+        f"matches_{parent.name}_on_shared_ids" if config.own_rows_allowed else f"is_subset_of_{parent.name}"
+    )
+    return SubsetCheck(name, parent.asset, config.check_description, config.own_rows_allowed)
+
+
+def config_asset(config: published_configs.PublishedConfig) -> dg.AssetsDefinition:
+    """A filtered configuration: the rows of ``default`` whose id its filters keep (:data:`DECIDERS`),
+    unchanged (byte for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's
+    verdict; a blocking check of its rows against its parent, computed as it is written. Its deps
+    (every filter's verdicts, the questions, the parent's rows) are also the only tables the
+    decision and the check may read (``defs.wiring``).
+
+    Raises:
+        KeyError: no decider for the config's filters.
+    """
+    if config.filters not in DECIDERS:
+        raise KeyError(
+            f"published config {config.name!r}: no decider for filters {config.filters}; "
+            f"filters.DECIDERS has {sorted(DECIDERS)}"
+        )
+    name, decide, check = config.asset, DECIDERS[config.filters], subset_check(config)
+    parent = published_configs.by_name(config.parent or "")
+    deps = [
+        *reversed(_filter_chain(config)),
+        QUESTIONS,
+        *([check.parent] if check.parent != QUESTIONS else []),
+    ]
 
     @multihop_asset(
         name=name,
-        description=description,
-        code_version=code_version,
+        description=config.asset_description,
+        code_version=config.code_version,
         deps=reads(*deps),
         check_specs=[check.spec(name)],
     )
@@ -521,12 +570,12 @@ def config_asset(
     ) -> dg.MaterializeResult:
         partition = context.partition_key
         inputs = declared_inputs(context, store)
-        kept, provenance, funnel = decide(inputs, partition)
+        kept, provenance, funnel = decide(inputs, partition, parent.name)
         topics = _topics(store, snapshots, partition)
-        parents = _split_tables(inputs, partition, "multihop_questions")
+        parents = _split_tables(inputs, partition, QUESTIONS)
         paths, rows = {}, {}
-        for split, parent in parents.items():
-            child = fc.subset_rows(parent, kept)
+        for split, parent_rows in parents.items():
+            child = fc.subset_rows(parent_rows, kept)
             paths[split] = store.write(child, partition, name, split)
             rows[split] = child.num_rows
         write_parquet(fc.verdicts_table(provenance, topics), store.root / partition / name / VERDICTS_FILE)
@@ -534,7 +583,7 @@ def config_asset(
         md = table_metadata([paths[s] for s in SPLITS if s in paths], next(iter(parents.values())).schema)
         md.update(
             {
-                "parent": "multihop_questions",
+                "parent": QUESTIONS,
                 "parent_rows": len(seen),
                 "questions_with_topic": sum(i in topics for i in seen),
                 "topics": len(set(topics.values())),
@@ -548,105 +597,67 @@ def config_asset(
     return _asset
 
 
-multihop_filtered = config_asset(
-    FILTERED_ASSET,
-    "The `filtered` configuration: the rows of `default` that first_hop and mechanical_rules keep, "
-    "unchanged; provenance/verdicts.parquet holds every filter's verdict.",
-    ["mechanical_rules", "first_hop", "multihop_questions"],
-    _filtered,
-    "2",
-    SubsetCheck(
-        "is_subset_of_default",
-        "multihop_questions",
-        "Every row of `filtered` is a row of `default`, same split, byte-identical; no duplicates.",
-    ),
-)
-multihop_filtered_qwen = config_asset(
-    FILTERED_QWEN_ASSET,
-    "The `filtered_qwen` configuration: the rows of `default` whose six criteria all hold (same "
-    "production as `default`; the card's comes from a larger, later one).",
-    ["criteria_annotation", "multihop_questions"],
-    _filtered_qwen,
-    "2",
-    # The card: filtered_qwen "n'est pas un sous-ensemble de la configuration par défaut", but "Pour
-    # ces identifiants communs le contenu est identique à l'octet près".
-    SubsetCheck(
-        "matches_default_on_shared_ids",
-        "multihop_questions",
-        "Every row of `filtered_qwen` whose id is in `default` is that row of `default`, same split, "
-        "byte-identical; no duplicates (the card's filtered_qwen is not a subset of default).",
-        own_rows_allowed=True,
-    ),
-)
-multihop_filtered_qwen_v2 = config_asset(
-    FILTERED_QWEN_V2_ASSET,
-    "`filtered_qwen_v2`: the rows of `filtered_qwen` that bridge_judge then language_judge keep, "
-    "less the train questions the card's two train-only steps (publishability_score, then "
-    "descriptor_check) do not keep.",
-    [
-        "descriptor_check",
-        "publishability_score",
-        "language_judge",
-        "bridge_judge",
-        "criteria_annotation",
-        "multihop_questions",
-        FILTERED_QWEN_ASSET,
-    ],
-    _filtered_qwen_v2,
-    "4",
-    SubsetCheck(
-        "is_subset_of_filtered_qwen",
-        FILTERED_QWEN_ASSET,
-        "Every row of `filtered_qwen_v2` is a row of `filtered_qwen` (the config it filters), unchanged.",
-    ),
-)
-
-
 class CorpusConfig(RecipeConfig):
-    """Recipe ``corpus_filtered_qwen_v2`` by default; its ``corpus_columns`` are the shipped columns."""
+    """Recipe: the corpus config the asset makes, by default; its ``corpus_columns`` are the shipped columns."""
 
 
-@multihop_asset(code_version="2", deps=[FILTERED_QWEN_V2_ASSET, "abstracts"])
-def corpus_filtered_qwen_v2(
-    context: dg.AssetExecutionContext, config: CorpusConfig, store: ArtifactStore
-) -> dg.MaterializeResult:
-    """The abstracts in the contexts (golds and distractors) of ``filtered_qwen_v2``, per split, with
-    the card's corpus columns (``id, title, text, sentences, qid``); counts of gold and
-    distractor-only abstracts per split."""
-    partition = context.partition_key
-    recipe = config.resolved(CORPUS_V2_ASSET)
-    paths, rows, roles = {}, {}, {}
-    abstracts = _split_tables(store, partition, "abstracts")
-    missing = sorted(set(recipe.corpus_columns) - set(next(iter(abstracts.values())).column_names))
-    if missing:
-        raise ValueError(f"corpus_columns {missing} are not columns of abstracts")
-    for split, qs in _split_tables(store, partition, FILTERED_QWEN_V2_ASSET).items():
-        titles = {t for ctx in qs["context"].to_pylist() for t in ctx["title"]}
-        golds = {t for sf in qs["supporting_facts"].to_pylist() for t in sf["title"]}
-        corpus = abstracts[split]
-        sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
-        sub = sub.select(list(recipe.corpus_columns))
-        paths[split] = store.write(sub, partition, CORPUS_V2_ASSET, split)
-        rows[split] = sub.num_rows
-        gold = sum(t in golds for t in sub["title"].to_pylist())
-        roles[split] = {"gold": gold, "distractor_only": sub.num_rows - gold}
-    schema = next(iter(abstracts.values())).schema
-    md = table_metadata(
-        [paths[s] for s in SPLITS if s in paths], pa.schema([schema.field(c) for c in recipe.corpus_columns])
+def corpus_asset(published: published_configs.PublishedConfig) -> dg.AssetsDefinition:
+    """A corpus config drawn from a question config (its parent): the abstracts in that config's
+    contexts (golds and distractors), per split, with the recipe's ``corpus_columns``; counts of
+    gold and distractor-only abstracts per split."""
+    name = published.asset
+    questions = published_configs.by_name(published.parent or "").asset
+
+    @multihop_asset(
+        name=name,
+        description=published.asset_description,
+        code_version=published.code_version,
+        deps=[questions, "abstracts"],
     )
-    md.update(
-        {
-            "rows": sum(rows.values()),
-            **{f"rows/{s}": n for s, n in sorted(rows.items())},
-            "gold_vs_distractor_only": dg.MetadataValue.json(roles),
-            **recipe_metadata(store, partition, CORPUS_V2_ASSET, recipe),
-        }
-    )
-    return dg.MaterializeResult(metadata=md)
+    def _asset(
+        context: dg.AssetExecutionContext, config: CorpusConfig, store: ArtifactStore
+    ) -> dg.MaterializeResult:
+        partition = context.partition_key
+        recipe = config.resolved(name)
+        paths, rows, roles = {}, {}, {}
+        abstracts = _split_tables(store, partition, "abstracts")
+        missing = sorted(set(recipe.corpus_columns) - set(next(iter(abstracts.values())).column_names))
+        if missing:
+            raise ValueError(f"corpus_columns {missing} are not columns of abstracts")
+        for split, qs in _split_tables(store, partition, questions).items():
+            titles = {t for ctx in qs["context"].to_pylist() for t in ctx["title"]}
+            golds = {t for sf in qs["supporting_facts"].to_pylist() for t in sf["title"]}
+            corpus = abstracts[split]
+            sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
+            sub = sub.select(list(recipe.corpus_columns))
+            paths[split] = store.write(sub, partition, name, split)
+            rows[split] = sub.num_rows
+            gold = sum(t in golds for t in sub["title"].to_pylist())
+            roles[split] = {"gold": gold, "distractor_only": sub.num_rows - gold}
+        schema = next(iter(abstracts.values())).schema
+        md = table_metadata(
+            [paths[s] for s in SPLITS if s in paths],
+            pa.schema([schema.field(c) for c in recipe.corpus_columns]),
+        )
+        md.update(
+            {
+                "rows": sum(rows.values()),
+                **{f"rows/{s}": n for s, n in sorted(rows.items())},
+                "gold_vs_distractor_only": dg.MetadataValue.json(roles),
+                **recipe_metadata(store, partition, name, recipe),
+            }
+        )
+        return dg.MaterializeResult(metadata=md)
+
+    return _asset
 
 
+# One asset per filtered config and per corpus config drawn from a question config, by config name.
+CONFIG_ASSETS: dict[str, dg.AssetsDefinition] = {
+    **{c.name: config_asset(c) for c in published_configs.filtered_configs()},
+    **{c.name: corpus_asset(c) for c in published_configs.of_family("corpus") if c.parent},
+}
 filter_assets = [
-    first_hop, mechanical_rules, multihop_filtered, criteria_annotation, multihop_filtered_qwen,
-    bridge_judge, language_judge, publishability_score, descriptor_check, multihop_filtered_qwen_v2,
-    corpus_filtered_qwen_v2,
+    first_hop, mechanical_rules, criteria_annotation, bridge_judge, language_judge, publishability_score,
+    descriptor_check, *CONFIG_ASSETS.values(),
 ]  # fmt: skip

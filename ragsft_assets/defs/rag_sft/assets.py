@@ -24,6 +24,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ragsft_assets import published_configs
 from ragsft_assets import recipes as recipe_records
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.check_results import check_result
@@ -48,12 +49,7 @@ QA_INPUT_ASSET = "questions"  # store name of qa/questions
 JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language", "rag_judge_factual_multi")
 STATISTICS_FILE = "_statistics.json"  # beside rag_sft's files: what the card shows
 # The question configurations the snapshot chain can read: config name -> store name of its asset.
-SNAPSHOT_INPUTS = {
-    "default": INPUT_ASSET,
-    "filtered": "multihop_filtered",
-    "filtered_qwen": "multihop_filtered_qwen",
-    "filtered_qwen_v2": "multihop_filtered_qwen_v2",
-}
+SNAPSHOT_INPUTS = {c.name: c.asset for c in published_configs.of_family("multihop")}
 
 
 class RagSftConfig(dg.Config):
@@ -67,8 +63,7 @@ class RagSftConfig(dg.Config):
     seed: int = DEFAULT_SEED
     max_questions: int = 0  # 0 = every question; a quick run sets e.g. 50 (the smallest ids)
     language: str = ""  # the data's language (refusal phrases, judges); default: the partition key's
-    # None = the partition's product recipe: trust_align for a trust_align.<lang> source,
-    # hotpotqa_fr_abstracts_v2 for French data, hotpotqa_cite otherwise.
+    # None = the partition's product recipe, by its source and language (``recipes.default_recipe``).
     recipe: str | None = None
     overrides: dict[str, Any] = {}  # recipe fields changed for this run (recorded in the manifest)
     # Token counts (the token budget, the statistics): "embedded" (the embedded model's,

@@ -6,6 +6,7 @@ from typing import Any
 
 import dagster as dg
 
+from ragsft_assets import published_configs
 from ragsft_assets.defs.check_results import check_result, verify_failures
 from ragsft_assets.defs.metadata import funnel_metadata
 from ragsft_assets.defs.partitions import snapshot_language, snapshot_partitions
@@ -21,29 +22,30 @@ from ragsft_assets.resources.store import ArtifactStore
 GROUP = "release"
 
 
-class ReleaseNamesConfig(dg.Config):
-    """The config names the release ships; the defaults are the HotpotQA-fr card's (issues 12, 13)."""
-
-    filtered: str = "filtered"
-    filtered_qwen: str = "filtered_qwen"
-    filtered_qwen_v2: str = "filtered_qwen_v2"
-    corpus_filtered_qwen_v2: str = "corpus_filtered_qwen_v2"
-    # The RAG SFT config; "" = the product's: hotpotqa_fr_abstracts_v2 for a French snapshot (one
-    # split, train, as its card), hotpotqa_cite otherwise.
-    rag_sft: str = ""
+RENAMABLE = tuple(c.name for c in published_configs.configs() if c.renamable)
+# The config names the release ships, one field per renamable published config (default: its
+# name, the HotpotQA-fr card's; issues 12, 13), and the RAG SFT config's: "" = the product's name for
+# the snapshot's language (``rag_sft.recipes.default_recipe``; one split, train, for a French one).
+ReleaseNamesConfig = type(
+    "ReleaseNamesConfig",
+    (dg.Config,),
+    {
+        "__module__": __name__,
+        "__doc__": "The config names the release ships; the defaults are the HotpotQA-fr card's (issues 12, 13).",
+        "__annotations__": dict.fromkeys((*RENAMABLE, "rag_sft"), str),
+        **{name: name for name in RENAMABLE},
+        "rag_sft": "",
+    },
+)
 
 
 def release_names(config: ReleaseNamesConfig, partition: str) -> dict[str, str]:
     """``{card's name: shipped name}`` for ``layout.release_configs``, the product's name for rag_sft."""
     from ragsft_assets.defs.rag_sft.assets import product_name
 
-    names = {
-        "filtered": config.filtered,
-        "filtered_qwen": config.filtered_qwen,
-        "filtered_qwen_v2": config.filtered_qwen_v2,
-        "corpus_filtered_qwen_v2": config.corpus_filtered_qwen_v2,
-        "hotpotqa_cite": config.rag_sft or product_name(snapshot_language(partition)),
-    }
+    names = {name: getattr(config, name) for name in RENAMABLE}
+    for c in published_configs.of_family("rag_sft"):
+        names[c.name] = config.rag_sft or product_name(snapshot_language(partition))
     return {old: new for old, new in names.items() if new != old}
 
 
