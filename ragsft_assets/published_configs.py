@@ -240,13 +240,13 @@ def register(config: PublishedConfig, before: str | None = None) -> None:
         RuntimeError: a family already derived its tables from the entries.
         ValueError: a name or asset already taken, or a parent that is no config.
     """
-    if _read:
-        raise RuntimeError(
-            f"register {config.name!r} before importing the families: the published configs were already read"
-        )
     if any(c.name == config.name or c.asset == config.asset for c in _CONFIGS):
         raise ValueError(f"published config {config.name!r} (asset {config.asset!r}): name or asset taken")
     if config.parent is not None and config.parent not in {c.name for c in _CONFIGS}:
         raise ValueError(f"published config {config.name!r}: parent {config.parent!r} is no config")
+    if _read:
+        raise RuntimeError(
+            f"register {config.name!r} before importing the families: the published configs were already read"
+        )
     names = [c.name for c in _CONFIGS]
     _CONFIGS.insert(names.index(before) if before in names else len(_CONFIGS), config)
