@@ -1,9 +1,9 @@
 """The recipe of a multihop config as every asset that made it ran it.
 
 A config is the work of several assets: ``default`` of the five production stages (drafts, checks,
-distractors with the caps, the ablation judge, the questions), a filtered config of its parent's and
-its own filters, a corpus config of its parent's and its own stage (``published_configs``). Each asset writes the recipe it
-resolved beside its files (``recipes.write_record``). A run that overrides a field on one stage only
+distractors with the caps, the ablation judge, the questions), a filtered config of its parent's
+and its own filters, a corpus config of its parent's and its own stage (``published_configs``).
+Each asset writes the recipe it resolved beside its files (``recipes.write_record``). A run that overrides a field on one stage only
 (``distractors: {overrides: {max_per_bridge: 3}}``) changed the config as much as one that overrides
 it everywhere, so the dataset card and the checks read every asset's record, not one per config.
 Dagster-free.

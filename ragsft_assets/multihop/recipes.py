@@ -2,8 +2,9 @@
 
 One frozen :class:`MultihopRecipe` per question and corpus config of the card (each an entry of
 ``ragsft_assets.published_configs``, which holds its parent, its filters and the card's words for
-it), registered with the shared mechanism (``ragsft_assets.recipes``). Every config carries every value, because each is
-built from the same production: ``filtered`` is ``default``'s questions seen by two more filters.
+it), registered with the shared mechanism (``ragsft_assets.recipes``). Every config carries every
+value, because each is built from the same production: a filtered config is ``default``'s
+questions seen by more filters.
 A run names a recipe (by default the config the asset builds: :data:`ASSET_RECIPE`) and overrides
 some fields; the stages receive the resolved object and read nothing else. Each value's comment
 says "the card:" with its words (001, quoted), "ours:" with the reason where the card gives no
