@@ -16,10 +16,7 @@ from ragsft_assets.defs.rag_sft.assets import (
     QA_GROUP,
     QA_INPUT_ASSET,
     QA_PREFIX,
-    qa_rag_prompts,
-    qa_rag_responses,
     qa_rag_sft,
-    qa_rag_verdicts,
 )
 from ragsft_assets.defs.rag_sft.card import card_statistics
 from ragsft_assets.rag_sft import licenses, multi_answer
@@ -108,7 +105,7 @@ QA_UPSTREAM = [
 def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
     """``releases/<key>/``: the ``hotpotqa_cite`` config (``trust_align`` for a trust_align source)
     with its card, decisions, lineage, manifests."""
-    from ragsft_assets.defs.release.assets import resource_settings, upstream_provenance
+    from ragsft_assets.defs.release.assets import write_run_manifests
     from ragsft_assets.rag_sft.statistics import card_section
     from ragsft_assets.release import build
     from ragsft_assets.release.verify import verify_release
@@ -138,18 +135,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
     build.write_card(target, partition, sections=sections, license_lines=licenses.license_lines(product))
     # The same provenance as the snapshot release: each QA stage's effective config (Dagster's
     # config resolution, defaults included) and {stage: {role: {backend, model, ...}}}.
-    chain = [questions, qa_rag_prompts, qa_rag_responses, qa_rag_verdicts, qa_rag_sft]
-    known = {k: a for a in chain for k in a.keys}
-    run_config, upstream_md, _ = upstream_provenance(context, QA_UPSTREAM, known)
-    manifests = build.write_manifests(
-        target,
-        partition,
-        store.root,
-        store.home_path / "sources",
-        run_config=run_config,
-        upstream_metadata=upstream_md,
-        resources=resource_settings(context),
-    )
+    manifests = write_run_manifests(context, store, target, "sources", QA_UPSTREAM)
     from ragsft_assets.defs.release.assets import record_digest
 
     digest, _ = record_digest(context, target, store.home_path, partition)  # logged, and kept outside

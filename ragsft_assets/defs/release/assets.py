@@ -244,6 +244,30 @@ def upstream_provenance(
     return run_config, metadata, limits
 
 
+def write_run_manifests(
+    context: dg.AssetExecutionContext,
+    store: ArtifactStore,
+    folder: Path,
+    inputs_dir: str,
+    upstream: Sequence[str | dg.AssetKey] = UPSTREAM,
+    statistics: Mapping[str, Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """``build.write_manifests`` of a release this run built: its ``upstream`` assets' effective
+    configs and metadata and this run's resource settings go with it; ``inputs_dir`` is the home's
+    folder the partition's inputs came from (``snapshots`` or ``sources``)."""
+    run_config, upstream_md, _ = upstream_provenance(context, upstream)
+    return build.write_manifests(
+        folder,
+        context.partition_key,
+        store.root,
+        store.home_path / inputs_dir,
+        run_config=run_config,
+        upstream_metadata=upstream_md,
+        resources=resource_settings(context),
+        statistics=statistics,
+    )
+
+
 def run_statistics(
     context: dg.AssetExecutionContext, upstream: Sequence[str | dg.AssetKey] = UPSTREAM
 ) -> dict[str, Any]:
@@ -408,17 +432,7 @@ def release_manifest(context: dg.AssetExecutionContext, store: ArtifactStore):  
     """SHA-256 manifests per config (+ release index), checked by recomputing every hash."""
     partition = context.partition_key
     folder = publish_folder(context, store, partition)
-    run_config, upstream_md, _ = upstream_provenance(context)
-    manifests = build.write_manifests(
-        folder,
-        partition,
-        store.root,
-        store.home_path / "snapshots",
-        run_config=run_config,
-        upstream_metadata=upstream_md,
-        resources=resource_settings(context),
-        statistics=run_statistics(context),
-    )
+    manifests = write_run_manifests(context, store, folder, "snapshots", statistics=run_statistics(context))
     digest, digest_note = record_digest(context, folder, store.home_path, partition)
     report = verify_release(folder, expected_digest=digest)
     written = _written_sha256(context)
