@@ -66,3 +66,15 @@ def test_stage_errors_weigh_by_tokens_and_name_the_worst_stage() -> None:
     out = stage_errors(plan, actual)
     assert out["worst_stage"] == "big"
     assert out["stage_error_weighted"] == pytest.approx((0.5 * 1000 + 0.1 * 3000) / 4000)
+
+
+def test_rated_wall_prices_the_requests_the_run_made() -> None:
+    """The wall error judges the plan's seconds per request to make, at the run's own cache state:
+    a plan that expected 80 of 100 calls to make in 40 s (0.5 s each) and a run that made 60."""
+    from ragsft_assets.bench.plan import rated_wall
+
+    stage = {"calls": 100.0, "cache_hits": 20.0, "wall_s": 40.0, "wall_s_low": 8.0}
+    plan = {"stages": {"judge": stage, "checks": {**stage, "calls": 0.0, "cache_hits": 0.0}}}
+    assert rated_wall(plan, {"judge": 60.0}) == pytest.approx(30.0)
+    assert rated_wall(plan, {"judge": 60.0}, "wall_s_low") == pytest.approx(6.0)
+    assert rated_wall(plan, {}) == 0.0

@@ -59,6 +59,19 @@ def stdout_to_stderr() -> Iterator[None]:
 @click.option(
     "--budget-tokens", type=int, help="Warn when the run would use more tokens (default: the roles')."
 )
+@click.option(
+    "--target-error",
+    type=float,
+    help="Grow the sample until its own spread gives this 95%% half-width (relative, e.g. 0.15)"
+    " on the total calls and tokens and on each stage of 5%% of the tokens.",
+)
+@click.option(
+    "--max-sample",
+    type=int,
+    default=2000,
+    show_default=True,
+    help="The largest sample --target-error grows to.",
+)
 @click.option("--compare", "run_id", default=None, help="Show forecast against actual for a finished run.")
 def plan(
     key: str,
@@ -70,13 +83,17 @@ def plan(
     gpus: int,
     budget_calls: int | None,
     budget_tokens: int | None,
+    target_error: float | None,
+    max_sample: int,
     run_id: str | None,
 ) -> None:
     """Forecast the run of JOB on partition KEY (a snapshot, a qa_source or a base model).
 
     Runs the missing deterministic stages (a snapshot's corpus), then the job on a seeded sample of
     --sample input items in a scratch home (its LLM calls go to the shared cache, so the real run
-    reuses them), and extrapolates each stage through the funnel. The plan is saved in
+    reuses them), and extrapolates each stage through the funnel. Each figure has a 95% range from
+    the spread between the sampled items, and the plan says its expected error and the sample a
+    +/-15% forecast needs (--target-error grows the sample to it). The plan is saved in
     $RAGSFT_HOME/plans/KEY/plan.json; runs started by `ragsft` commands carry it in their tags.
     """
     import yaml
@@ -107,6 +124,8 @@ def plan(
                 slots=slots,
                 gpus=gpus,
                 budgets={"budget_calls": budget_calls, "budget_tokens": budget_tokens},
+                target_error=target_error,
+                max_sample=max_sample,
                 log=lambda m: click.echo(m, err=True),
             )
     except (ValueError, RuntimeError) as exc:

@@ -7,10 +7,13 @@ per upstream item kept), its keep rate, its requests per item and tokens per req
 forecast applies them stage after stage from the partition's whole input, so a stage's input is
 its upstream's forecast output and a stage that keeps nothing forecasts nothing downstream.
 
-Ranges come from the keep rates' binomial uncertainty (Wilson interval, 95%), propagated down the
-tree: ``*_low`` uses every upstream's low keep rate, ``*_high`` the high ones. Fan-outs and
-per-item costs are taken as measured. A stage no sample item reached forecasts 0, its range up to
-its upstream's high output times the stage's most calls per item (``max_calls_per_item``).
+Ranges come, when the caller gives them (``spreads``, from ``plan/spread.py``), from the spread
+of each stage's figures between the sample's input items: a 95% interval of the total with the
+finite-population correction, the total's own from the per-item sums over every stage. Without
+them, from the keep rates' binomial uncertainty (Wilson interval, 95%), propagated down the tree:
+``*_low`` uses every upstream's low keep rate, ``*_high`` the high ones. A stage no sample item
+reached forecasts 0, its range up to its upstream's high output times the stage's most calls per
+item (``max_calls_per_item``).
 
 Cache hits are counted, not extrapolated: the caller gives, per stage, how many of the partition's
 own request keys are in the cache (the sample's, which the run makes again, and those a previous
@@ -28,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-Z95 = 1.959963984540054
+from ragsft_assets.plan.spread import TARGET_ERROR, Z95, sample_needed
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class StageForecast:
     kept_high: float = 0.0
     wall_s_low: float = 0.0  # Little's law with the fleet's slots: a load-independent fleet's time
     reached: bool = True  # False: no sample item reached the stage (its figures are bounds only)
+    # the 95% half-width of ``calls`` relative to it, from the spread between sampled input items
+    # (-1: not known, the range is the Wilson one)
+    error_95: float = -1.0
 
 
 @dataclass
@@ -96,6 +102,9 @@ class Plan:
     configs: dict[str, dict[str, float]] = field(default_factory=dict)
     fleet: Fleet = field(default_factory=Fleet)
     warnings: list[str] = field(default_factory=list)
+    # the whole run's 95% half-widths (relative): ``calls``, ``tokens``; and ``sample_needed``, the
+    # input items a sample needs for ``target`` on the total and on every stage of 5% of the tokens
+    precision: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> dict[str, float]:
@@ -110,6 +119,10 @@ class Plan:
             "wall_s_low",
         )
         out = {k: float(sum(getattr(s, k) for s in self.stages.values())) for k in keys}
+        if "calls" in self.precision:  # the interval of the total, not the sum of the stages' bounds
+            unseen = sum(s.calls_high for s in self.stages.values() if not s.reached)
+            out["calls_low"] = out["calls"] * max(0.0, 1 - self.precision["calls"])
+            out["calls_high"] = out["calls"] * (1 + self.precision["calls"]) + unseen
         if self.fleet.gpus:
             out["gpu_hours"] = out["wall_s"] / 3600.0 * self.fleet.gpus
         return out
@@ -119,7 +132,7 @@ class Plan:
 
         def rounded(d: Mapping[str, Any]) -> dict[str, Any]:
             return {
-                k: (round(v) if isinstance(v, float) and not k.startswith("keep") else v)
+                k: (round(v) if isinstance(v, float) and not k.startswith(UNROUNDED) else v)
                 for k, v in d.items()
             }
 
@@ -132,8 +145,12 @@ class Plan:
             "stages": {n: rounded(asdict(s)) for n, s in self.stages.items()},
             "total": rounded(self.total),
             "configs": {n: rounded(v) for n, v in self.configs.items()},
+            "precision": {k: round(v, 4) for k, v in self.precision.items()},
             "warnings": list(self.warnings),
         }
+
+
+UNROUNDED = ("keep", "error_95")  # JSON fields that are rates, not counts: never rounded to integers
 
 
 def wilson(kept: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -145,6 +162,12 @@ def wilson(kept: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _interval(value: float, relative_se: float) -> tuple[float, float]:
+    """``value`` +/- its 95% half-width, from its relative standard error (never below 0)."""
+    half = Z95 * relative_se
+    return value * max(0.0, 1 - half), value * (1 + half)
 
 
 def _order(samples: Sequence[StageSample]) -> list[StageSample]:
@@ -225,6 +248,7 @@ def forecast(
     budgets: Mapping[str, int | None] | None = None,
     keep_factors: Mapping[str, float] | None = None,
     cache_hits: Mapping[str, int] | None = None,
+    spreads: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
     """Extrapolate ``samples`` (a sample run on ``sample_items`` inputs) to ``input_items`` inputs.
 
@@ -234,8 +258,11 @@ def forecast(
     ``keep_factors`` scale the keep rate of stages whose rate depends on the run's size (the caps:
     ``plan/scale.py``), with their range. ``cache_hits`` are, per stage, the partition's request
     keys already in the cache (counted, never scaled); a stage it does not name counts the sample's
-    ``cached_before``. A config forecast to hold no row and a stage no sample item reached each add
-    a warning.
+    ``cached_before``. ``spreads`` (``plan/spread.spreads``) are, per stage and for ``total``, the
+    relative standard errors of ``items``, ``kept``, ``calls`` and ``tokens`` (and the per-item
+    coefficients of variation ``cv_*``): the ranges of those stages come from them and
+    ``Plan.precision`` says the run's expected error. A config forecast to hold no row and a stage
+    no sample item reached each add a warning.
 
     Raises:
         ValueError: ``sample_items`` not positive, or stages that do not form a tree.
@@ -274,6 +301,23 @@ def forecast(
         hits = min(float(hits), calls)
         to_make = calls - hits
         wall = stage_wall_s(to_make, s, fleet.slots)
+        spread = (spreads or {}).get(s.name) if reached and s.items else None
+        if spread is not None:  # the spread between sampled input items, not the funnel's product
+            ranges = {
+                f"{metric}_{end}": bound
+                for metric, value in (("items", items), ("kept", items * keep), ("calls", calls))
+                for end, bound in zip(("low", "high"), _interval(value, spread.get(metric, 0.0)), strict=True)
+            }
+            ranges["error_95"] = Z95 * spread.get("calls", 0.0)
+        else:
+            ranges = {
+                "items_low": items_low,
+                "items_high": items_high,
+                "kept_low": items_low * k_low,
+                "kept_high": items_high * k_high,
+                "calls_low": items_low * per_item,
+                "calls_high": items_high * per_item_high,
+            }
         out[s.name] = StageForecast(
             name=s.name,
             upstream=s.upstream,
@@ -283,27 +327,18 @@ def forecast(
             keep_low=k_low,
             keep_high=k_high,
             calls=calls,
-            calls_low=items_low * per_item,
-            calls_high=items_high * per_item_high,
             prompt_tokens=calls * prompt_per,
             completion_tokens=calls * completion_per,
             cache_hits=hits,
             wall_s=wall,
-            items_low=items_low,
-            items_high=items_high,
-            kept_low=items_low * k_low,
-            kept_high=items_high * k_high,
             wall_s_low=min(wall, stage_wall_s_low(to_make, s, fleet.slots)),
             reached=reached,
+            **ranges,
         )
-    plan = Plan(
-        partition=partition,
-        job=job,
-        sample_items=sample_items,
-        input_items=input_items,
-        stages=out,
-        fleet=fleet,
-    )
+    # (partition, job, sample_items, input_items, stages)
+    plan = Plan(partition, job, sample_items, input_items, out, fleet=fleet)
+    if spreads and not exact:
+        plan.precision = precision(spreads, out, input_items)
     scale = input_items / sample_items
     leaves = [f for f in out.values() if not any(g.upstream == f.name for g in out.values())]
     lo_ratio = min((f.kept_low / f.kept for f in leaves if f.kept > 0), default=1.0)
@@ -341,6 +376,30 @@ def forecast(
         )
     plan.warnings.extend(budget_warnings(plan, budgets or {}))
     return plan
+
+
+def precision(
+    spreads: Mapping[str, Mapping[str, float]],
+    stages: Mapping[str, StageForecast],
+    input_items: int,
+    target: float = TARGET_ERROR,
+    share: float = 0.05,
+) -> dict[str, float]:
+    """The run's 95% half-widths (``calls``, ``tokens``, relative) and ``sample_needed``: the input
+    items a sample needs for a half-width of ``target`` (ours: 0.15, the bench's bar) on the total
+    calls and tokens and on each stage with at least ``share`` of the forecast tokens."""
+    total = spreads.get("total", {})
+    out = {m: Z95 * total.get(m, 0.0) for m in ("calls", "tokens")}
+    cvs = [total.get("cv_calls", 0.0), total.get("cv_tokens", 0.0)]
+    tokens = {n: f.prompt_tokens + f.completion_tokens for n, f in stages.items()}
+    all_tokens = sum(tokens.values())
+    for name, t in tokens.items():
+        if name in spreads and all_tokens > 0 and t >= share * all_tokens:
+            cvs += [spreads[name].get("cv_calls", 0.0), spreads[name].get("cv_tokens", 0.0)]
+    out["cv"] = max(cvs)  # the largest per-item coefficient of variation: a sample size for any target
+    out["sample_needed"] = float(sample_needed(out["cv"], input_items, target))
+    out["target"] = target
+    return out
 
 
 def budget_warnings(plan: Plan, budgets: Mapping[str, int | None]) -> list[str]:

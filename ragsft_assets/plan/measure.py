@@ -20,50 +20,85 @@ from ragsft_assets.plan.forecast import StageSample
 from ragsft_assets.release.decisions import STAGE_ORDER, ledger_files
 
 
-def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
-    """Per ledger stage: ``items`` (distinct candidates), ``kept`` and its distinct cache ``keys``."""
+def _ledger_query(partition_folder: Path, sql: str, params: list[object]) -> list[tuple]:
+    """Rows of ``sql`` over the partition's ledger files (bound as each ``$files``); [] without any."""
     folder = Path(partition_folder)
     files = [str(p) for p in ledger_files(folder.parent, folder.name)]
     if not files:
-        return {}
+        return []
     con = duckdb.connect()
     try:
-        rows = con.execute(
-            """
-            SELECT stage,
-                   count(DISTINCT candidate_id) AS items,
-                   count(DISTINCT candidate_id) FILTER (WHERE verdict = ?) AS kept,
-                   list_distinct(flatten(list(cache_keys))) AS keys
-            FROM read_parquet(?, union_by_name = true)
-            GROUP BY stage ORDER BY stage
-            """,
-            [KEPT, files],
+        return con.execute(
+            sql.replace("$files", "read_parquet($files, union_by_name = true)"),
+            {"files": files, **{f"p{i}": v for i, v in enumerate(params)}},
         ).fetchall()
     finally:
         con.close()
+
+
+def ledger_counts(partition_folder: Path) -> dict[str, dict[str, object]]:
+    """Per ledger stage: ``items`` (distinct candidates), ``kept`` and its distinct cache ``keys``."""
+    rows = _ledger_query(
+        partition_folder,
+        """
+        SELECT stage,
+               count(DISTINCT candidate_id) AS items,
+               count(DISTINCT candidate_id) FILTER (WHERE verdict = $p0) AS kept,
+               list_distinct(flatten(list(cache_keys))) AS keys
+        FROM $files
+        GROUP BY stage ORDER BY stage
+        """,
+        [KEPT],
+    )
     return {
         r[0]: {"items": int(r[1]), "kept": int(r[2]), "keys": sorted(k for k in (r[3] or []) if k)}
         for r in rows
     }
 
 
+def ledger_rows(partition_folder: Path) -> list[tuple[str, str, bool, list[str]]]:
+    """One row per stage and candidate: ``(stage, candidate id, kept, its cache keys)``, sorted."""
+    rows = _ledger_query(
+        partition_folder,
+        """
+        SELECT stage, candidate_id, bool_or(verdict = $p0),
+               list_sort(list_distinct(flatten(list(cache_keys))))
+        FROM $files
+        GROUP BY stage, candidate_id ORDER BY stage, candidate_id
+        """,
+        [KEPT],
+    )
+    return [(r[0], r[1], bool(r[2]), [k for k in (r[3] or []) if k]) for r in rows]
+
+
 def stages_with_reasons(partition_folder: Path, reasons: Iterable[str]) -> dict[str, set[str]]:
     """``{stage: candidate ids it decided}`` for the stages with a row of one of ``reasons``."""
-    folder = Path(partition_folder)
-    files = [str(p) for p in ledger_files(folder.parent, folder.name)]
-    if not files:
+    rows = _ledger_query(
+        partition_folder,
+        """SELECT stage, list(DISTINCT candidate_id) FROM $files
+           WHERE stage IN (SELECT stage FROM $files WHERE reason IN $p0)
+           GROUP BY stage""",
+        [list(reasons)],
+    )
+    return {r[0]: set(r[1]) for r in rows}
+
+
+def key_tokens(cache_dir: Path, keys: Iterable[str]) -> dict[str, int]:
+    """Prompt plus completion tokens of each cache entry of ``keys`` (entries not found: absent)."""
+    keys = sorted(set(keys))
+    db = Path(cache_dir) / DB_NAME
+    if not keys or not db.exists():
         return {}
-    con = duckdb.connect()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
+        con.execute("CREATE TEMP TABLE wanted (key TEXT PRIMARY KEY)")
+        con.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((k,) for k in keys))
         rows = con.execute(
-            """SELECT stage, list(DISTINCT candidate_id) FROM read_parquet(?, union_by_name = true)
-               WHERE stage IN (SELECT stage FROM read_parquet(?, union_by_name = true) WHERE reason IN ?)
-               GROUP BY stage""",
-            [files, files, list(reasons)],
+            "SELECT key, coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) FROM calls JOIN wanted USING (key)"
         ).fetchall()
     finally:
         con.close()
-    return {r[0]: set(r[1]) for r in rows}
+    return {k: int(t) for k, t in rows}
 
 
 def cache_tokens(cache_dir: Path, keys: Iterable[str], before: float | None = None) -> dict[str, int]:

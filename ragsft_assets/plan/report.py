@@ -18,6 +18,27 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
+def _pct(half: float) -> str:
+    """A relative 95% half-width as ``12%`` (``-`` when unknown)."""
+    return "-" if half < 0 else f"{100 * half:.0f}%"
+
+
+def precision_line(precision: Mapping[str, float], sample: int, inputs: int) -> str:
+    """What the sample's spread says of the forecast: its expected error, and the sample it needs."""
+    needed = int(precision.get("sample_needed", 0))
+    target = precision.get("target", 0.15)
+    line = (
+        f"expected error (95%, from the spread between the {sample:,} sampled input items): calls"
+        f" +/-{_pct(precision['calls'])}, tokens +/-{_pct(precision['tokens'])}"
+    )
+    if needed > sample:
+        return (
+            line
+            + f"; +/-{_pct(target)} on the total and on each stage of 5% of the tokens needs --sample {needed:,}"
+        )
+    return line + f"; --sample {sample:,} is enough for +/-{_pct(target)} (it needs {needed:,} of {inputs:,})"
+
+
 def plan_table(plan: Mapping[str, Any]) -> str:
     """The plan (:meth:`Plan.to_json`) as an aligned text table with totals, configs and warnings."""
     lines = [
@@ -25,21 +46,26 @@ def plan_table(plan: Mapping[str, Any]) -> str:
         f" forecast from a sample of {plan['sample_items']:,}",
         "",
         f"{'stage':24s} {'items':>10s} {'keep':>6s} {'calls':>11s} {'calls range':>23s}"
-        f" {'prompt tok':>13s} {'compl. tok':>12s} {'cached':>9s} {'wall':>9s}",
+        f" {'+/-':>5s} {'prompt tok':>13s} {'compl. tok':>12s} {'cached':>9s} {'wall':>9s}",
     ]
     for name, s in plan["stages"].items():
         name = name if s.get("reached", True) else name + " (unseen)"
         lines.append(
             f"{name:24s} {_n(s['items']):>10s} {s['keep_rate']:>6.2f} {_n(s['calls']):>11s}"
-            f" {_n(s['calls_low']) + ' - ' + _n(s['calls_high']):>23s} {_n(s['prompt_tokens']):>13s}"
+            f" {_n(s['calls_low']) + ' - ' + _n(s['calls_high']):>23s} {_pct(s.get('error_95', -1.0)):>5s}"
+            f" {_n(s['prompt_tokens']):>13s}"
             f" {_n(s['completion_tokens']):>12s} {_n(s['cache_hits']):>9s} {_duration(s['wall_s']):>9s}"
         )
     t = plan["total"]
     lines.append(
         f"{'total':24s} {'':>10s} {'':>6s} {_n(t['calls']):>11s}"
-        f" {_n(t['calls_low']) + ' - ' + _n(t['calls_high']):>23s} {_n(t['prompt_tokens']):>13s}"
+        f" {_n(t['calls_low']) + ' - ' + _n(t['calls_high']):>23s}"
+        f" {_pct(plan.get('precision', {}).get('calls', -1.0)):>5s} {_n(t['prompt_tokens']):>13s}"
         f" {_n(t['completion_tokens']):>12s} {_n(t['cache_hits']):>9s} {_duration(t['wall_s']):>9s}"
     )
+    precision = plan.get("precision") or {}
+    if precision:
+        lines.append(precision_line(precision, plan["sample_items"], plan["input_items"]))
     if t.get("wall_s_low", t["wall_s"]) < t["wall_s"]:
         lines.append(
             f"wall: {_duration(t['wall_s'])} at the sample's measured throughput;"

@@ -13,6 +13,8 @@ class PlanConfig(dg.Config):
     job: str = "full_job"  # the job to forecast
     gpus: int = 0  # replicas x GPUs per replica, for GPU-hours (0: not shown)
     slots: int = 0  # requests the fleet serves at once (0: from the roles' concurrency x URLs)
+    # grow the sample until its spread gives this relative 95% half-width (0: the sample as given)
+    target_error: float = 0.0
 
 
 @dg.asset(
@@ -35,6 +37,7 @@ def plan_forecast(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.M
         sample=config.sample,
         slots=config.slots or None,
         gpus=config.gpus,
+        target_error=config.target_error or None,
         log=context.log.info,
     )
     total = plan["total"]

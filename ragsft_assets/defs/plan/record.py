@@ -13,6 +13,7 @@ from ragsft_assets.home import llm_cache_dir, ragsft_home
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.plan import forecast as fc
 from ragsft_assets.plan import measure
+from ragsft_assets.plan.spread import sample_needed
 from ragsft_assets.storage import atomic_write_bytes
 
 PLAN_TAG = "ragsft/plan"  # a run's tag: the digest of the plan it was launched under
@@ -61,22 +62,28 @@ def plan_tags(key: str, home: Path | None = None) -> dict[str, str]:
     return {PLAN_TAG: sha256_hex(data.decode())[:24]}
 
 
+MAX_SAMPLE = 2_000  # ours: the largest sample --target-error grows to (its calls are the run's, cached)
+
+
 def make_plan(
     key: str,
     *,
-    job: str | None = None,
     sample: int = 50,
-    run_config: Mapping[str, Any] | None = None,
     slots: int | None = None,
     gpus: int = 0,
     resources: Mapping[str, Any] | None = None,
     budgets: Mapping[str, int | None] | None = None,
-    instance: dg.DagsterInstance | None = None,
-    log: Any = None,
+    target_error: float | None = None,
+    max_sample: int = MAX_SAMPLE,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Forecast ``job`` on ``key`` (``defs/plan/sample.run_sample``), save it, return its JSON.
+    """Forecast a job on ``key`` (``defs/plan/sample.run_sample``, which takes ``options``: ``job``,
+    ``run_config``, ``instance``, ``log``), save it, return its JSON.
 
-    ``budgets`` given (not None) replace the roles' ``budget_calls`` / ``budget_tokens``.
+    ``budgets`` given (not None) replace the roles' ``budget_calls`` / ``budget_tokens``. With
+    ``target_error`` (a relative 95% half-width), a sample whose own spread says it is too small
+    for that is grown to the size it asks for (at most ``max_sample``) and run again: the first
+    items' calls come from the cache, so only the new items cost.
     """
     from ragsft_assets.defs.plan.sample import _budgets, run_sample
 
@@ -87,17 +94,22 @@ def make_plan(
     fleet = fc.Fleet(slots=slots or fleet_slots(resources), gpus=gpus)
     limits = _budgets(resources)
     limits.update({k: v for k, v in (budgets or {}).items() if v is not None})
-    plan = run_sample(
-        key,
-        resources=resources,
-        job=job,
-        sample=sample,
-        run_config=run_config,
-        fleet=fleet,
-        budgets=limits,
-        instance=instance,
-        log=log,
-    ).to_json()
+    say = options.get("log") or (lambda _m: None)
+    while True:
+        plan = run_sample(
+            key, resources=resources, sample=sample, fleet=fleet, budgets=limits, **options
+        ).to_json()
+        precision = plan.get("precision") or {}
+        if target_error is None or not precision or sample >= max_sample:
+            break
+        needed = min(sample_needed(precision["cv"], plan["input_items"], target_error), max_sample)
+        if needed <= sample:
+            break
+        say(
+            f"plan: a sample of {sample} gives +/-{100 * precision['calls']:.0f}% on the calls; "
+            f"growing it to {needed} for +/-{100 * target_error:.0f}%"
+        )
+        sample = needed
     plan["digest"] = save(plan, key)
     return plan
 

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from ragsft_assets.home import llm_cache_dir, ragsft_home
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.plan import forecast as fc
-from ragsft_assets.plan import measure, scale
+from ragsft_assets.plan import measure, scale, spread
 from ragsft_assets.storage import LEDGER_DIR
 
 
@@ -331,6 +331,7 @@ def run_sample(
     real_folders = [home / "assets" / p.format(key=key) for p in (kind.store_partitions or ("{key}",))]
     hits = partition_cache_hits(folders, real_folders, llm_cache_dir(), [s.name for s in samples])
     factors = _cap_factors(kind, key, home, scratch, sampled_inputs, input_items, run_config)
+    spreads = unit_spreads(folders, llm_cache_dir(), sampled_inputs, input_items, kind.skip_stages)
     release = {name: 0 for name in job_configs(sample_job, scratch / "releases" / key)}
     release.update(_release_rows(scratch / "releases" / key))
     if "corpus" in release:  # the whole corpus ships whatever the sample: its real size, not a scaling
@@ -346,6 +347,7 @@ def run_sample(
         budgets=budgets if budgets is not None else _budgets(base_resources),
         keep_factors=factors,
         cache_hits=hits,
+        spreads=spreads,
     )
     corpus_rows = _rows(home / "assets" / key / "abstracts") if kind.partition_set == "snapshot" else 0
     if corpus_rows:  # a corpus config holds documents of the corpus: never more than it
@@ -389,6 +391,34 @@ def job_configs(job_def: dg.JobDefinition, release_folder: Path) -> list[str]:
     if "release" not in names:
         return []
     return sorted(c.name for c in RELEASE_CONFIGS if c.asset in names)
+
+
+# Where a ledger candidate comes from: (asset, column naming its parent). A draft's bridge pair, a
+# RAG example's question; a candidate with no parent is an input item (a pair, a QA question).
+UNIT_PARENTS = (("question_drafts", "pair_id"), ("rag_prompts", "question_id"))
+
+
+def unit_spreads(
+    folders: Iterable[Path], cache_dir: Path, sampled: int, input_items: int, skip: Iterable[str] = ()
+) -> dict[str, dict[str, float]]:
+    """``plan/spread.spreads`` of the sample: every ledger candidate traced to its input item, each
+    stage's items, kept, requests and tokens summed per input item. A stage whose candidates trace
+    to more input items than the sample holds (not traced to them) is left out: its range stays
+    the binomial one."""
+    parents: dict[str, str] = {}
+    rows: list[tuple[str, str, bool, list[str]]] = []
+    skip = set(skip)
+    for folder in folders:
+        for asset, column in UNIT_PARENTS:
+            files = sorted((folder / asset).glob("[!.]*.parquet"))
+            if files and column in pq.read_schema(files[0]).names:
+                table = pq.read_table(files, columns=["id", column])
+                parents.update(zip(table["id"].to_pylist(), table[column].to_pylist(), strict=True))
+        rows += [r for r in measure.ledger_rows(folder) if r[0] not in skip]
+    tokens = measure.key_tokens(cache_dir, (k for r in rows for k in r[3]))
+    per_unit = spread.unit_sums(rows, spread.roots(parents), tokens)
+    traced = {stage: units for stage, units in per_unit.items() if len(units) <= sampled}
+    return spread.spreads(traced, sampled, input_items)
 
 
 def partition_cache_hits(
