@@ -29,7 +29,7 @@ from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +73,15 @@ class BadInputError(ValueError):
     """Too large a share of the input lines could not be read as records."""
 
 
+class BadExample(NamedTuple):
+    """An unreadable dump line, shown in the asset's metadata and log."""
+
+    file: str  # the dump file's name
+    line: int  # 1-based, over the whole file
+    reason: str
+    detail: str
+
+
 @dataclass(slots=True)
 class AbstractsBuild:
     """The ``abstracts`` table and the accounting of how it was obtained."""
@@ -80,7 +89,7 @@ class AbstractsBuild:
     table: pa.Table
     funnel: dict[str, int]
     link_funnel: dict[str, int]
-    bad_examples: list[tuple[str, int, str, str]] = field(default_factory=list)
+    bad_examples: list[BadExample] = field(default_factory=list)
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
     # CPU seconds of the pool's workers (0 when the chunks ran in this process, whose own clock has them).
     worker_cpu_s: float = 0.0
@@ -438,7 +447,7 @@ def _build_abstracts(
     reasons: Counter[str] = Counter()
     link_reasons: Counter[str] = Counter()
     chunk_paths: list[str] = []
-    bad: list[tuple[str, int, str, str]] = []
+    bad: list[BadExample] = []
     rejected: list[tuple[str, str, str]] = []
     line_base: dict[Path, int] = {}
     records = 0
@@ -447,7 +456,7 @@ def _build_abstracts(
         base = line_base.get(path, 0)
         for n, reason, detail in res.bad:
             if len(bad) < 50:
-                bad.append((path.name, base + n, reason, detail))
+                bad.append(BadExample(path.name, base + n, reason, detail))
         line_base[path] = base + res.lines
         records += res.lines - res.reasons.get(BLANK_LINE, 0)
         worker_cpu += res.cpu_s if in_pool else 0.0  # this process's own clock has the others
@@ -478,7 +487,7 @@ def check_bad_share(build: AbstractsBuild, max_bad_share: float, where: str = ""
     """
     if build.records == 0 or build.bad_share <= max_bad_share:
         return
-    examples = "; ".join(f"{f}:{n} ({reason}: {detail})" for f, n, reason, detail in build.bad_examples[:5])
+    examples = "; ".join(f"{b.file}:{b.line} ({b.reason}: {b.detail})" for b in build.bad_examples[:5])
     raise BadInputError(
         f"{build.bad_lines} of {build.records} lines{(' in ' + where) if where else ''} are not readable "
         f"records ({build.bad_share:.2%} > max_bad_share {max_bad_share:.2%}); first bad lines: {examples}. "

@@ -152,8 +152,8 @@ def abstracts(
     staged = {s: p.with_name(f".{p.stem}.building.parquet") for s, p in final.items()}
     build = build_abstracts(files, cfg, workers=workers, tmp_dir=str(store.root / key), out_paths=staged)
     check_bad_share(build, config.max_bad_share, where=str(snapshots.folder(key)))
-    for f, n, reason, detail in build.bad_examples[:20]:
-        context.log.warning(f"skipped {f}:{n}: {reason} ({detail})")
+    for bad in build.bad_examples[:20]:
+        context.log.warning(f"skipped {bad.file}:{bad.line}: {bad.reason} ({bad.detail})")
 
     paths = {s: staged[s].replace(final[s]) for s in SPLITS}
     ledger_path = store.write_ledger(
