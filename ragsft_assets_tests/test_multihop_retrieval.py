@@ -260,3 +260,42 @@ def test_pruning_steps_aside_for_negative_weights(monkeypatch):
     assert retrieval._pruned_topk(postings, index._doc_terms_t, q, 3, [0, 1, 2], None) == [None] * 3
     monkeypatch.setattr(retrieval, "_PRUNE_MIN_POSTINGS", 0)
     assert _hits(index.search(queries, 3)) == _hits(index._search_range_product(queries, 0, 3, 3, None, 128))
+
+
+def test_tfidf_query_weights_equal_the_diagonal_product_bit_for_bit():
+    # the query matrix scales counts by idf per entry instead of through a vocabulary-sized diagonal:
+    # same weights, same stored order (hence the same sums and hits) as the product it replaces
+    import scipy.sparse as sp
+
+    from ragsft_assets.bench.distractors import synthetic_corpus
+
+    ids, texts, queries = synthetic_corpus(1500)
+    index = TfidfBigramIndex(ids, texts)
+    queries = queries[:300] + ["", "zzzz unknownword", "w1 w2 w1 w2 w1 w2", texts[3] + " " + texts[3]]
+    term_rows = []
+    for q in queries:
+        codes = retrieval._bigram_codes(index._vocab.encode(tokenize(q), grow=False), index._width)
+        codes = codes[codes >= 0]
+        pos = np.minimum(np.searchsorted(index._codes, codes), index._codes.size - 1)
+        term_rows.append(pos[index._codes[pos] == codes])
+    counts = retrieval._rows_to_csr(term_rows, index._codes.size)
+    before = retrieval._l2_normalize_rows(sp.csr_matrix(counts @ sp.diags(index.idf)))
+    now = index.query_matrix(queries)
+    for a, b in ((now.indptr, before.indptr), (now.indices, before.indices), (now.data, before.data)):
+        assert np.array_equal(a, b)
+    assert now.has_canonical_format  # what the pruned search's exact scores need
+
+
+def test_pickled_index_leaves_the_derived_arrays_behind(hotpot):
+    # the search workers receive the index pickled: the pruning's arrays (about the index's size) are
+    # rebuilt there, and the hits are the same
+    import pickle
+
+    _, ids, texts = hotpot
+    index = BM25Index(ids, texts)
+    index.prepare()
+    assert index._postings_cache is not None
+    copy = pickle.loads(pickle.dumps(index))
+    assert getattr(copy, "_postings_cache", None) is None
+    queries = [t[:200] for t in texts[:30]]
+    assert _hits(copy.search(queries, 8)) == _hits(index.search(queries, 8))

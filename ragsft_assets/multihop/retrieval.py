@@ -143,6 +143,12 @@ class SparseIndex:
         when already built."""
         return _product(self.query_matrix(queries) if q is None else q, self._doc_terms_t)
 
+    def prepare(self) -> None:
+        """Build the pruned search's derived arrays now (term bounds, the document-major weights, the
+        common terms' impacts: about the index's size again); ``search`` builds them on first use
+        otherwise. Index-time work, like the index itself, hence a step of its own for timings."""
+        self._postings()
+
     def __getstate__(self) -> dict:
         # the search workers receive the index pickled: the derived arrays (as large as the index) are
         # rebuilt there on first use rather than copied
@@ -258,14 +264,14 @@ class SparseIndex:
             common = common[lengths[common] > 0]
             impact_col = np.full(dt.shape[0], -1, dtype=np.int64)
             impact_col[common] = np.arange(common.size)
-            impacts = np.zeros((dt.shape[1], common.size), dtype=np.uint8)
+            impacts = np.zeros((common.size, dt.shape[1]), dtype=np.uint8)
             for c, t in enumerate(common.tolist()):
                 lo, hi = dt.indptr[t], dt.indptr[t + 1]
                 if max_weight[t] > 0:  # (all weights 0 otherwise: code 0 bounds them)
                     # ceil: 255 * code / 255 * max_weight is at least the weight (the rounding margin
                     # covers the division's last bit)
                     codes = np.ceil(dt.data[lo:hi] / max_weight[t] * 255.0)
-                    impacts[dt.indices[lo:hi], c] = np.clip(codes, 0, 255).astype(np.uint8)
+                    impacts[c, dt.indices[lo:hi]] = np.clip(codes, 0, 255).astype(np.uint8)
             cached = _Postings(
                 lengths,
                 max_weight,
@@ -374,7 +380,9 @@ class _Postings:
     by_doc: sp.csr_matrix  # the same weights document-major (documents x terms, terms ascending)
     ones: np.ndarray  # one per term: the row sums of an elementwise product, through csr_matvec
     impact_col: np.ndarray  # per term: its column in ``impacts``, -1 for the terms not there
-    impacts: np.ndarray  # documents x the most common terms: ceil(255 * weight / max_weight), 0 if absent
+    # the most common terms x documents: ceil(255 * weight / max_weight), 0 if absent; term-major, as a
+    # batch's candidates read the few most common terms' rows, which stay in cache
+    impacts: np.ndarray
 
 
 # ours: the rarest terms' postings read first, for a score threshold and the candidates: up to a
@@ -597,7 +605,7 @@ def _certify(
         np.concatenate(([0], np.cumsum(per_row)))[cand_rows] - np.concatenate(([0], np.cumsum(n_items)))[:-1]
     )
     t_pos = np.flatnonzero(table)[np.repeat(starts, n_items) + np.arange(item_cand.size)]
-    codes = p.impacts.ravel()[cand_docs[item_cand] * p.impacts.shape[1] + cols[t_pos]]
+    codes = p.impacts.ravel()[cols[t_pos] * p.impacts.shape[1] + cand_docs[item_cand]]
     extra = np.bincount(item_cand, weights=codes * (bounds[t_pos] / 255.0), minlength=cand.size)
     tight = sx[cand] + extra + loose[cand_rows] >= low[cand_rows]
     cand_rows, cand_docs = cand_rows[tight], cand_docs[tight]
@@ -664,7 +672,18 @@ class TfidfBigramIndex(SparseIndex):
             known = self._codes.size > 0
             term_rows.append(pos[self._codes[pos] == codes] if known else np.empty(0, dtype=np.int64))
         counts = _rows_to_csr(term_rows, self._codes.size)
-        return _l2_normalize_rows(sp.csr_matrix(counts @ sp.diags(self.idf)))
+        # count * idf per entry, each row's terms descending: what ``counts @ sp.diags(self.idf)``
+        # gave (scipy's product lists a row's columns last-seen first), so the norms add in the same
+        # order and the weights are those of before bit for bit, without building a diagonal as
+        # large as the bigram vocabulary for every batch (most of a query's time at 100,000 documents)
+        lengths = np.diff(counts.indptr)
+        within = np.arange(counts.nnz) - np.repeat(counts.indptr[:-1], lengths)
+        descending = np.repeat(counts.indptr[1:] - 1, lengths) - within
+        terms = counts.indices[descending]
+        weighted = sp.csr_matrix(
+            (counts.data[descending] * self.idf[terms], terms, counts.indptr), shape=counts.shape
+        )
+        return _l2_normalize_rows(weighted)
 
 
 class BM25Index(SparseIndex):
