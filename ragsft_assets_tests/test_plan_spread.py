@@ -159,3 +159,25 @@ def test_target_error_grows_the_sample_to_what_its_spread_asks(monkeypatch: pyte
     runs.clear()
     record.make_plan("k", sample=20, resources={})  # no target: the sample as given
     assert runs == [20]
+
+
+def test_an_earlier_smaller_run_keeps_more_under_the_caps_than_the_whole_run() -> None:
+    """A partial run of the first m pairs capped fewer questions than the run of every pair will:
+    of its cached requests below the caps, the run asks again only a share (``survival``)."""
+    from ragsft_assets.plan.scale import cap_keep_factor, cap_keep_factors
+
+    everything = [(f"a{i}", f"b{i % 15}") for i in range(120)]  # 8 pairs on each bridge
+    sample = everything[:10]
+    out = cap_keep_factors(sample, [3] * 10, everything, seed=1, runs=[30, 120, 0])
+    assert set(out) == {30, 120}
+    assert out[120] == pytest.approx(cap_keep_factor(sample, [3] * 10, everything, seed=1))
+    assert out[30] < 1.0  # 2 pairs a bridge at 30 pairs, 8 at 120: the whole run caps more
+    assert out[120] < out[30]  # the 10-pair sample kept even more than the 30-pair run
+
+
+def test_below_follows_the_funnel_up() -> None:
+    from ragsft_assets.defs.plan.sample import _below
+
+    upstream = {"drafts": None, "caps": "drafts", "ablation": "caps", "judge": "ablation"}
+    assert _below("judge", "caps", upstream) and _below("ablation", "caps", upstream)
+    assert not _below("caps", "caps", upstream) and not _below("drafts", "caps", upstream)

@@ -41,13 +41,31 @@ def cap_keep_factor(
     questions reached the caps; every pair of ``all_pairs`` gets the count of a sampled pair drawn
     from the seed and its own position. 1.0 when the sample reached no cap stage.
     """
+    return cap_keep_factors(sample_pairs, sample_counts, all_pairs, seed)[len(all_pairs)]
+
+
+def cap_keep_factors(
+    sample_pairs: Sequence[tuple[str, str]],
+    sample_counts: Sequence[int],
+    all_pairs: Sequence[tuple[str, str]],
+    seed: int,
+    runs: Sequence[int] = (),
+) -> dict[int, float]:
+    """:func:`cap_keep_factor` for a run of every pair of ``all_pairs`` and, for each size ``m`` of
+    ``runs``, how much that run's caps keep against one of the first ``m`` pairs (a partial run's,
+    whose questions the run caps again: a share of them it will not ask again). Keyed by size."""
+    sizes = sorted({len(all_pairs), *(m for m in runs if 0 < m <= len(all_pairs))})
     if not sample_pairs or not any(sample_counts):
-        return 1.0
+        return dict.fromkeys(sizes, 1.0)
     n = len(sample_counts)
     drawn = [
         sample_counts[min(n - 1, int(item_uniform(seed, "plan_caps", f"{i}") * n))]
         for i in range(len(all_pairs))
     ]
-    sample_share = _kept_share(sample_pairs, sample_counts, seed)
     full_share = _kept_share(all_pairs, drawn, seed)
-    return full_share / sample_share if sample_share > 0 else 1.0
+    sample_share = _kept_share(sample_pairs, sample_counts, seed)
+    out = {len(all_pairs): full_share / sample_share if sample_share > 0 else 1.0}
+    for m in sizes[:-1]:
+        share = _kept_share(all_pairs[:m], drawn[:m], seed)
+        out[m] = full_share / share if share > 0 else 1.0
+    return out

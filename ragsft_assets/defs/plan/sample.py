@@ -329,8 +329,19 @@ def run_sample(
         for s in samples
     ]
     real_folders = [home / "assets" / p.format(key=key) for p in (kind.store_partitions or ("{key}",))]
-    hits = partition_cache_hits(folders, real_folders, llm_cache_dir(), [s.name for s in samples])
-    factors = _cap_factors(kind, key, home, scratch, sampled_inputs, input_items, run_config)
+    previous = _previous_run_inputs(real_folders)
+    factors, previous_factors = _cap_factors(
+        kind, key, home, scratch, sampled_inputs, input_items, run_config, previous
+    )
+    # the caps bind harder on the whole partition: of the requests a sample or a smaller earlier run
+    # made below a capping stage, the run asks again only those of the items its own caps keep
+    survival = {
+        s.name: (factors[cap], previous_factors.get(cap, 1.0))
+        for s in samples
+        for cap in factors
+        if _below(s.name, cap, upstream)
+    }
+    hits = partition_cache_hits(folders, real_folders, llm_cache_dir(), [s.name for s in samples], survival)
     spreads = unit_spreads(folders, llm_cache_dir(), sampled_inputs, input_items, kind.skip_stages)
     release = {name: 0 for name in job_configs(sample_job, scratch / "releases" / key)}
     release.update(_release_rows(scratch / "releases" / key))
@@ -422,16 +433,57 @@ def unit_spreads(
 
 
 def partition_cache_hits(
-    sample_folders: Iterable[Path], real_folders: Iterable[Path], cache_dir: Path, stages: Iterable[str]
-) -> dict[str, int]:
+    sample_folders: Iterable[Path],
+    real_folders: Iterable[Path],
+    cache_dir: Path,
+    stages: Iterable[str],
+    survival: Mapping[str, tuple[float, float]] | None = None,
+) -> dict[str, float]:
     """Per stage, the partition's own request keys that are in the cache: the sample's (the run
     makes the same requests for those items) and those a previous run of the partition recorded in
-    its ledger. Counted, never extrapolated from the sample's share."""
-    keys: dict[str, set[str]] = {}
-    for folder in [*sample_folders, *real_folders]:
-        for stage, c in measure.ledger_counts(folder).items():
-            keys.setdefault(stage, set()).update(c["keys"])  # type: ignore[arg-type]
-    return {stage: measure.cache_tokens(cache_dir, sorted(keys.get(stage, ())))["found"] for stage in stages}
+    its ledger. Counted, never extrapolated from the sample's share; ``survival`` (per stage, the
+    sample's and the previous run's share of items the run keeps too, at most 1) weighs the keys
+    of a stage below the caps."""
+
+    def keys_of(folders: Iterable[Path]) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for folder in folders:
+            for stage, c in measure.ledger_counts(folder).items():
+                out.setdefault(stage, set()).update(c["keys"])  # type: ignore[arg-type]
+        return out
+
+    sampled, previous = keys_of(sample_folders), keys_of(real_folders)
+    out = {}
+    for stage in stages:
+        mine, theirs = (min(1.0, f) for f in (survival or {}).get(stage, (1.0, 1.0)))
+        before = previous.get(stage, set())
+        only_sample = sorted(sampled.get(stage, set()) - before)
+        out[stage] = (
+            mine * measure.cache_tokens(cache_dir, only_sample)["found"]
+            + theirs * (measure.cache_tokens(cache_dir, sorted(before))["found"])
+        )
+    return out
+
+
+def _below(stage: str, ancestor: str, upstream: Mapping[str, str | None]) -> bool:
+    """Whether ``ancestor`` is above ``stage`` in the funnel (``upstream`` links, stage excluded)."""
+    node, hops = upstream.get(stage), 0
+    while node is not None and hops < len(upstream):
+        if node == ancestor:
+            return True
+        node, hops = upstream.get(node), hops + 1
+    return False
+
+
+def _previous_run_inputs(real_folders: Iterable[Path]) -> int:
+    """Bridge pairs an earlier run of the partition drafted (0: none): the first of the seeded
+    order, as a run with ``max_pairs`` takes them."""
+    pairs: set[str] = set()
+    for folder in real_folders:
+        files = sorted((folder / "question_drafts").glob("[!.]*.parquet"))
+        if files and "pair_id" in pq.read_schema(files[0]).names:
+            pairs.update(pq.read_table(files, columns=["pair_id"])["pair_id"].to_pylist())
+    return len(pairs)
 
 
 @contextlib.contextmanager
@@ -483,15 +535,17 @@ def _cap_factors(
     sampled: int,
     input_items: int,
     run_config: Mapping[str, Any],
-) -> dict[str, float]:
-    """The keep-rate multiplier of the capping stage of a snapshot's run (``plan/scale.py``)."""
+    previous: int = 0,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The keep-rate multiplier of the capping stage of a snapshot's run (``plan/scale.py``), and the
+    run's keep against that of an earlier run of the first ``previous`` pairs (0: none)."""
     if kind.input_asset != "bridge_pairs" or sampled >= input_items:
-        return {}  # the sample took every pair: the caps bound it as they bind the run
+        return {}, {}  # the sample took every pair: the caps bound it as they bind the run
     folder = scratch / "assets" / key
     capping = measure.stages_with_reasons(folder, scale.CAP_REASONS)
     drafts_folder = folder / "question_drafts"
     if not capping or not drafts_folder.is_dir():
-        return {}
+        return {}, {}
     drafts = pq.read_table(
         sorted(drafts_folder.glob("*.parquet")), columns=["id", "a_id", "b_id"]
     ).to_pylist()
@@ -506,15 +560,17 @@ def _cap_factors(
         pairs_table = pairs_table.sort_by("draw")
     all_pairs = list(zip(pairs_table["a_id"].to_pylist(), pairs_table["b_id"].to_pylist(), strict=True))
     all_pairs = all_pairs[:input_items]
-    out = {}
+    out, earlier = {}, {}
     for stage, ids in capping.items():
         per_pair: dict[tuple[str, str], int] = {}
         for d in drafts:
             pair = (d["a_id"], d["b_id"])
             per_pair[pair] = per_pair.get(pair, 0) + (d["id"] in ids)
         pairs = sorted(per_pair)
-        out[stage] = scale.cap_keep_factor(pairs, [per_pair[p] for p in pairs], all_pairs, seed)
-    return out
+        by_size = scale.cap_keep_factors(pairs, [per_pair[p] for p in pairs], all_pairs, seed, [previous])
+        out[stage] = by_size[len(all_pairs)]
+        earlier[stage] = by_size.get(previous, 1.0)
+    return out, earlier
 
 
 def _partition_set(defs: dg.Definitions, job: str) -> str:
