@@ -19,6 +19,7 @@ from ragsft_assets.release import layout
 
 REPO = Path(__file__).resolve().parents[1]
 NAME, ASSET = "filtered_again", "multihop_filtered_again"
+CORPUS = "corpus_filtered_again"  # a corpus config drawn from it: a second entry, its own asset
 NOTE = "A test-only config: the rows of `default` that first_hop and mechanical_rules keep, once more."
 # The fresh Python: one entry, then the whole snapshot graph with the oracle double, then what the
 # definitions, the recipes, the release folder and its card say of the entry (one JSON line).
@@ -45,6 +46,19 @@ pc.register(
     ),
     before="corpus",
 )
+pc.register(
+    pc.PublishedConfig(
+        {CORPUS!r},
+        {CORPUS!r},
+        "corpus",
+        "The abstracts in the contexts of `filtered_again`.",
+        parent={NAME!r},
+        stages=({CORPUS!r},),
+        asset_description="A test-only corpus config.",
+        unit="abstracts",
+    ),
+    before="corpus",
+)
 
 from ragsft_assets import recipes
 from ragsft_assets.cli.summary import UNITS
@@ -55,7 +69,8 @@ from ragsft_assets.release import layout
 from ragsft_assets_tests.test_pipeline_e2e import filter_failing_model, run_full_job
 
 home = Path(sys.argv[1])
-spec = build_definitions().get_assets_def({ASSET!r})
+defs = build_definitions()
+spec, corpus = defs.get_assets_def({ASSET!r}), defs.get_assets_def({CORPUS!r})
 result = run_full_job(home, filter_failing_model())
 folder = home / "releases" / "sample.fr"
 print("RESULT " + json.dumps({{
@@ -64,6 +79,7 @@ print("RESULT " + json.dumps({{
     "check_passed": [e.passed for e in result.get_asset_check_evaluations()
                      if e.asset_key.to_user_string() == {ASSET!r}],
     "deps": sorted(k.to_user_string() for k in spec.asset_deps[spec.key]),
+    "corpus_deps": sorted(k.to_user_string() for k in corpus.asset_deps[corpus.key]),
     "recipe": recipes.resolve({NAME!r}, {{}}).filters,
     "names_field": ReleaseNamesConfig().{NAME},
     "snapshot_input": SNAPSHOT_INPUTS.get({NAME!r}),
@@ -87,6 +103,7 @@ def _run_with_entry(home: Path) -> dict:
 
 @pytest.mark.integration
 def test_a_config_of_one_entry_is_built_released_and_carded(tmp_path: Path) -> None:
+    """A filtered config of one entry, and a corpus config of one more drawn from its contexts."""
     out = _run_with_entry(tmp_path)
     assert out["success"]
     # the definitions: its asset, its check named after its parent, its filters' verdicts as inputs
@@ -95,7 +112,7 @@ def test_a_config_of_one_entry_is_built_released_and_carded(tmp_path: Path) -> N
     assert out["recipe"] == ["first_hop", "mechanical_rules"]  # a multihop recipe of its own
     assert out["names_field"] == NAME and out["snapshot_input"] == ASSET and out["unit"] == "questions"
     # the release layout, in the entry's place, and its files: the same rows as `filtered` (same filters)
-    assert out["layout"].index(NAME) == out["layout"].index("corpus") - 1
+    assert out["layout"].index(NAME) == out["layout"].index(CORPUS) - 1 == out["layout"].index("corpus") - 2
     assert set(out["files"][NAME]) == set(out["files"]["filtered"])
     folder = tmp_path / "releases" / "sample.fr"
     for split, rel in out["files"][NAME].items():
@@ -106,6 +123,10 @@ def test_a_config_of_one_entry_is_built_released_and_carded(tmp_path: Path) -> N
     assert f"- config_name: {NAME}" in card
     assert f"### `{NAME}`: verdicts of each filter, in the order they ran\n\n{NOTE}" in card
     assert f"- `{NAME}`: Recipe `filtered`: as the card." in card
+    # the corpus config: its asset on its parent's rows, its files, its card section and recipe line
+    assert out["corpus_deps"] == ["abstracts", ASSET] and set(out["files"][CORPUS]) == set(out["files"][NAME])
+    assert f"### `{CORPUS}`: gold and distractor-only abstracts per split" in card
+    assert f"- `{CORPUS}`: Recipe `{CORPUS}`: as the card." in card
 
 
 def test_register_refuses_a_taken_name_an_unknown_parent_and_a_late_entry() -> None:
