@@ -102,8 +102,9 @@ class Plan:
     configs: dict[str, dict[str, float]] = field(default_factory=dict)
     fleet: Fleet = field(default_factory=Fleet)
     warnings: list[str] = field(default_factory=list)
-    # the whole run's 95% half-widths (relative): ``calls``, ``tokens``; and ``sample_needed``, the
-    # input items a sample needs for ``target`` on the total and on every stage of 5% of the tokens
+    # the whole run's 95% half-widths (relative): ``calls``, ``tokens``; ``sample_needed``, the input
+    # items a sample needs for ``target`` on the total and on every stage of 5% of the tokens, from
+    # ``cv``, the largest per-item coefficient of variation among them (empty: an exact sample)
     precision: dict[str, float] = field(default_factory=dict)
 
     @property

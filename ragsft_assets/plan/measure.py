@@ -83,48 +83,51 @@ def stages_with_reasons(partition_folder: Path, reasons: Iterable[str]) -> dict[
     return {r[0]: set(r[1]) for r in rows}
 
 
-def key_tokens(cache_dir: Path, keys: Iterable[str]) -> dict[str, int]:
-    """Prompt plus completion tokens of each cache entry of ``keys`` (entries not found: absent)."""
+def _cache_query(cache_dir: Path, keys: Iterable[str], sql: str, params: list[object]) -> list[tuple]:
+    """Rows of ``sql`` over the cache entries of ``keys`` (``calls JOIN wanted USING (key)``), read
+    only; [] without keys or cache."""
     keys = sorted(set(keys))
     db = Path(cache_dir) / DB_NAME
     if not keys or not db.exists():
-        return {}
+        return []
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         con.execute("CREATE TEMP TABLE wanted (key TEXT PRIMARY KEY)")
         con.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((k,) for k in keys))
-        rows = con.execute(
-            "SELECT key, coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) FROM calls JOIN wanted USING (key)"
-        ).fetchall()
+        return con.execute(sql, params).fetchall()
     finally:
         con.close()
+
+
+def key_tokens(cache_dir: Path, keys: Iterable[str]) -> dict[str, int]:
+    """Prompt plus completion tokens of each cache entry of ``keys`` (entries not found: absent)."""
+    rows = _cache_query(
+        cache_dir,
+        keys,
+        "SELECT key, coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0) FROM calls JOIN wanted USING (key)",
+        [],
+    )
     return {k: int(t) for k, t in rows}
 
 
 def cache_tokens(cache_dir: Path, keys: Iterable[str], before: float | None = None) -> dict[str, int]:
     """``prompt_tokens``, ``completion_tokens``, ``found`` and ``cached_before`` of the cache entries
     ``keys`` (``cached_before``: those created before the time ``before``, when given)."""
-    keys = list(keys)
-    out = {"prompt_tokens": 0, "completion_tokens": 0, "found": 0, "cached_before": 0}
-    db = Path(cache_dir) / DB_NAME
-    if not keys or not db.exists():
-        return out
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        con.execute("CREATE TEMP TABLE wanted (key TEXT PRIMARY KEY)")
-        con.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((k,) for k in keys))
-        row = con.execute(
-            """SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), count(*),
-                      coalesce(sum(CASE WHEN created < ? THEN 1 ELSE 0 END), 0)
-               FROM calls JOIN wanted USING (key)""",
-            [before if before is not None else float("-inf")],
-        ).fetchone()
-    finally:
-        con.close()
-    out.update(
-        prompt_tokens=int(row[0]), completion_tokens=int(row[1]), found=int(row[2]), cached_before=int(row[3])
+    rows = _cache_query(
+        cache_dir,
+        keys,
+        """SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), count(*),
+                  coalesce(sum(CASE WHEN created < ? THEN 1 ELSE 0 END), 0)
+           FROM calls JOIN wanted USING (key)""",
+        [before if before is not None else float("-inf")],
     )
-    return out
+    row = rows[0] if rows else (0, 0, 0, 0)
+    return {
+        "prompt_tokens": int(row[0]),
+        "completion_tokens": int(row[1]),
+        "found": int(row[2]),
+        "cached_before": int(row[3]),
+    }
 
 
 def stage_rank(stage: str) -> int:
