@@ -78,3 +78,31 @@ def describe_home() -> str:
     if other is not None and other != home:
         text += f"; the project's home is {other}: cd {other.parent} or set RAGSFT_HOME={other}"
     return text
+
+
+class HomeNotFoundError(FileNotFoundError):
+    """A command that reads the home ran where there is none; its message says which and what to do."""
+
+
+def existing_home(doing: str) -> Path:
+    """The home, which must already exist: a command that only reads it never creates one.
+
+    Run outside the project folder, ``./.ragsft`` is a new, empty folder: creating it there (and an
+    instance in it) would leave an empty home behind and answer from it, e.g. ``explain`` "in no
+    partition". ``doing`` names what could not be done ("explain", "catalog", ...).
+
+    Raises:
+        HomeNotFoundError: no home folder; the message says which home was looked for, how it was
+            found, the project's home when there is one, and which commands create a home.
+    """
+    home = ragsft_home()
+    if home.is_dir():
+        return home
+    text = f"no ragsft home at {home} ({home_origin()}), so nothing to {doing}"
+    other = project_home()
+    if other is not None and other != home:
+        text += f"; the project's home is {other}: cd {other.parent} or set RAGSFT_HOME={other}"
+    else:
+        text += "; cd to the project's folder or set RAGSFT_HOME to its .ragsft"
+    text += " (`ragsft snapshots add KEY --sample` or `ragsft demo` creates a home)"
+    raise HomeNotFoundError(text)

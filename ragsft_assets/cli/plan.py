@@ -99,8 +99,10 @@ def plan(
     import yaml
 
     from ragsft_assets.cli.demo import ensure_instance_home
+    from ragsft_assets.cli.home_check import require_home
     from ragsft_assets.defs.plan import record
 
+    require_home("plan")  # the partition's inputs are in the home: none there, no instance made
     ensure_instance_home()
     if run_id:
         rows = record.compare_run(key, run_id)

@@ -51,8 +51,10 @@ def verify(folder: Path, digest: str | None, use_catalog: bool) -> None:
 @click.option("--sql", "query", default=None, help="Run one query (read-only) and print the rows.")
 def catalog(rebuild: bool, query: str | None) -> None:
     """Open (or build) $RAGSFT_HOME/catalog.duckdb: one schema per partition, one view per asset."""
+    from ragsft_assets.cli.home_check import require_home
     from ragsft_assets.release.catalog import catalog_path, list_views, open_catalog
 
+    require_home("catalog")  # no catalog.duckdb (and with it a home) made in a folder without one
     con = open_catalog(rebuild=rebuild)
     try:
         if query:
@@ -81,10 +83,12 @@ def explain(row_id: str, partition: str | None) -> None:
     ROW_ID may be any candidate of the ledger, a dropped one too: its stages, the stage and reason
     that dropped it, and its LLM calls.
     """
+    from ragsft_assets.cli.home_check import require_home
     from ragsft_assets.home import describe_home
     from ragsft_assets.release.explain import explain as explain_row
     from ragsft_assets.release.explain import format_trace
 
+    require_home("explain")
     try:
         trace = explain_row(row_id, partition=partition)
     except KeyError as e:

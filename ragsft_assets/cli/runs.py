@@ -29,6 +29,8 @@ def clean(dry_run: bool) -> None:
     Also removes the temporary files and folders that dead processes of this host left under the
     project home (a release set aside by a killed swap is put back where its folder is missing).
     """
+    import os
+
     import dagster as dg
 
     from ragsft_assets import leftovers
@@ -36,6 +38,10 @@ def clean(dry_run: bool) -> None:
     from ragsft_assets.defs.runs import clean_dead_runs, report_lines
     from ragsft_assets.home import ragsft_home
 
+    if "DAGSTER_HOME" not in os.environ:  # the instance is the home's: none there, none made
+        from ragsft_assets.cli.home_check import require_home
+
+        require_home("clean")
     ensure_instance_home()
     dead, ended = clean_dead_runs(dg.DagsterInstance.get(), dry_run=dry_run)
     lines = report_lines(dead, ended, dry_run=dry_run)

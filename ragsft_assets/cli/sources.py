@@ -482,8 +482,9 @@ def list_() -> None:
 @click.argument("key")
 def remove(key: str) -> None:
     """Remove source KEY: its partition and its folder (built assets are left in place)."""
-    instance = _instance()
-    if instance.has_dynamic_partition(PARTITIONS, key):
+    # no instance folder: no partition to remove, and none is made (nor a home) to find that out
+    instance = _instance() if dagster_home().exists() else None
+    if instance is not None and instance.has_dynamic_partition(PARTITIONS, key):
         instance.delete_dynamic_partition(PARTITIONS, key)
         click.echo(f"partition {key} removed")
     folder = sources_dir() / key
