@@ -181,3 +181,20 @@ def test_below_follows_the_funnel_up() -> None:
     upstream = {"drafts": None, "caps": "drafts", "ablation": "caps", "judge": "ablation"}
     assert _below("judge", "caps", upstream) and _below("ablation", "caps", upstream)
     assert not _below("caps", "caps", upstream) and not _below("drafts", "caps", upstream)
+
+
+def test_a_sample_measured_at_a_lighter_load_than_the_run_says_so() -> None:
+    """50 drafts kept 50 in flight; the run will keep 256 (its slots): the throughput measured at
+    50 holds only for a saturated fleet, and the plan says which sample measures it at the run's
+    load. A sample already at the run's load says nothing."""
+    light = fc.StageSample(
+        "question_drafts", None, 150, 140, 50, 500, 50, wall_s=10.0, llm_wall_s=8.0, request_s=400.0
+    )
+    plan = fc.forecast([light], 50, 10_000, fleet=fc.Fleet(slots=256))
+    [warning] = [w for w in plan.warnings if w.startswith("wall time measured at a lighter load")]
+    assert "about 50 requests in flight" in warning and "--sample of about 256" in warning
+    full = fc.StageSample(
+        "question_drafts", None, 900, 800, 300, 500, 50, wall_s=10.0, llm_wall_s=8.0, request_s=2000.0
+    )
+    plan = fc.forecast([full], 300, 10_000, fleet=fc.Fleet(slots=256))  # 250 in flight: the run's
+    assert not [w for w in plan.warnings if "lighter load" in w]

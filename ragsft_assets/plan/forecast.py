@@ -361,6 +361,9 @@ def forecast(
             "cached, so no throughput was measured (their wall time shows 0); plan with a --sample "
             "larger than what an earlier run cached"
         )
+    light = light_load_warning(samples, out, fleet.slots, sample_items)
+    if light:
+        plan.warnings.append(light)
     unreached = [f for f in out.values() if not f.reached]
     if unreached:
         plan.warnings.append(
@@ -401,6 +404,37 @@ def precision(
     out["sample_needed"] = float(sample_needed(out["cv"], input_items, target))
     out["target"] = target
     return out
+
+
+def light_load_warning(
+    samples: Sequence[StageSample], stages: Mapping[str, StageForecast], slots: int, sample_items: int
+) -> str:
+    """A sentence when the sample measured its throughput at a much lighter load than the run's: the
+    stages holding most of the forecast wall time ran fewer than half as many requests in flight
+    (request-seconds over LLM seconds) as the run will keep (its requests to make, at most
+    ``slots``). Their ``wall_s`` then holds only if the fleet is saturated (no more throughput
+    from more requests in flight); a fleet with room finishes sooner, down to ``wall_s_low``."""
+    light, light_wall, k_min, ratio = [], 0.0, math.inf, 1.0
+    for s in samples:
+        f = stages.get(s.name)
+        if f is None or s.llm_wall_s <= 0 or s.request_s <= 0 or f.wall_s <= 0:
+            continue
+        in_flight = s.request_s / s.llm_wall_s
+        run_in_flight = min(max(f.calls - f.cache_hits, 0.0), float(slots))
+        if run_in_flight > 2 * in_flight:
+            light.append(s.name)
+            light_wall += f.wall_s
+            k_min = min(k_min, in_flight)
+            ratio = max(ratio, run_in_flight / in_flight)
+    total = sum(f.wall_s for f in stages.values())
+    if not light or light_wall < 0.5 * total:
+        return ""
+    return (
+        f"wall time measured at a lighter load than the run's: {', '.join(light)} ran about "
+        f"{k_min:.0f} requests in flight where the run keeps up to {slots}; the wall time holds for "
+        "a saturated fleet, one with room finishes sooner (down to the Little's-law figure); a "
+        f"--sample of about {math.ceil(sample_items * ratio):,} measures it at the run's load"
+    )
 
 
 def budget_warnings(plan: Plan, budgets: Mapping[str, int | None]) -> list[str]:
