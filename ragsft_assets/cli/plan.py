@@ -62,8 +62,8 @@ def stdout_to_stderr() -> Iterator[None]:
 @click.option(
     "--target-error",
     type=float,
-    help="Grow the sample until its own spread gives this 95%% half-width (relative, e.g. 0.15)"
-    " on the total calls and tokens and on each stage of 5%% of the tokens.",
+    help="Grow the sample until its own spread gives this 95% half-width (relative, e.g. 0.15)"
+    " on the total calls and tokens and on each stage of 5% of the tokens.",
 )
 @click.option(
     "--max-sample",
