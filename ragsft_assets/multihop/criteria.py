@@ -1,9 +1,10 @@
 """The ``criteria_annotation`` filter: six binary criteria per question of ``default``.
 
 The annotator reads both documents, the question and the answer, and says for each criterion
-whether it holds. A question is kept (config ``filtered_qwen``) only if all six hold. A question the
-annotator never answered readably (failed call, unparseable reply, or left out by the budget) gets
-``not_annotated``: excluded from the config but not counted as rejected.
+whether it holds. A question is kept (in the annotator's config, the entry of published_configs.py
+that this filter makes) only if all six hold. A question the annotator never answered readably
+(failed call, unparseable reply, or left out by the budget) gets ``not_annotated``: excluded from the
+config but not counted as rejected.
 """
 
 from __future__ import annotations

@@ -57,9 +57,10 @@ def subset_violations(child: pa.Table, parent: pa.Table) -> list[tuple[str, str]
 
 def shared_id_violations(child: pa.Table, parent: pa.Table) -> list[tuple[str, str]]:
     """Why ``child`` does not match ``parent`` on the ids they share: :func:`subset_violations`
-    without ``not_in_parent``. The HotpotQA-fr card's ``filtered_qwen`` "n'est pas un sous-ensemble
-    de la configuration par défaut" (a later, larger production), but "Pour ces identifiants communs
-    le contenu est identique à l'octet près": a row of its own is allowed, a changed shared row not."""
+    without ``not_in_parent``. The HotpotQA-fr card's annotator config (the six-criteria one,
+    ``own_rows_allowed`` in published_configs.py) "n'est pas un sous-ensemble de la configuration par
+    défaut" (a later, larger production), but "Pour ces identifiants communs le contenu est identique à
+    l'octet près": a row of its own is allowed, a changed shared row not."""
     return [v for v in subset_violations(child, parent) if v[0] != "not_in_parent"]
 
 

@@ -1,4 +1,5 @@
-"""The two targeted judges run on ``filtered_qwen``: ``bridge_judge`` then ``language_judge``.
+"""The two targeted judges run on the annotator's config (the six-criteria one): ``bridge_judge`` then
+``language_judge``, the filters of the config that filters it (published_configs.py).
 
 Each prompt has the judge write a short analysis first, then its verdict fields (JSON schema,
 temperature 0, thinking off). A reply that is not the object asked for is ``unreadable`` (dropped,

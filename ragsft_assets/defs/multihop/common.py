@@ -81,8 +81,9 @@ def stage_versions(texts: TemplateText | None = None) -> dict[str, str]:
 class RecipeConfig(dg.Config):
     """The recipe an asset applies: the card's values for a config, some fields overridden."""
 
-    # None: the recipe of the config this asset builds (default, filtered, filtered_qwen, ...:
-    # ``multihop.recipes.ASSET_RECIPE``); another name applies that config's card values
+    # None: the recipe of the config this asset builds (default, filtered, ...: one per entry of
+    # published_configs.py, ``multihop.recipes.ASSET_RECIPE``); another name applies that config's
+    # card values
     recipe: str | None = None
     overrides: dict[str, Any] = {}  # fields of the recipe, e.g. {"max_per_bridge": 3}
 

@@ -27,7 +27,8 @@ GROUP = "review"
 
 
 class ReviewLabelsConfig(RecipeConfig):
-    """Recipe ``filtered_qwen`` by default: the six-criteria protocol and its ``criteria_role``
+    """The recipe of the annotator's config by default (the config the ``criteria_annotation``
+    filter makes: published_configs.py): the six-criteria protocol and its ``criteria_role``
     (annotator; override ``{"criteria_role": "judge"}`` for a second regime)."""
 
     sample: str  # a sample.jsonl written by `ragsft review sample` for this partition
