@@ -201,18 +201,23 @@ class SparseIndex:
         batch_size: int,
     ) -> list[list[Hit]]:
         out: list[list[Hit]] = []
-        postings = self._postings()
+        term_lengths = np.diff(self._doc_terms_t.indptr)
         for start in range(begin, end, batch_size):
             batch = queries[start : min(start + batch_size, end)]
             q = self.query_matrix(batch)
             # a query reading few postings is cheaper through the product than through the pruning
             rows = np.repeat(np.arange(len(batch)), np.diff(q.indptr))
-            read = np.bincount(rows, weights=postings.lengths[q.indices], minlength=len(batch))
+            read = np.bincount(rows, weights=term_lengths[q.indices], minlength=len(batch))
             hits: list[list[Hit] | None] = [None] * len(batch)
             pruned = np.flatnonzero(read >= _PRUNE_MIN_POSTINGS)
             if pruned.size:
                 answers = _pruned_topk(
-                    postings, self._doc_terms_t, q[pruned], k, (pruned + start).tolist(), eligible
+                    self._postings(),  # built on first use: short queries alone never need it
+                    self._doc_terms_t,
+                    q[pruned],
+                    k,
+                    (pruned + start).tolist(),
+                    eligible,
                 )
                 for r, h in zip(pruned.tolist(), answers, strict=True):
                     hits[r] = h
@@ -672,18 +677,21 @@ class TfidfBigramIndex(SparseIndex):
             known = self._codes.size > 0
             term_rows.append(pos[self._codes[pos] == codes] if known else np.empty(0, dtype=np.int64))
         counts = _rows_to_csr(term_rows, self._codes.size)
-        # count * idf per entry, each row's terms descending: what ``counts @ sp.diags(self.idf)``
-        # gave (scipy's product lists a row's columns last-seen first), so the norms add in the same
-        # order and the weights are those of before bit for bit, without building a diagonal as
-        # large as the bigram vocabulary for every batch (most of a query's time at 100,000 documents)
+        # What ``_l2_normalize_rows(counts @ sp.diags(self.idf))`` gives, bit for bit (test), without
+        # its scipy calls sized by the bigram vocabulary (a diagonal built, and arrays of one entry
+        # per bigram allocated, for every batch: most of a query's time at 100,000 documents): the
+        # weights count * idf; the squares added per row in ascending term order by np.add.reduceat,
+        # as the elementwise product and its row sums did; each weight times 1 / norm.
+        weights = counts.data * self.idf[counts.indices]
         lengths = np.diff(counts.indptr)
-        within = np.arange(counts.nnz) - np.repeat(counts.indptr[:-1], lengths)
-        descending = np.repeat(counts.indptr[1:] - 1, lengths) - within
-        terms = counts.indices[descending]
-        weighted = sp.csr_matrix(
-            (counts.data[descending] * self.idf[terms], terms, counts.indptr), shape=counts.shape
-        )
-        return _l2_normalize_rows(weighted)
+        nonempty = np.flatnonzero(lengths)
+        squares = np.zeros(counts.shape[0], dtype=np.float64)
+        if nonempty.size:
+            squares[nonempty] = np.add.reduceat(weights * weights, counts.indptr[nonempty])
+        norms = np.sqrt(squares)
+        norms[norms == 0] = 1.0
+        inverse = np.repeat(1.0 / norms, lengths)
+        return sp.csr_matrix((inverse * weights, counts.indices, counts.indptr), shape=counts.shape)
 
 
 class BM25Index(SparseIndex):
