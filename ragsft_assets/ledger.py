@@ -20,7 +20,7 @@ from ragsft_assets.storage import LEDGER_DIR, write_asset
 LEDGER_SCHEMA = pa.schema(
     [
         ("partition", pa.string()),
-        ("product", pa.string()),  # e.g. "multihop", "hotpotqa_cite"
+        ("product", pa.string()),  # e.g. "multihop", or an SFT chain's recipe name (rag_sft/recipes.py)
         ("candidate_id", pa.string()),
         ("stage", pa.string()),  # the asset that decided, e.g. "question_checks"
         ("verdict", pa.string()),  # "kept" | "dropped" | "unreadable" | ...

@@ -226,6 +226,19 @@ def by_name(name: str) -> PublishedConfig:
     raise KeyError(f"no published config named {name!r}: {[c.name for c in _CONFIGS]}")
 
 
+def by_asset(asset: str) -> PublishedConfig:
+    """The config that ships the rows of ``asset`` (a store name, e.g. ``rag_sft``): code names a
+    config by its role this way, not by spelling its name.
+
+    Raises:
+        KeyError: no config ships that asset (the message lists the assets).
+    """
+    for c in configs():
+        if c.asset == asset:
+            return c
+    raise KeyError(f"no published config ships asset {asset!r}: {[c.asset for c in _CONFIGS]}")
+
+
 def filtered_configs() -> tuple[PublishedConfig, ...]:
     """The question configs that filter a parent's rows (each has an asset of its own and a check)."""
     return tuple(c for c in of_family("multihop") if c.filters)

@@ -13,7 +13,7 @@ The generated shapes follow the asset schemas and real sizes: abstract texts are
 sentences of the sample snapshot and frwiki records (about 100 characters each), 2-14 links each,
 questions with 10 context paragraphs (2 gold, 8 distractors of the same split) holding those
 documents' sentences; the ``rag_sft`` prompts hold the real system message around those
-paragraphs as OpenRAG blocks, whose filenames the ``hotpotqa_cite`` lineage parses. Everything
+paragraphs as OpenRAG blocks, whose filenames the citation config's lineage parses. Everything
 is generated column-wise with NumPy and Arrow (ids by DuckDB's SHA-256), never row by row in
 Python.
 
@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ragsft_assets import published_configs
 from ragsft_assets.bench import machine_values
 from ragsft_assets.storage import PARQUET_OPTIONS
 
@@ -598,15 +599,26 @@ def run_child(home: Path, module: str, function: str, what: str) -> tuple[dict[s
     return json.loads(out.stdout.strip().splitlines()[-1]), wall
 
 
+# The assets whose configs' rows the bench counts (``rows_<config>``): the questions, the corpus and
+# the citation config's SFT examples; their names come from published_configs.
+COUNTED_ASSETS = ("multihop_questions", "abstracts", "rag_sft")
+
+
+def rows_key(asset: str) -> str:
+    """The result key of the row count of the config that ships ``asset``: ``rows_<its name>``."""
+    return f"rows_{published_configs.by_asset(asset).name}"
+
+
 def verdict(values: dict[str, Any], rss_bar_mb: float = RSS_BAR_MB) -> bool:
     """Passed: peak RSS under the bar, the release verifies, every product row has its lineage row."""
+    rows = {a: values[rows_key(a)] for a in COUNTED_ASSETS}
     return (
         values["peak_rss_mb"] < rss_bar_mb
         and bool(values["verify"])
         and values["lineage_complete"]
-        and values["rows_default"] == values["questions"]
-        and values["rows_corpus"] == values["abstracts"]
-        and values["rows_hotpotqa_cite"] == 2 * values["questions"]
+        and rows["multihop_questions"] == values["questions"]
+        and rows["abstracts"] == values["abstracts"]
+        and rows["rag_sft"] == 2 * values["questions"]
     )
 
 
@@ -660,9 +672,7 @@ def run(
             "manifests_s": round(child["manifests_s"], 1),
             "generate_s": round(gen_s, 1),
             "release_mb": round(size_mb),
-            "rows_default": rows.get("default", 0),
-            "rows_corpus": rows.get("corpus", 0),
-            "rows_hotpotqa_cite": rows.get("hotpotqa_cite", 0),
+            **{rows_key(a): rows.get(published_configs.by_asset(a).name, 0) for a in COUNTED_ASSETS},
             "decisions": child["decisions"],
             "cache_entries": generated["cache_entries"],
             "lineage_complete": child["lineage_rows"] == rows,

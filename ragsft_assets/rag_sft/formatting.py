@@ -7,7 +7,8 @@ The recipe (``rag_sft/recipes.py``) turns each step on or off:
 - Under the strict refusal rule, an unanswerable target becomes the dictated phrase alone;
   answerable targets keep their answer.
 - Step 6: a response that names a ``[Source N]`` it does not cite with a tag is dropped, with its
-  twin: answers only (``hotpotqa_cite``), every response, or never (``hotpotqa_fr_abstracts_v2``).
+  twin: answers only (the citation recipe, ``HOTPOTQA_CITE_RECIPE``), every response, or never (the
+  French one, ``FR_V2_RECIPE``).
 - An answer whose gold answer appears only inside a ``<ref>`` excerpt, never in its own words, is
   dropped with its twin; and a response in the wrong language (its own words, identified by
   ``py3langid`` between the data's language and English) is dropped with its twin.

@@ -1,6 +1,6 @@
 """The multi-answer recipe of the SFT chain: ``trust_align`` (Trust-Align's ASQA/QAMPARI rows).
 
-The same stages as ``hotpotqa_cite`` (``defs/rag_sft/assets.build_sft_chain``), with what the
+The same stages as the citation config (``defs/rag_sft/assets.build_sft_chain``), with what the
 card changes (its recipe, ``recipes.TRUST_ALIGN_RECIPE``): no twins (the source brings its own
 unanswerable rows, ``sources/trust_align.py``), inline citations only, the strict refusal rule on
 about 4% of examples, a factual judge on a multi-answer rubric that reads the passages and no

@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ragsft_assets import recipes
+from ragsft_assets import published_configs, recipes
 
 FAMILY = "rag_sft"
-HOTPOTQA_CITE = "hotpotqa_cite"
+# The citation config's recipe is named after it: the published config that ships the rag_sft rows.
+HOTPOTQA_CITE = published_configs.by_asset("rag_sft").name
 FR_V2 = "hotpotqa_fr_abstracts_v2"
 TRUST_ALIGN = "trust_align"
 TRUST_ALIGN_SOURCE = "trust_align"  # the qa_source whose keys (trust_align.<lang>) take that recipe

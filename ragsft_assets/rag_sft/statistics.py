@@ -29,7 +29,7 @@ from ragsft_assets.rag_sft.citations import (
     outside_tags,
     parse_refs,
 )
-from ragsft_assets.rag_sft.recipes import RagSftRecipe
+from ragsft_assets.rag_sft.recipes import FR_V2, HOTPOTQA_CITE, RagSftRecipe
 
 TokenCounter = Callable[[Sequence[str]], list[int]]
 
@@ -224,7 +224,7 @@ def answer_refusal_words(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 STAGE_COMMITMENT_MIX = "rag_sft.commitment_mix"
-COMMITMENT_REFUSAL_SHARE = 0.10  # hotpotqa_fr_abstracts_v2's card measures on a 10%-refusal mix
+COMMITMENT_REFUSAL_SHARE = 0.10  # the card's section of the French recipe measures on a 10%-refusal mix
 _FIRST_SENTENCE_RE = re.compile(r"(?<=[.!?])\s")
 
 
@@ -418,15 +418,16 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-# The Luciole RAG card's table "How refusals start" (000, hotpotqa_fr_abstracts_v2, step 7), its own
-# figures as it prints them: "commitment = mean probability of a refusal given the first words of the
-# response, measured on the 10% refusal mix". Columns as the card names them; the card prints no
-# figure for trust_align, so that config shows the three columns for reference only.
-CARD_COMMITMENT_COLUMNS = ("hotpotqa_fr_abstracts", "hotpotqa_fr_abstracts_v2", "hotpotqa_cite")
+# The Luciole RAG card's table "How refusals start" (000, the French recipe's section, step 7), its
+# own figures as it prints them: "commitment = mean probability of a refusal given the first words of
+# the response, measured on the 10% refusal mix". Columns as the card names them: its earlier French
+# config, then the configs of the French and the citation recipes (named in rag_sft/recipes.py); the
+# card prints no figure for trust_align, so that config shows the three columns for reference only.
+CARD_COMMITMENT_COLUMNS = ("hotpotqa_fr_abstracts", FR_V2, HOTPOTQA_CITE)
 CARD_COMMITMENT_HEADERS = (
     "the card: hotpotqa_fr_abstracts",
-    "the card: hotpotqa_fr_abstracts_v2",
-    "the card: hotpotqa_cite (English)",
+    f"the card: {FR_V2}",
+    f"the card: {HOTPOTQA_CITE} (English)",
 )
 CARD_COMMITMENT: dict[str, dict[str, str]] = {
     # "Most frequent first sentence	89.5%	4.6%	3.5%"

@@ -310,7 +310,7 @@ def build_manifest(
 
     Args:
         folder: the release folder.
-        config: the config name (``default``, ``corpus``, ``hotpotqa_cite``...).
+        config: the config name (``default``, ``corpus``...: an entry of ``published_configs.py``).
         asset: the upstream asset it ships.
         partition: the snapshot key.
         data_files: ``{split: relative path}`` of the config's data files.

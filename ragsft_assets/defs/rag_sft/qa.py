@@ -81,7 +81,7 @@ TRUST_ALIGN_CONFIG = ReleaseConfig(
     "rag_sft",
     "rag_sft",
     "Multi-answer RAG SFT chat examples (Trust-Align ASQA/QAMPARI) with verified inline citations and refusals.",
-    RAG_SFT_COLUMNS,  # the card: "Same three fields as hotpotqa_cite"
+    RAG_SFT_COLUMNS,  # the card: "Same three fields as" the citation config (HOTPOTQA_CITE)
 )
 
 # The QA chain's assets whose effective run config and model roles go into the manifests.
@@ -103,8 +103,8 @@ QA_UPSTREAM = [
     ],
 )
 def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: ANN201
-    """``releases/<key>/``: the ``hotpotqa_cite`` config (``trust_align`` for a trust_align source)
-    with its card, decisions, lineage, manifests."""
+    """``releases/<key>/``: the citation config (the published config of the ``rag_sft`` rows;
+    ``trust_align`` for a trust_align source) with its card, decisions, lineage, manifests."""
     from ragsft_assets.defs.release.assets import write_run_manifests
     from ragsft_assets.rag_sft.statistics import card_section
     from ragsft_assets.release import build
@@ -119,7 +119,7 @@ def release(context: dg.AssetExecutionContext, store: ArtifactStore):  # noqa: A
     if line := notes_line(built.notes):  # one line for the run log, not one per empty split
         context.log.info(line)
     stats = card_statistics(store, partition)
-    sections = card_section(stats, multi_answer.PRODUCT if multi else "hotpotqa_cite")
+    sections = card_section(stats, multi_answer.PRODUCT if multi else HOTPOTQA_CITE)
     if multi:
         stats[multi_answer.PRODUCT] = multi_answer.card_statistics(
             store.read(partition, "rag_sft").to_pylist(),
