@@ -77,8 +77,7 @@ def plan_tagger(context: dg.RunStatusSensorContext) -> None:
 
 plan_job = dg.define_asset_job(
     "plan_job",
-    selection=dg.AssetSelection.groups("plan"),
-    partitions_def=snapshot_partitions,
+    selection=dg.AssetSelection.groups("plan"),  # snapshot-partitioned: inferred from plan_forecast
     description="Forecast a run before launching it (ragsft plan): writes the plan as metadata.",
 )
 
