@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 import ragsft_assets
 from ragsft_assets import published_configs as pc
 from ragsft_assets.long_context import recipes as lc_recipes
@@ -84,3 +86,12 @@ def test_a_name_counts_as_a_word(tmp_path: Path) -> None:
         "filtered_qwen": ["a.py", "b.md"],
         "filtered_qwen_v2": [],
     }
+
+
+def test_by_asset_names_the_config_that_ships_an_asset() -> None:
+    """Code names a config by its role (the asset it ships), so its name stays in its entry."""
+    for c in pc.configs():
+        assert pc.by_asset(c.asset) == c
+    assert rs_recipes.HOTPOTQA_CITE == pc.by_asset("rag_sft").name == pc.of_family("rag_sft")[0].name
+    with pytest.raises(KeyError, match="no published config ships asset 'nowhere'"):
+        pc.by_asset("nowhere")
