@@ -12,8 +12,6 @@ import click
 from ragsft_assets.cli.instance import ensure_instance_home
 from ragsft_assets.home import describe_home, ragsft_home
 
-PREVIEW_NOTICE = "ignore:Specifying a partitions_def on an AssetCheckSpec"
-
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--port", default=3000, show_default=True)
@@ -42,10 +40,8 @@ def ui(port: int, host: str, extra: tuple[str, ...]) -> None:
     click.echo(f"ragsft ui: DAGSTER_HOME={home} -> http://{host}:{port}  ({describe_home()})")
     sys.stdout.flush()
     # The home made absolute: the processes below start in the instance folder, not the user's.
+    # No PYTHONWARNINGS filter: loading the definitions warns of nothing (test_lineage_checks).
     env = dict(os.environ, DAGSTER_HOME=home, RAGSFT_HOME=str(ragsft_home()))
-    # The code server would log Dagster's preview notice on the partitioned asset checks at every
-    # load: a notice for Dagster's developers, filtered by its text in the processes below.
-    env["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), PREVIEW_NOTICE]))
     # dagster dev turns SIGTERM into what SIGINT does. Started in the background of a
     # non-interactive shell, SIGINT is ignored, and with it SIGTERM: dagster dev would then never
     # stop. The default disposition makes Python install its KeyboardInterrupt handler again.
