@@ -37,7 +37,7 @@ READ_ONLY = [
     (["plan", "sample.fr"], 1, "nothing to plan"),
     (["runs", "clean", "--dry-run"], 1, "nothing to clean"),
     (["cache", "stats"], 0, "the LLM cache is empty"),
-    (["cache", "show", "abc"], 1, "no LLM cache at"),
+    (["cache", "show", "abc"], 1, "llm_cache (RAGSFT_HOME="),  # which home it looked in
     (["snapshots", "list"], 0, "no snapshot under"),
     (["snapshots", "remove", "sample.fr"], 0, ""),
     (["sources", "remove", "hotpotqa.en"], 0, ""),

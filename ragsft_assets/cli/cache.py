@@ -14,8 +14,10 @@ def _open(cache_dir: str | None):  # type: ignore[no-untyped-def]
     from ragsft_assets.llm.cache import DB_NAME, LLMCache
 
     folder = Path(cache_dir) if cache_dir else llm_cache_dir()
-    if not (folder / DB_NAME).exists():
-        raise click.ClickException(f"no LLM cache at {folder}")
+    if not (folder / DB_NAME).exists():  # the home's: say which home and how it was found
+        raise click.ClickException(
+            f"no LLM cache at {folder}" + ("" if cache_dir else f" ({describe_home()})")
+        )
     return LLMCache(folder)
 
 
