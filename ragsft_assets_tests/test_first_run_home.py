@@ -36,6 +36,7 @@ READ_ONLY = [
     (["catalog", "--sql", "SELECT 1"], 1, "nothing to catalog"),
     (["plan", "sample.fr"], 1, "nothing to plan"),
     (["runs", "clean", "--dry-run"], 1, "nothing to clean"),
+    (["materialize", "abstracts", "--partition", "sample.fr"], 1, "nothing to materialize on sample.fr"),
     (["cache", "stats"], 0, "the LLM cache is empty"),
     (["cache", "show", "abc"], 1, "llm_cache (RAGSFT_HOME="),  # which home it looked in
     (["snapshots", "list"], 0, "no snapshot under"),

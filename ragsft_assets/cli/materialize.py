@@ -7,6 +7,7 @@ Ctrl-C cancels the run and frees its pool slots, and the run carries the partiti
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,11 @@ def materialize(
     from ragsft_assets.home import describe_home
 
     run_config = _run_config(config_json, config_files)
+    if partition and "DAGSTER_HOME" not in os.environ:
+        # a partition is registered in the home's instance: where there is no home, none is
+        from ragsft_assets.cli.home_check import require_home
+
+        require_home(f"materialize on {partition}")
     ensure_instance_home()
     job, keys = resolve_selection(selection)
     instance = dg.DagsterInstance.get()
