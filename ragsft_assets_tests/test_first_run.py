@@ -366,8 +366,8 @@ def test_funnel_is_a_table_in_the_metadata() -> None:
 
 
 def test_card_of_a_corpus_only_release_names_no_skipped_config_twice(tmp_path: Path) -> None:
-    """The recipes section lists only shipped configs, the notes say each skipped config once, the
-    card links nowhere it cannot, and the corpus funnel counts every shipped abstract as kept."""
+    """The recipes section lists only shipped configs, the notes say each skipped config once, and the
+    card links nowhere it cannot (its kept abstracts: test_first_run_card, on the bundled sample)."""
     from ragsft_assets import recipes
     from ragsft_assets.multihop.card_section import release_sections
     from ragsft_assets.multihop.recipes import RECIPES
