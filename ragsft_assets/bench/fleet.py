@@ -12,7 +12,9 @@ repeats nothing, at production volume. In one run:
    at the seed funnels' rates) in its own process;
 3. ``multihop_job`` (drafts, checks, distractors, the ablation cascade, caps, the four filter
    configs) then ``rag_sft_job``, materialized in this process with every LLM role on the real
-   ``openai`` backend pointed at the fleet, a fresh LLM cache.
+   ``openai`` backend pointed at the fleet, a fresh LLM cache. ``stream`` is
+   ``ablation_verdicts``' setting: ``auto`` streams the cascade and the judges after it chunk by
+   chunk (``defs/multihop/stream.py``), ``off`` runs them stage at a time (the baseline).
 
 Closing line (``bench=fleet ...``), ending with ``regime``, ``utilization_e2e``, ``lost``,
 ``duplicated``, ``swapped`` and ``passed``:
@@ -249,12 +251,15 @@ def run(
     seed: int = 1,
     regime: str = "equal",
     stream: str = "auto",
+    stream_chunk: int | None = None,
+    stream_workers: int | None = None,
 ) -> dict[str, object]:
     """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs.
 
     ``regime``: the client's per-URL limit is half (``under``), equal to (``equal``) or twice
     (``over``) each replica's ``slots``. ``stream``: ``ablation_verdicts``' ``stream`` setting
-    (``auto``: the cascade and the judges after it stream chunk by chunk; ``off``: stage at a time).
+    (``auto``: the cascade and the judges after it stream chunk by chunk; ``off``: stage at a time);
+    ``stream_chunk`` / ``stream_workers``: its chunk size and chunks at once (None: the defaults).
     """
     import dagster as dg
 
@@ -299,10 +304,15 @@ def run(
             _print(f"corpus_job: {made} bridge pairs in {corpus_s:.1f}s; the LLM jobs start")
             fleet.reset_stats()
             cpu0, t0 = _cpu_s(), time.perf_counter()
+            stream_shape = {
+                k: v
+                for k, v in (("stream_chunk", stream_chunk), ("stream_workers", stream_workers))
+                if v is not None
+            }
             drafts = {
                 "ops": {
                     "question_drafts": {"config": {"max_pairs": n_pairs}},
-                    "ablation_verdicts": {"config": {"stream": stream}},
+                    "ablation_verdicts": {"config": {"stream": stream, **stream_shape}},
                 }
             }
             results = [_run_job(defs, instance, "multihop_job", drafts)]
@@ -337,6 +347,7 @@ def run(
         "regime": regime,
         "client_limit": concurrency,
         "stream": stream,
+        **stream_shape,
         "utilization_e2e": round(stats["utilization_e2e"], 3),
         "utilization_bar": bar,
         "lost": check["lost"],

@@ -311,7 +311,9 @@ def run_stream(
     report = StreamReport(chunks=len(chunks), questions=len(ordered), stages=[s.stage.name for s in stages])
     flights: dict[int, SingleFlight] = {}
     for m in [judge, *(s.model for s in stages)]:
-        flights.setdefault(id(m), SingleFlight(m))
+        if id(m) not in flights:
+            m.model_identity()  # a lazily made client is made here, once, not by racing threads
+            flights[id(m)] = SingleFlight(m)
     quiet = _QuietLog(log)
     draft_rows = _index(drafts, "id")
     doc_rows = _index(abstracts, "id")
