@@ -193,8 +193,10 @@ def verify_release(folder: Path, expected_digest: str | None = None) -> VerifyRe
             if path.is_symlink():
                 if rel not in listed:
                     report.unlisted.append(rel)
-            elif not any(os.scandir(path)):
-                report.empty_dirs.append(rel)
+            else:
+                with os.scandir(path) as entries:  # closed now: an open iterator warns
+                    if not any(entries):
+                        report.empty_dirs.append(rel)
         for name in sorted(files):
             rel = (base / name).relative_to(folder).as_posix()
             if rel == STATS:

@@ -302,7 +302,7 @@ def run_statistics(
         }
     return {
         "release_run": {
-            "run_id": context.run_id,
+            "run_id": context.run.run_id,
             "host": socket.gethostname(),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
@@ -322,7 +322,7 @@ def record_digest(
         f"release {folder}: root digest {digest} (check with: ragsft verify {folder} --digest {digest})"
     )
     try:
-        record_release_digest(folder, partition, digest, context.run_id, home)
+        record_release_digest(folder, partition, digest, context.run.run_id, home)
         return digest, "recorded"
     except OSError as e:  # a read-only home: the digest is still in the run's metadata
         return digest, f"not recorded: {e}"
