@@ -61,14 +61,16 @@ def long_context_job(
     chat: type[ScriptedBackend],
     keys: Sequence[str],
     embedder: EmbeddingResource | None = None,
+    store: ArtifactStore | None = None,
 ) -> tuple[dg.JobDefinition, dg.DagsterInstance]:
     """``long_context_job`` over ``home``: every chat role is ``chat``'s, the embedder the hash double
-    (or ``embedder``), one cache in ``home``; and an ephemeral instance with ``keys`` as sources."""
+    (or ``embedder``), one cache in ``home``, the store ``store`` (one over ``home``); and an
+    ephemeral instance with ``keys`` as sources."""
     engines.register_backend(chat.NAME, chat)
     cache = str(home / "llm_cache")
     resources = {
         **default_resources(),
-        "store": ArtifactStore(home=str(home)),
+        "store": store or ArtifactStore(home=str(home)),
         "embedder": embedder
         or EmbeddingResource(backend=embedder_double.BACKEND, cache_dir=cache, batch_size=16),
         **{

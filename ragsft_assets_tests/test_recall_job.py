@@ -65,13 +65,14 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _recall_job(home: Path):
-    """recall_job over ``home`` with both doubles behind one cache there, and a fresh instance."""
+def _recall_job(home: Path, store: ArtifactStore | None = None):
+    """recall_job over ``home`` with both doubles behind one cache there, the store ``store`` (one
+    over ``home``), and a fresh instance."""
     cache = LLMCache(home / "llm_cache")
     chat, base = ResponderBackend("chat-double"), ResponderBackend(HF_ID)
     resources = {
         **default_resources(),
-        "store": ArtifactStore(home=str(home)),
+        "store": store or ArtifactStore(home=str(home)),
         "judge": ChatClient(chat, cache, name="judge"),
         "generator": ChatClient(chat, cache, name="generator"),
         "base_model": ChatClient(base, cache, name="base_model"),
