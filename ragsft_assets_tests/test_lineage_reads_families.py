@@ -9,7 +9,6 @@ and its lineage). A read of a table no dep writes, or a dep none of whose tables
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -51,19 +50,10 @@ def _done(result: dg.ExecuteInProcessResult) -> set[str]:
 
 
 def test_long_context_assets_read_exactly_their_deps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ragsft_assets.llm.models import embedded_gguf_path
     from ragsft_assets_tests import test_long_context_job as lc
 
-    try:
-        embedded_gguf_path()  # the default token counter is the embedded chat model's tokenizer
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
     home = tmp_path / "home"
-    monkeypatch.setenv("RAGSFT_HOME", str(home))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    copy = tmp_path / "narrativeqa.jsonl"
-    shutil.copy(lc.DATA, copy)
-    lc._cli("sources", "add", lc.KEY, "--from", str(copy))
+    lc.installed_narrativeqa(home, monkeypatch)
     job, instance = lc.long_context_job(
         home, lc.NoChatBackend, [lc.KEY], store=RecordingStore(home=str(home))
     )

@@ -83,22 +83,28 @@ def long_context_job(
     return build_definitions(resources).get_job_def("long_context_job"), instance
 
 
-@pytest.fixture(scope="module")
-def lc_runs(tmp_path_factory: pytest.TempPathFactory):
+def installed_narrativeqa(home: Path, mp: pytest.MonkeyPatch):  # noqa: ANN201
+    """``home`` as the project's home with the NarrativeQA sample added (``ragsft sources add``);
+    skips without the embedded chat model, whose tokenizer is the default token counter."""
     from ragsft_assets.llm.models import embedded_gguf_path
 
     try:
-        embedded_gguf_path()  # the default token counter is the embedded chat model's tokenizer
+        embedded_gguf_path()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    home = tmp_path_factory.mktemp("home")
-    mp = pytest.MonkeyPatch()
     mp.setenv("RAGSFT_HOME", str(home))
     mp.setenv("RAGSFT_GIT_COMMIT", "0" * 40)  # commits by others between the runs must not show
     mp.delenv("DAGSTER_HOME", raising=False)
     copy = home.parent / f"{home.name}-narrativeqa.jsonl"
     shutil.copy(DATA, copy)
-    added = _cli("sources", "add", KEY, "--from", str(copy))  # preset from the key: narrativeqa
+    return _cli("sources", "add", KEY, "--from", str(copy))  # preset from the key: narrativeqa
+
+
+@pytest.fixture(scope="module")
+def lc_runs(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    added = installed_narrativeqa(home, mp)
     job, instance = long_context_job(home, NoChatBackend, [KEY])
     # narrativeqa's product is the card's (narrativeqa_clustered only): the family recipes name
     # the other two untranslated variants here
