@@ -269,11 +269,9 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     """
     from ragsft_assets import storage
     from ragsft_assets.corpus import summaries
-    from ragsft_assets.corpus.abstracts import ABSTRACTS_SCHEMA
     from ragsft_assets.corpus.ledgers import abstracts_ledger, link_graph_ledger
-    from ragsft_assets.corpus.link_graph import LINK_GRAPH_SCHEMA
-    from ragsft_assets.defs.corpus.assets import PRODUCT
-    from ragsft_assets.defs.metadata import funnel_metadata, table_metadata
+    from ragsft_assets.defs.corpus.assets import PRODUCT, output_metadata
+    from ragsft_assets.defs.metadata import funnel_metadata
     from ragsft_assets.ledger import write_ledger
 
     started = time.perf_counter()
@@ -281,12 +279,7 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     ledger = write_ledger(
         abstracts_ledger(PARTITION, PRODUCT, build.table, build.rejected), PARTITION, "abstracts", root
     )
-    md = table_metadata(
-        [paths[s] for s in ("train", "validation", "test")],
-        ABSTRACTS_SCHEMA,
-        preview_columns=["id", "title", "split", "text"],
-        split_column="split",
-    )
+    md = output_metadata("abstracts", [paths[s] for s in ("train", "validation", "test")])
     md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
     md["rejections_by_reason"] = summaries.reason_table([ledger])
 
@@ -294,12 +287,7 @@ def write_like_the_assets(build: Any, graph: Any, root: Path) -> float:
     write_ledger(
         link_graph_ledger(PARTITION, PRODUCT, graph.table, graph.dropped), PARTITION, "link_graph", root
     )
-    md = table_metadata(
-        [path],
-        LINK_GRAPH_SCHEMA,
-        preview_columns=["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
-        split_column="split",
-    )
+    md = output_metadata("link_graph", [path])
     md.update(funnel_metadata(summaries.funnel_rows(graph.funnel)))
     md["bridge_edges"] = summaries.bridge_edges(path)
     md["top_targets"] = summaries.top_targets(path)

@@ -4,6 +4,7 @@ asset declares what it reads once (``reads=``: its deps and its reader), resolve
 (``corpus.summaries``)."""
 
 import time
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -66,6 +67,23 @@ class BridgePairsAssetConfig(dg.Config):
 
     seed: int = DEFAULT_SEED
     max_pairs: int = 0
+
+
+# Each output's schema and the columns its preview shows
+OUTPUTS = {
+    "abstracts": (ABSTRACTS_SCHEMA, ["id", "title", "split", "text"]),
+    "link_graph": (
+        LINK_GRAPH_SCHEMA,
+        ["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
+    ),
+    "bridge_pairs": (BRIDGE_PAIRS_SCHEMA, ["a_title", "b_title", "alias", "a_sentence", "split"]),
+}
+
+
+def output_metadata(asset: str, paths: list[Path]) -> dict[str, Any]:
+    """A corpus output's table metadata: schema, row counts per split, preview."""
+    schema, preview = OUTPUTS[asset]
+    return table_metadata(paths, schema, preview_columns=preview, split_column="split")
 
 
 def _common_metadata(seed: int | None, started: float, **config: Any) -> dict[str, Any]:
@@ -161,9 +179,7 @@ def abstracts(
     )
 
     files_out = [paths[s] for s in ("train", "validation", "test")]
-    md = table_metadata(
-        files_out, ABSTRACTS_SCHEMA, preview_columns=["id", "title", "split", "text"], split_column="split"
-    )
+    md = output_metadata("abstracts", files_out)
     md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
     md.update(funnel_metadata(summaries.funnel_rows(build.link_funnel), key="link_funnel"))
     md["bad_lines"] = build.bad_lines
@@ -218,12 +234,7 @@ def link_graph(
         link_graph_ledger(key, PRODUCT, build.table, build.dropped), key, "link_graph"
     )
 
-    md = table_metadata(
-        [path],
-        LINK_GRAPH_SCHEMA,
-        preview_columns=["source_title", "target_title", "alias", "sentence", "split", "is_bridge"],
-        split_column="split",
-    )
+    md = output_metadata("link_graph", [path])
     md.update(funnel_metadata(summaries.funnel_rows(build.funnel)))
     md["bridges"] = len(build.bridge_ids)
     md["bridge_edges"] = summaries.bridge_edges(path)
@@ -266,12 +277,7 @@ def bridge_pairs(
     ledger_path = store.write_ledger(
         ledger_table(key, PRODUCT, "bridge_pairs", decisions), key, "bridge_pairs"
     )
-    md = table_metadata(
-        [path],
-        BRIDGE_PAIRS_SCHEMA,
-        preview_columns=["a_title", "b_title", "alias", "a_sentence", "split"],
-        split_column="split",
-    )
+    md = output_metadata("bridge_pairs", [path])
     md.update(funnel_metadata(summaries.funnel_rows(funnel)))
     md["distinct_bridges"] = len(set(table.column("b_id").to_pylist()))
     md["ledger"] = dg.MetadataValue.path(str(ledger_path))
