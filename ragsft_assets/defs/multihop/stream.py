@@ -52,10 +52,13 @@ CHAIN = (
 )
 BASE_INPUTS = frozenset({"multihop_questions", "question_drafts", "abstracts"})
 MODES = ("auto", "on", "off")
-# ours: 64 questions a chunk, 16 chunks at once: the first cascade rounds alone hold about 1,000
-# requests, what a fleet of a few hundred slots needs queued; a chunk's stragglers hold only it.
+# ours: 64 questions a chunk, 64 chunks at once. A chunk goes through about ten batches one after
+# the other (four cascade rounds, six judges), each ending with its slowest call: about 25 s on the
+# bench fleet. The questions in flight (chunk x workers) must cover that: 256 slots do about 85
+# questions a second (3 busy slot-seconds each), so about 2,000 or more; 1,024 (16 chunks) left
+# bench fleet's stream at 97-117 s, 4,096 took 87 s. A chunk's stragglers hold only that chunk.
 CHUNK = 64
-WORKERS = 16
+WORKERS = 64
 
 
 @dataclass(frozen=True, slots=True)
