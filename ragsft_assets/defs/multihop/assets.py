@@ -63,8 +63,9 @@ class MultihopConfig(RecipeConfig):
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
     # ablation_verdicts first streams its questions, chunk by chunk, through the cascade and the
     # judges after it, to fill the LLM cache the stages then read (defs/multihop/stream.py): "auto"
-    # (the roles that have a cache on an HTTP fleet), "on" (any cached role) or "off"
-    stream: str = "auto"
+    # (the roles that have a cache on an HTTP fleet), "on" (any cached role) or "off". Off by
+    # default: on bench fleet it has not raised utilization_e2e yet and costs client CPU and RSS
+    stream: str = "off"
     stream_chunk: int = streaming.CHUNK  # questions per chunk
     stream_workers: int = streaming.WORKERS  # chunks at once
 
