@@ -9,20 +9,22 @@ What each stage does is the run's recipe (``rag_sft/recipes.py``: one per publis
 resolved once per stage from ``recipe`` and ``overrides``); each stage writes the resolved recipe
 beside its files (``_recipe.json``) and into its metadata.
 
+Each stage declares what it reads once (``reads``: its deps, and the only tables its reader
+``declared_inputs`` allows), calls one step of ``rag_sft/steps.py`` (Dagster-free), writes and
+shows metadata. The code versions derive from the templates and the recipe fields each step reads
+(``steps.STEP_FIELDS``, ``stage_versions``).
+
 No ``from __future__ import annotations`` here: Dagster resolves the config and resource
 annotations at decoration time.
 """
 
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dagster as dg
-import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ragsft_assets import published_configs
 from ragsft_assets import recipes as recipe_records
@@ -30,24 +32,31 @@ from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.check_results import check_result
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
+from ragsft_assets.defs.wiring import declared_inputs, reads
 from ragsft_assets.ids import DEFAULT_SEED
-from ragsft_assets.ledger import DROPPED, KEPT, Decision, ledger_table
-from ragsft_assets.llm.types import BatchStats, ChatModel, SamplingParams
-from ragsft_assets.rag_sft import citations, examples, formatting, statistics, verdicts
-from ragsft_assets.rag_sft.hotpot_input import records_from_table
-from ragsft_assets.rag_sft.recipes import RagSftRecipe, chain_record, default_recipe
+from ragsft_assets.ledger import Decision, ledger_table
+from ragsft_assets.llm.types import ChatModel
+from ragsft_assets.rag_sft import citations, examples, steps
+from ragsft_assets.rag_sft.recipes import RagSftRecipe, default_recipe
 from ragsft_assets.rag_sft.recipes import resolve as resolve_recipe
+from ragsft_assets.rag_sft.steps import (  # noqa: F401 (re-exported: tests, the QA chain, the card)
+    JUDGE_TASKS,
+    PROMPT_TASKS,
+    STATISTICS_FILE,
+    StageOutput,
+    generate_stage,
+    judge_stage,
+    question_input,
+    read_questions,
+)
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.stage_versions import stage_version
-from ragsft_assets.storage import SPLITS, atomic_write_bytes
 
 GROUP = "rag_sft"
 QA_GROUP = "qa_sft"
 QA_PREFIX = "qa"
 INPUT_ASSET = "multihop_questions"
 QA_INPUT_ASSET = "questions"  # store name of qa/questions
-JUDGE_TASKS = ("rag_judge_factual", "rag_judge_refusal", "rag_judge_language", "rag_judge_factual_multi")
-STATISTICS_FILE = "_statistics.json"  # beside rag_sft's files: what the card shows
 # The question configurations the snapshot chain can read: config name -> store name of its asset.
 SNAPSHOT_INPUTS = {c.name: c.asset for c in published_configs.of_family("multihop")}
 
@@ -89,53 +98,6 @@ def run_recipe(config: RagSftConfig, partition: str) -> RagSftRecipe:
         raise dg.Failure(f"rag_sft recipe: {exc.args[0] if exc.args else exc}") from exc
 
 
-def question_input(
-    recipe: RagSftRecipe, overrides: Mapping[str, Any], input_store: str, inputs: Mapping[str, str] | None
-) -> tuple[str, str, tuple[str, ...]]:
-    """The questions a chain reads: ``(config name, store name, splits)``; no splits = every split.
-
-    ``inputs`` (config name -> store name) are the configurations the chain can choose from (the
-    snapshot chain's, chosen by the recipe's ``questions``/``questions_splits``); ``None`` is a
-    chain with one input (the QA chain), which refuses an override of them.
-
-    Raises:
-        ValueError: an unknown questions config, or one given to a chain with a single input.
-    """
-    if inputs is None:
-        if {"questions", "questions_splits"} & set(overrides):
-            raise ValueError(
-                "questions / questions_splits choose among a snapshot's question configurations; this "
-                f"chain reads {input_store!r} only (choose its splits on qa/questions)"
-            )
-        return "", input_store, ()
-    name, splits = recipe.questions, recipe.questions_splits
-    if name not in inputs:
-        raise ValueError(f"questions config {name!r} is not one of {sorted(inputs)}")
-    unknown = sorted(set(splits) - set(SPLITS))
-    if unknown:
-        raise ValueError(f"questions_splits {unknown} are not splits ({', '.join(SPLITS)})")
-    return name, inputs[name], tuple(splits)
-
-
-def read_questions(
-    store: ArtifactStore, partition: str, name: str, store_name: str, splits: tuple[str, ...]
-) -> pa.Table:
-    """The chosen questions: the given splits of the asset (all of them when none is given)."""
-    if not store.files(partition, store_name):
-        raise FileNotFoundError(
-            f"partition {partition!r}: the questions config {name or store_name!r} (asset {store_name!r}) "
-            "is not materialized: materialize it first, or choose another with the recipe override "
-            "`questions` (e.g. `default`)"
-        )
-    table = store.read(partition, store_name)
-    if splits and "split" in table.column_names:
-        table = table.filter(pc.is_in(table["split"], value_set=pa.array(list(splits), pa.string())))
-    return table
-
-
-PROMPT_TASKS = examples.PROMPT_TASKS
-
-
 def _sft_check_specs(key: dg.AssetKey) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
@@ -164,57 +126,23 @@ def sft_checks(
     min_quote_words: int = citations.MIN_WORDS,
     require_f1: bool = True,
 ) -> list[dg.AssetCheckResult]:
-    """The invariants of the final rows, as check results (computed in the materialization).
-
-    ``require_f1=False`` (the multi-answer recipe) checks the tags only, no citation F1.
-    """
-    from ragsft_assets.rag_sft.layout import parse_documents
-
-    pair_sizes: dict[str, int] = {}
-    for p in prompts:
-        pair_sizes[p.pair_id] = pair_sizes.get(p.pair_id, 0) + 1
-    row_pairs: dict[str, int] = {}
-    for r in rows:
-        row_pairs[r["pair_id"]] = row_pairs.get(r["pair_id"], 0) + 1
-    split_pairs = [pid for pid, n in row_pairs.items() if n != pair_sizes.get(pid)]
-    failing, broken = [], []
-    for r in rows:
-        system, _, assistant = (m["content"] for m in r["messages"])
-        docs = parse_documents(system)
-        if len(docs) != r["chunks_total"]:
-            broken.append(r["id"])
-        rep = citations.check_response(
-            assistant,
-            [d for _, d in docs],
-            [t for t, _ in docs],
-            (r["supporting_facts_titles"] or None) if require_f1 else None,
-            strict=strict_quotes,  # the check re-verifies with the settings the verdicts used
-            min_words=min_quote_words,
-        )
-        if not rep.passes:
-            failing.append(r["id"])
+    """The invariants of the final rows (``steps.sft_failures``), as check results (computed in
+    the materialization). ``require_f1=False`` (the multi-answer recipe) checks the tags only."""
+    f = steps.sft_failures(
+        rows, prompts, strict_quotes=strict_quotes, min_quote_words=min_quote_words, require_f1=require_f1
+    )
     return [
         check_result(
-            check_name="twins_together",
-            passed=not split_pairs,
-            failures=len(split_pairs),
-            metadata={
-                "split_pairs": len(split_pairs),
-                "examples": dg.MetadataValue.json(sorted(split_pairs)[:20]),
-            },
-        ),
-        check_result(
-            check_name="citations_verified",
-            passed=not failing,
-            failures=len(failing),
-            metadata={"failing": len(failing), "examples": dg.MetadataValue.json(sorted(failing)[:20])},
-        ),
-        check_result(
-            check_name="layout_intact",
-            passed=not broken,
-            failures=len(broken),
-            metadata={"broken": len(broken), "examples": dg.MetadataValue.json(sorted(broken)[:20])},
-        ),
+            check_name=name,
+            passed=not ids,
+            failures=len(ids),
+            metadata={label: len(ids), "examples": dg.MetadataValue.json(ids[:20])},
+        )
+        for name, label, ids in (
+            ("twins_together", "split_pairs", f.split_pairs),
+            ("citations_verified", "failing", f.failing),
+            ("layout_intact", "broken", f.broken),
+        )
     ]
 
 
@@ -243,89 +171,9 @@ def _write_stage(
     }
 
 
-def _stage_inputs(
-    context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
-) -> tuple[str, RagSftRecipe, list[examples.RagPrompt]]:
-    """What every stage after the prompts starts from: the partition, the recipe, the prompts."""
-    partition = context.partition_key
-    prompts = examples.prompts_from_table(store.read(partition, "rag_prompts"))
-    return partition, run_recipe(config, partition), prompts
-
-
-@dataclass(slots=True)
-class StageOutput:
-    """What an LLM stage's work gives its asset to write and show."""
-
-    table: pa.Table
-    decisions: list[Decision]
-    funnel: Mapping[str, int]
-    stats: BatchStats
-    preview: list[str]
-    metadata: dict[str, Any]
-    funnel_key: str = "funnel"
-
-
-def generate_stage(
-    store: ArtifactStore,
-    partition: str,
-    recipe: RagSftRecipe,
-    prompts: list[examples.RagPrompt],
-    generator: ChatModel,
-    seed: int,
-    log: Any,
-) -> StageOutput:
-    """``rag_responses``: every prompt answered with the recipe's sampling; one decision per example."""
-    params = SamplingParams(
-        temperature=recipe.temperature,
-        max_tokens=recipe.max_tokens,
-        seed=seed,
-        enable_thinking=recipe.generation_thinking,
-    )
-    table, stats = verdicts.generate_responses(prompts, generator, params, log=log)
-    rows = table.to_pylist()
-    decisions = [
-        Decision(
-            r["id"],
-            KEPT if r["status"] == "ok" else verdicts.UNREADABLE,
-            "generated" if r["status"] == "ok" else f"response_{r['status']}",
-            {"error": r["error"]} if r["error"] else None,
-            [r["cache_key"]] if r["cache_key"] else [],
-        )
-        for r in rows
-    ]
-    status_counts = Counter(r["status"] for r in rows)
-    metadata = {"temperature": recipe.temperature, "seed": seed}
-    return StageOutput(
-        table, decisions, status_counts, stats, ["id", "status", "response"], metadata, "status"
-    )
-
-
-def judge_stage(
-    store: ArtifactStore,
-    partition: str,
-    recipe: RagSftRecipe,
-    prompts: list[examples.RagPrompt],
-    judge: ChatModel,
-    seed: int,
-    log: Any,
-) -> StageOutput:
-    """``rag_verdicts``: the deterministic checks and the judges on every response (``seed`` unused:
-    the judges sample at temperature 0)."""
-    responses = store.read(partition, "rag_responses").to_pylist()
-    run = verdicts.judge_examples(prompts, responses, judge, recipe=recipe, log=log)
-    metadata = {
-        "kept": sum(v.kept for v in run.verdicts),
-        "quote_flags": dg.MetadataValue.json(verdicts.quote_flag_counts(run.verdicts)),
-    }
-    preview = ["id", "kind", "verdict", "reason", "f1", "factual_score", "refuses", "quote_flags"]
-    return StageOutput(
-        verdicts.verdicts_table(run.verdicts),
-        verdicts.verdict_decisions(run.verdicts),
-        run.funnel,
-        run.stats,
-        preview,
-        metadata,
-    )
+def _json(metadata: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """``metadata`` with ``keys`` shown as JSON (a list, a dict or a word such as "all")."""
+    return {k: dg.MetadataValue.json(v) if k in keys else v for k, v in metadata.items()}
 
 
 def build_sft_chain(
@@ -349,9 +197,13 @@ def build_sft_chain(
             each an asset of the same partitions, declared as a dependency); see ``question_input``.
     """
     prefix = list(key_prefix or [])
-    prompts_key, responses_key, verdicts_key, sft_key = (
-        dg.AssetKey([*prefix, n]) for n in ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
+    prompts_key, responses_key, verdicts_key = (
+        dg.AssetKey([*prefix, n]) for n in ("rag_prompts", "rag_responses", "rag_verdicts")
     )
+
+    def version(name: str, tasks: Sequence[str] = ()) -> str:
+        """Derived from the stage's templates (en, fr) and the recipe fields its step reads."""
+        return stage_version("/".join([*prefix, name]), tasks, ("en", "fr"), partial(steps.step_fields, name))
 
     def stage(name: str, deps: list, code_version: str, *, llm: bool = False, **extra: Any) -> Callable:
         """The decorator every stage shares: partitions, group, prefix; the GPU pool for LLM stages."""
@@ -368,93 +220,63 @@ def build_sft_chain(
         )
 
     # the question configurations the recipe may pick: read by rag_prompts and again by rag_sft
-    input_deps = [
-        input_key,
-        *(dg.AssetKey(n) for n in sorted(set((inputs or {}).values())) if n != input_store),
-    ]
+    input_deps = reads(input_key, *(n for n in sorted(set((inputs or {}).values())) if n != input_store))
 
-    @stage(
-        "rag_prompts",
-        input_deps,
-        stage_version("/".join([*prefix, "rag_prompts"]), PROMPT_TASKS, ("en", "fr")),
-    )
+    def question(config: RagSftConfig, recipe: RagSftRecipe) -> tuple[str, str, tuple[str, ...]]:
+        return question_input(recipe, config.overrides, input_store, inputs)
+
+    @stage("rag_prompts", input_deps, version("rag_prompts", PROMPT_TASKS))
     def rag_prompts(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
     ) -> dg.MaterializeResult:
         """RAG prompts: OpenRAG documents, instruction variants and unanswerable twins per question."""
         partition = context.partition_key
-        lang = _language(config, partition)
         recipe = run_recipe(config, partition)
-        name, source, splits = question_input(recipe, config.overrides, input_store, inputs)
-        records, bad = records_from_table(read_questions(store, partition, name, source, splits))
-        records.sort(key=lambda r: r.id)
-        selected = records[: config.max_questions] if config.max_questions > 0 else records
-        budget = recipe.document_token_budget
-        over: list[Decision] = []
-        if budget > 0:
-            counter, tokenizer = statistics.token_counter(config.tokenizer)
-            selected, over = examples.within_token_budget(selected, counter, budget)
-            context.log.info(
-                f"{partition}: {len(over)} question(s) dropped for documents over the {budget}-token"
-                f" budget (tokens counted with {tokenizer})"
-            )
-        build = examples.build_prompts(
-            selected, seed=config.seed, lang=lang, recipe=recipe, pool_records=records
+        out = steps.prompts_step(
+            declared_inputs(context, store),
+            partition,
+            recipe,
+            question(config, recipe),
+            lang=_language(config, partition),
+            seed=config.seed,
+            max_questions=config.max_questions,
+            tokenizer=config.tokenizer,
+            info=context.log.info,
         )
-        decisions = (
-            build.decisions
-            + over
-            + [Decision(rid, DROPPED, "bad_record", {"error": err}) for rid, err in bad]
+        written = _write_stage(
+            store,
+            partition,
+            "rag_prompts",
+            recipe,
+            out.table,
+            out.decisions,
+            preview=steps.PROMPTS_PREVIEW,
+            funnel=out.funnel,
         )
-        build.funnel["bad_record"] = len(bad)
-        build.funnel[f"dropped:{examples.OVER_TOKEN_BUDGET}"] = len(over)
-        build.funnel["not_selected (max_questions)"] = len(records) - len(selected)
-        table = examples.prompts_table(build.prompts)
-        preview = ["id", "kind", "twin_kind", "citation_style", "refusal_rule", "chunks_total", "question"]
         return dg.MaterializeResult(
-            metadata={
-                **_write_stage(
-                    store,
-                    partition,
-                    "rag_prompts",
-                    recipe,
-                    table,
-                    decisions,
-                    preview=preview,
-                    funnel=build.funnel,
-                ),
-                "seed": config.seed,
-                "language": lang,
-                "questions": name or source,
-                "questions_asset": source,
-                "questions_splits": dg.MetadataValue.json(list(splits) or "all"),
-                "document_token_budget": budget,
-                "instructions_language": recipe.instructions_language,
-                "prompt_versions": dg.MetadataValue.json(
-                    examples.prompt_template_versions(recipe.instructions_language)
-                ),
-            }
+            metadata={**written, **_json(out.metadata, "questions_splits", "prompt_versions")}
         )
 
-    def llm_stage(
-        name: str, deps: list, code_version: str, role: str, description: str, work: Callable
-    ) -> Any:
+    def llm_stage(name: str, deps: list, role: str, description: str, work: Callable, tasks=()) -> Any:
         """A stage that calls one model role: ``work`` turns the prompts into a :class:`StageOutput`."""
 
         @stage(
             name,
             deps,
-            code_version,
+            version(name, tasks),
             llm=True,
             required_resource_keys={"store", role},
             description=description,
         )
         def _llm_stage(context: dg.AssetExecutionContext, config: RagSftConfig) -> dg.MaterializeResult:
             store: ArtifactStore = context.resources.store
-            partition, recipe, prompts = _stage_inputs(context, config, store)
+            reader = declared_inputs(context, store)
+            partition = context.partition_key
+            recipe = run_recipe(config, partition)
+            prompts = examples.prompts_from_table(reader.read(partition, "rag_prompts"))
             model: ChatModel = getattr(context.resources, role)
             t0 = time.perf_counter()
-            out = work(store, partition, recipe, prompts, model, config.seed, context.log)
+            out = work(reader, partition, recipe, prompts, model, config.seed, context.log)
             out.stats.wall_s = out.stats.wall_s or time.perf_counter() - t0
             written = _write_stage(
                 store,
@@ -470,7 +292,7 @@ def build_sft_chain(
             return dg.MaterializeResult(
                 metadata={
                     **written,
-                    **out.metadata,
+                    **_json(out.metadata, "quote_flags"),
                     **out.stats.to_metadata("llm"),
                     **model_metadata(model, role),
                 }
@@ -480,75 +302,60 @@ def build_sft_chain(
 
     rag_responses = llm_stage(
         "rag_responses",
-        [prompts_key],
-        "2",
+        reads(prompts_key),
         "generator",
         "Generated targets: the generator answers under exactly the training prompt (no gold answer).",
         generate_stage,
     )
     rag_verdicts = llm_stage(
         "rag_verdicts",
-        [responses_key, prompts_key],
-        stage_version("/".join([*prefix, "rag_verdicts"]), JUDGE_TASKS, ("en", "fr")),
+        reads(responses_key, prompts_key),
         "judge",
         "Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together.",
         judge_stage,
+        JUDGE_TASKS,
     )
 
     @stage(
         "rag_sft",
-        [verdicts_key, responses_key, prompts_key, *input_deps],
+        reads(verdicts_key, responses_key, prompts_key, *input_deps),
         "6",
-        check_specs=_sft_check_specs(sft_key),
+        check_specs=_sft_check_specs(dg.AssetKey([*prefix, "rag_sft"])),
     )
     def rag_sft(
         context: dg.AssetExecutionContext, config: RagSftConfig, store: ArtifactStore
     ) -> dg.MaterializeResult:
         """RAG SFT chat rows with verified citations (system with documents, user question, assistant target)."""
-        partition, recipe, prompts = _stage_inputs(context, config, store)
-        lang = _language(config, partition)
-        responses = {r["id"]: r["response"] for r in store.read(partition, "rag_responses").to_pylist()}
-        kept = {r["id"] for r in store.read(partition, "rag_verdicts").to_pylist() if r["kept"]}
-        fmt = formatting.format_examples(prompts, responses, kept, seed=config.seed, recipe=recipe)
-        table = formatting.sft_table(fmt.rows)
-        metadata = _write_stage(
+        partition = context.partition_key
+        recipe = run_recipe(config, partition)
+        reader = declared_inputs(context, store)
+        prompts = examples.prompts_from_table(reader.read(partition, "rag_prompts"))
+        out = steps.sft_step(reader, partition, recipe, prompts, config.seed)
+        written = _write_stage(
             store,
             partition,
             "rag_sft",
             recipe,
-            table,
-            fmt.decisions,
+            out.table,
+            out.decisions,
             preview=["id", "pair_id", "chunks_total"],
-            funnel=fmt.funnel,
+            funnel=out.funnel,
         )
-        counter, tokenizer = statistics.token_counter(config.tokenizer)
-        # Type/level shares of the generated and the kept questions (the filter must not skew them).
-        name, store_name, splits = question_input(recipe, config.overrides, input_store, inputs)
-        source = (
-            read_questions(store, partition, name, store_name, splits)
-            .select(["id", "type", "level"])
-            .to_pylist()
+        stats = steps.sft_statistics(
+            reader,
+            partition,
+            recipe,
+            prompts,
+            out.rows,
+            question(config, recipe),
+            lang=_language(config, partition),
+            tokenizer=config.tokenizer,
+            recipe_records=recipe_records.read_records(store.root / partition),
         )
-        rows = table.to_pylist()
-        stats = statistics.chain_statistics(
-            rows,
-            {q["id"]: (q["type"], q["level"]) for q in source},
-            {p.id: p.question_id for p in prompts},
-            counter,
-            tokenizer,
-            strict_phrases=examples.refusal_phrases(lang),
-            prompts=prompts,
-            recipe=recipe,
-        )
-        # The card's recipe sentence covers every stage's overrides, not only this one's.
-        stats["recipe"] = chain_record(recipe_records.read_records(store.root / partition), stats["recipe"])
-        atomic_write_bytes(
-            store.path(partition, "rag_sft").parent / STATISTICS_FILE,
-            orjson.dumps(stats, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2),
-        )
+        steps.write_statistics(store.path(partition, "rag_sft").parent, stats)
         return dg.MaterializeResult(
             metadata={
-                **metadata,
+                **written,
                 "statistics": dg.MetadataValue.json(stats),
                 "tokenizer": stats["tokenizer"],
                 "seed": config.seed,
@@ -557,7 +364,7 @@ def build_sft_chain(
                 "drop_wrong_language": recipe.drop_wrong_language,
             },
             check_results=sft_checks(
-                rows,
+                out.rows,
                 prompts,
                 strict_quotes=recipe.strict_quotes_drop,
                 min_quote_words=recipe.min_quote_words,
