@@ -2,25 +2,24 @@
 
 The filters: ``first_hop`` then ``mechanical_rules``; ``criteria_annotation``; ``bridge_judge`` then
 ``language_judge``, and on the train split ``publishability_score`` then ``descriptor_check``. The
-four judges are built by one factory (``judged.judged_asset``). Each filtered config of
-``published_configs`` is the rows its filters keep (one factory, :func:`config_asset`, and the
-reading of its filters' verdicts, :data:`DECIDERS`); each corpus config drawn from a question config
-is the abstracts of that config's contexts (:func:`corpus_asset`). Each piece below says only what
-it selects and how it decides.
+judges are one table (:data:`JUDGES`) built by one factory (``judged.judged_asset``). Each filtered
+config of ``published_configs`` is the rows its filters keep (one factory, :func:`config_asset`, and
+the reading of its filters' verdicts, ``filter_steps.DECIDERS``); each corpus config drawn from a
+question config is the abstracts of that config's contexts (:func:`corpus_asset`). Each piece below
+says only what it reads, calls, writes and reports.
 
 No ``from __future__ import annotations``: Dagster resolves config and resource types at decoration
-time. Thin wiring: the logic is ``ragsft_assets.multihop.first_hop`` / ``mechanical_rules`` /
-``criteria`` / ``targeted_judges`` / ``filter_configs``.
+time. Thin wiring: the logic is ``ragsft_assets.multihop.filter_steps`` (Dagster-free) over
+``first_hop`` / ``mechanical_rules`` / ``criteria`` / ``targeted_judges`` / ``train_checks`` /
+``filter_configs``.
 """
 
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ragsft_assets import published_configs
 from ragsft_assets.defs.check_results import FAILURES, check_result
@@ -48,39 +47,24 @@ from ragsft_assets.defs.wiring import TableReader, declared_inputs, reads
 from ragsft_assets.ledger import Decision
 from ragsft_assets.multihop import criteria as cr
 from ragsft_assets.multihop import filter_configs as fc
+from ragsft_assets.multihop import filter_steps as fs
 from ragsft_assets.multihop import first_hop as fh
 from ragsft_assets.multihop import mechanical_rules as mr
 from ragsft_assets.multihop import targeted_judges as tj
 from ragsft_assets.multihop import topics as tp
 from ragsft_assets.multihop import train_checks as tc
+
+# review.py and the tests import criteria_items and DECIDERS from here
+from ragsft_assets.multihop.filter_steps import DECIDERS, QUESTIONS, criteria_items, made_by  # noqa: F401
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets.storage import SPLITS, write_parquet
 
 PRODUCT = FILTER_PRODUCT
-MECHANICAL_SCHEMA = pa.schema([("id", pa.string()), ("verdict", pa.string())])
 # Beside the split files, in a subfolder so that readers of the asset's split files never see it;
 # the release copies it to provenance/<config>/verdicts.parquet.
 VERDICTS_FILE = "provenance/verdicts.parquet"
 QUESTION_DEPS = ("multihop_questions", "question_drafts", "abstracts")
-
-
-def _made_by(stage: str) -> published_configs.PublishedConfig:
-    """The filtered config whose filters list ``stage`` first (the config its verdicts make)."""
-    return next(c for c in published_configs.filtered_configs() if stage in c.filters)
-
-
-def criteria_items(
-    rows: list[dict[str, Any]], docs: dict[str, Any], drafts: dict[str, dict[str, Any]]
-) -> list[cr.CriteriaItem]:
-    """Six-criteria items of question rows (``id``, ``question``, ``answer``): the question, its
-    answer and the full abstracts of A and B, what a person labelling the question sees."""
-    items = []
-    for q in rows:
-        d = drafts[q["id"]]
-        a, b = docs[d["a_id"]], docs[d["b_id"]]
-        items.append(cr.CriteriaItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text))
-    return items
 
 
 # -- the judges -------------------------------------------------------------------------------
@@ -90,74 +74,47 @@ class FirstHopConfig(RecipeConfig):
     """Recipe: the config its filter makes by default; its ``first_hop_role`` names the LLM role (judge)."""
 
 
-def _first_hop(run: JudgeCall) -> Judged:
-    docs, drafts = pair_documents(run.store, run.partition)
-    items = []
-    for q in questions(run.store, run.partition):
-        d = drafts[q["id"]]
-        a = docs[d["a_id"]]
-        items.append(fh.FirstHopItem(q["id"], q["question"], a.title, a.text, d["b_title"], d["alias"] or ""))
-    table = fh.run_first_hop(items, run.model, run.template, log=run.log)
-    rows = table.select(["id", "verdict", "cache_key"]).to_pylist()
-    rejections = rejection_counts([r["verdict"] for r in rows], fh.VERDICTS, fh.LEADS_TO_B)
-    return Judged(
-        table,
-        verdict_decisions(rows, fh.LEADS_TO_B),
-        funnel_metadata(rejections, "rejections"),
-        ("id", "verdict", "entity", "raw"),
-    )
-
-
 class CriteriaConfig(RecipeConfig):
     """Recipe: the config its filter makes by default; its ``criteria_role`` names the LLM role (annotator)."""
 
     max_questions: int | None = None  # the annotation budget; questions past it are not_annotated (None: all)
 
 
+class TargetedJudgeConfig(RecipeConfig):
+    """Recipe: the config its filters make by default; ``bridge_judge_role`` / ``language_judge_role``."""
+
+
+class TrainCheckConfig(RecipeConfig):
+    """Recipe: the config its filters make by default: ``publishability_role`` / ``descriptor_check_role``,
+    ``publishability_min_score`` and ``train_only_splits``."""
+
+
+def _first_hop(run: JudgeCall) -> Judged:
+    items = fs.first_hop_items(questions(run.store, run.partition), *pair_documents(run.store, run.partition))
+    table = fh.run_first_hop(items, run.model, run.template, log=run.log)
+    rows = table.select(["id", "verdict", "cache_key"]).to_pylist()
+    rejections = rejection_counts([r["verdict"] for r in rows], fh.VERDICTS, fh.LEADS_TO_B)
+    md = funnel_metadata(rejections, "rejections")
+    return Judged(table, verdict_decisions(rows, fh.LEADS_TO_B), md, ("id", "verdict", "entity", "raw"))
+
+
 def _criteria(run: JudgeCall) -> Judged:
     items = criteria_items(questions(run.store, run.partition), *pair_documents(run.store, run.partition))
     table = cr.run_criteria(items, run.model, run.template, run.config.max_questions, log=run.log)
     rows = table.to_pylist()
-    counts = Counter(r["verdict"] for r in rows)
-    annotated = [r for r in rows if r["verdict"] != cr.NOT_ANNOTATED]
-    md = {
-        "questions": len(rows),
-        "annotated": len(annotated),
-        "rejected": counts.get(cr.FAILS_CRITERIA, 0),
-        "not_annotated": counts.get(cr.NOT_ANNOTATED, 0),  # reported apart, never counted as rejected
-        **{
-            f"failure_share/{c}": round(sum(not r[c] for r in annotated) / len(annotated), 4)
-            if annotated
-            else 0.0
-            for c in cr.CRITERIA
-        },
-    }
     decisions = verdict_decisions(
         rows, cr.KEPT, lambda r: ",".join(r["failed"]) if r["verdict"] == cr.FAILS_CRITERIA else r["verdict"]
     )
-    return Judged(table, decisions, md, ("id", "verdict", "failed"))
-
-
-class TargetedJudgeConfig(RecipeConfig):
-    """Recipe: the config its filters make by default; ``bridge_judge_role`` / ``language_judge_role``."""
+    return Judged(table, decisions, fs.criteria_summary(rows), ("id", "verdict", "failed"))
 
 
 def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall], Judged]:
     """The judge function of one targeted judge, on the questions ``after`` keeps (verdict ``kept_of``)."""
 
     def run_judge(run: JudgeCall) -> Judged:
-        passed = {
-            r["id"] for r in run.store.read(run.partition, after).to_pylist() if r["verdict"] == kept_of
-        }
-        docs, drafts = pair_documents(run.store, run.partition)
-        items = []
-        for q in questions(run.store, run.partition):
-            if q["id"] in passed:
-                d = drafts[q["id"]]
-                a, b = docs[d["a_id"]], docs[d["b_id"]]
-                items.append(
-                    tj.JudgeItem(q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text)
-                )
+        passed = fs.kept_ids(run.store, run.partition, after, kept_of)
+        qs = questions(run.store, run.partition)
+        items = fs.targeted_items(qs, *pair_documents(run.store, run.partition), passed)
         table = tj.run_judge(spec, items, run.model, run.template, log=run.log)
         rows = table.to_pylist()
         rejections = rejection_counts([r["verdict"] for r in rows], spec.verdicts, tj.KEPT)
@@ -167,148 +124,103 @@ def _targeted(spec: tj.Judge, after: str, kept_of: str) -> Callable[[JudgeCall],
     return run_judge
 
 
-class TrainCheckConfig(RecipeConfig):
-    """Recipe: the config its filters make by default: ``publishability_role`` / ``descriptor_check_role``,
-    ``publishability_min_score`` and ``train_only_splits``."""
+def _train_check(
+    check: Callable[[list[tc.TrainItem], JudgeCall], pa.Table], after: str, verdicts: tuple[str, ...]
+) -> Callable[[JudgeCall], Judged]:
+    """The judge function of one train-only check (``check(items, run)``), on the questions of the
+    recipe's train-only splits that ``after`` keeps."""
+
+    def run_judge(run: JudgeCall) -> Judged:
+        qs = questions(run.store, run.partition)
+        docs, drafts = pair_documents(run.store, run.partition)
+        splits = run.recipe.train_only_splits
+        table = check(fs.train_items(run.store, run.partition, after, qs, docs, drafts, splits), run)
+        rows = table.to_pylist()
+        rejections = rejection_counts([r["verdict"] for r in rows], verdicts, tc.KEPT)
+        md = {**funnel_metadata(rejections, "rejections"), "splits": ", ".join(splits)}
+        return Judged(table, verdict_decisions(rows, tc.KEPT), md, ("id", "verdict", "score", "analysis"))
+
+    return run_judge
 
 
-def _train_items(run: JudgeCall, after: str) -> list[tc.TrainItem]:
-    """The questions of the recipe's train-only splits that ``after`` keeps, with the descriptor the
-    bridge judge copied."""
-    passed = {r["id"] for r in run.store.read(run.partition, after).to_pylist() if r["verdict"] == tj.KEPT}
-    rows = run.store.read(run.partition, "multihop_questions").select(["id", "split"]).to_pylist()
-    splits = {r["id"]: r["split"] for r in rows}
-    descriptors = {
-        r["id"]: tc.descriptor_of(r["raw"])
-        for r in run.store.read(run.partition, "bridge_judge").select(["id", "raw"]).to_pylist()
-    }
-    docs, drafts = pair_documents(run.store, run.partition)
-    items = []
-    for q in questions(run.store, run.partition):
-        if q["id"] in passed and splits.get(q["id"]) in run.recipe.train_only_splits:
-            d = drafts[q["id"]]
-            a, b = docs[d["a_id"]], docs[d["b_id"]]
-            items.append(
-                tc.TrainItem(
-                    q["id"], q["question"], q["answer"], a.title, a.text, b.title, b.text,
-                    descriptors.get(q["id"], ""),
-                )
-            )  # fmt: skip
-    return items
+def _publishability(items: list[tc.TrainItem], run: JudgeCall) -> pa.Table:
+    min_score = run.recipe.publishability_min_score
+    return tc.run_publishability(items, run.model, run.template, min_score, log=run.log)
 
 
-def _train_judged(table: pa.Table, verdicts: tuple[str, ...], splits: tuple[str, ...]) -> Judged:
-    rows = table.to_pylist()
-    rejections = rejection_counts([r["verdict"] for r in rows], verdicts, tc.KEPT)
-    md = {**funnel_metadata(rejections, "rejections"), "splits": ", ".join(splits)}
-    return Judged(table, verdict_decisions(rows, tc.KEPT), md, ("id", "verdict", "score", "analysis"))
+def _descriptor(items: list[tc.TrainItem], run: JudgeCall) -> pa.Table:
+    return tc.run_descriptor_check(items, run.model, run.template, log=run.log)
 
 
-def _publishability(run: JudgeCall) -> Judged:
-    items = _train_items(run, "language_judge")
-    table = tc.run_publishability(
-        items, run.model, run.template, run.recipe.publishability_min_score, log=run.log
+DESCRIPTIONS = {
+    "first_hop": (
+        "The fifth ablation: the judge reads A alone with the question (never B) and names the entity "
+        "the question's descriptor points to; kept when it is B (leads_to_b)."
+    ),
+    "criteria_annotation": (
+        "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
+        "documents needed, clear question, minimal answer); all six must hold for "
+        f"`{made_by('criteria_annotation').name}`."
+    ),
+    tj.BRIDGE.stage: (
+        f"Targeted bridge judge on `{made_by(tj.BRIDGE.stage).parent}`: an analysis, then kept only "
+        "if B is the only entity of A the question's descriptor can designate, A states the relation, and the question does "
+        "not name B by itself."
+    ),
+    tj.LANGUAGE.stage: (
+        "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
+        "question is fluent, its referents unique, it has no meta wording, and the answer has the "
+        f"right type and scope. Its keeps make `{made_by(tj.LANGUAGE.stage).name}`."
+    ),
+    tc.PUBLISHABILITY_STAGE: (
+        f"{made_by(tc.PUBLISHABILITY_STAGE).name}'s train-only publishability score (the card's "
+        '"score de publiabilité (train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
+        "kept at the recipe's publishability_min_score (ours: 4) or more."
+    ),
+    tc.DESCRIPTOR_STAGE: (
+        f"{made_by(tc.DESCRIPTOR_STAGE).name}'s train-only descriptor check (the card's "
+        '"contrôle des descripteurs (train)"): on what publishability_score keeps, the bridge judge\'s '
+        "descriptor is a part of "
+        "the question, does not give B away, and says nothing A does not state."
+    ),
+}
+# One row per judged stage: its name, task, LLM role, run config, declared inputs, judge function.
+TRAIN_DEPS = ("bridge_judge", *QUESTION_DEPS)
+JUDGES = (
+    ("first_hop", fh.TASK, lambda r: r.first_hop_role, FirstHopConfig, QUESTION_DEPS, _first_hop),
+    ("criteria_annotation", cr.TASK, lambda r: r.criteria_role, CriteriaConfig, QUESTION_DEPS, _criteria),
+    (
+        tj.BRIDGE.stage, tj.BRIDGE.task, lambda r: r.bridge_judge_role, TargetedJudgeConfig,
+        ("criteria_annotation", *QUESTION_DEPS), _targeted(tj.BRIDGE, "criteria_annotation", cr.KEPT),
+    ),
+    (
+        tj.LANGUAGE.stage, tj.LANGUAGE.task, lambda r: r.language_judge_role, TargetedJudgeConfig,
+        ("bridge_judge", *QUESTION_DEPS), _targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
+    ),
+    (
+        tc.PUBLISHABILITY_STAGE, tc.PUBLISHABILITY_TASK, lambda r: r.publishability_role, TrainCheckConfig,
+        ("language_judge", *TRAIN_DEPS),
+        _train_check(_publishability, "language_judge", tc.PUBLISHABILITY_VERDICTS),
+    ),
+    (
+        tc.DESCRIPTOR_STAGE, tc.DESCRIPTOR_TASK, lambda r: r.descriptor_check_role, TrainCheckConfig,
+        ("publishability_score", *TRAIN_DEPS),
+        _train_check(_descriptor, "publishability_score", tc.DESCRIPTOR.verdicts),
+    ),
+)  # fmt: skip
+first_hop, criteria_annotation, bridge_judge, language_judge, publishability_score, descriptor_check = (
+    judged_asset(
+        JudgedStage(
+            name=name,
+            description=DESCRIPTIONS[name],
+            task=task,
+            role=role,
+            config=config,
+            reads=deps,
+            judge=judge,
+        )
     )
-    return _train_judged(table, tc.PUBLISHABILITY_VERDICTS, run.recipe.train_only_splits)
-
-
-def _descriptor(run: JudgeCall) -> Judged:
-    items = _train_items(run, "publishability_score")
-    table = tc.run_descriptor_check(items, run.model, run.template, log=run.log)
-    return _train_judged(table, tc.DESCRIPTOR.verdicts, run.recipe.train_only_splits)
-
-
-first_hop = judged_asset(
-    JudgedStage(
-        name="first_hop",
-        description=(
-            "The fifth ablation: the judge reads A alone with the question (never B) and names the entity "
-            "the question's descriptor points to; kept when it is B (leads_to_b)."
-        ),
-        task=fh.TASK,
-        role=lambda r: r.first_hop_role,
-        config=FirstHopConfig,
-        reads=QUESTION_DEPS,
-        judge=_first_hop,
-    )
-)
-criteria_annotation = judged_asset(
-    JudgedStage(
-        name="criteria_annotation",
-        description=(
-            "Six binary criteria per question of `default` (correct answer, bridge in A, fact in B, both "
-            "documents needed, clear question, minimal answer); all six must hold for "
-            f"`{_made_by('criteria_annotation').name}`."
-        ),
-        task=cr.TASK,
-        role=lambda r: r.criteria_role,
-        config=CriteriaConfig,
-        reads=QUESTION_DEPS,
-        judge=_criteria,
-    )
-)
-bridge_judge = judged_asset(
-    JudgedStage(
-        name=tj.BRIDGE.stage,
-        description=(
-            f"Targeted bridge judge on `{_made_by(tj.BRIDGE.stage).parent}`: an analysis, then kept only "
-            "if B is the only entity of A the question's descriptor can designate, A states the relation, and the question does "
-            "not name B by itself."
-        ),
-        task=tj.BRIDGE.task,
-        role=lambda r: r.bridge_judge_role,
-        config=TargetedJudgeConfig,
-        reads=("criteria_annotation", *QUESTION_DEPS),
-        judge=_targeted(tj.BRIDGE, "criteria_annotation", cr.KEPT),
-    )
-)
-language_judge = judged_asset(
-    JudgedStage(
-        name=tj.LANGUAGE.stage,
-        description=(
-            "Targeted language judge on what bridge_judge keeps: an analysis, then kept only if the "
-            "question is fluent, its referents unique, it has no meta wording, and the answer has the "
-            f"right type and scope. Its keeps make `{_made_by(tj.LANGUAGE.stage).name}`."
-        ),
-        task=tj.LANGUAGE.task,
-        role=lambda r: r.language_judge_role,
-        config=TargetedJudgeConfig,
-        reads=("bridge_judge", *QUESTION_DEPS),
-        judge=_targeted(tj.LANGUAGE, "bridge_judge", tj.KEPT),
-    )
-)
-
-
-publishability_score = judged_asset(
-    JudgedStage(
-        name=tc.PUBLISHABILITY_STAGE,
-        description=(
-            f"{_made_by(tc.PUBLISHABILITY_STAGE).name}'s train-only publishability score (the card's "
-            '"score de publiabilité (train)"): on the train questions language_judge keeps, an analysis then a score of 1 to 5; '
-            "kept at the recipe's publishability_min_score (ours: 4) or more."
-        ),
-        task=tc.PUBLISHABILITY_TASK,
-        role=lambda r: r.publishability_role,
-        config=TrainCheckConfig,
-        reads=("language_judge", "bridge_judge", *QUESTION_DEPS),
-        judge=_publishability,
-    )
-)
-descriptor_check = judged_asset(
-    JudgedStage(
-        name=tc.DESCRIPTOR_STAGE,
-        description=(
-            f"{_made_by(tc.DESCRIPTOR_STAGE).name}'s train-only descriptor check (the card's "
-            '"contrôle des descripteurs (train)"): on what publishability_score keeps, the bridge judge\'s '
-            "descriptor is a part of "
-            "the question, does not give B away, and says nothing A does not state."
-        ),
-        task=tc.DESCRIPTOR_TASK,
-        role=lambda r: r.descriptor_check_role,
-        config=TrainCheckConfig,
-        reads=("publishability_score", "bridge_judge", *QUESTION_DEPS),
-        judge=_descriptor,
-    )
+    for name, task, role, config, deps, judge in JUDGES
 )
 
 
@@ -316,16 +228,11 @@ descriptor_check = judged_asset(
 def mechanical_rules(context: dg.AssetExecutionContext, store: ArtifactStore) -> dg.MaterializeResult:
     """Year answers with exactly one year; no question naming the document (patterns per language)."""
     partition = context.partition_key
-    lang = snapshot_language(partition)
-    passed = {
-        r["id"]
-        for r in store.read(partition, "first_hop").select(["id", "verdict"]).to_pylist()
-        if r["verdict"] == fh.LEADS_TO_B
-    }
+    passed = fs.kept_ids(store, partition, "first_hop", fh.LEADS_TO_B)
     rows = [q for q in questions(store, partition) if q["id"] in passed]
-    verdicts = [mr.rule_verdict(q["question"], q["answer"], lang) for q in rows]
-    table = pa.table({"id": [q["id"] for q in rows], "verdict": verdicts}, schema=MECHANICAL_SCHEMA)
+    table = fs.mechanical_verdicts(rows, snapshot_language(partition))
     path = store.write(table, partition, "mechanical_rules")
+    verdicts = table["verdict"].to_pylist()
     decisions = [
         Decision(q["id"], KEPT if v == mr.KEPT else "dropped", v) for q, v in zip(rows, verdicts, strict=True)
     ]
@@ -354,100 +261,6 @@ def _topics(store: ArtifactStore, snapshots: SnapshotSource, partition: str) -> 
     return tp.question_topics({d["id"]: d["b_title"] for d in drafts}, tp.read_topics(path))
 
 
-def _split_tables(store: TableReader, partition: str, asset: str) -> dict[str, pa.Table]:
-    return {
-        f.stem: store.read(partition, asset, f.stem)
-        for f in store.files(partition, asset)
-        if f.stem in SPLITS
-    }
-
-
-Provenance = dict[str, list[tuple[str, str, bool, str | None]]]
-# What a filtered config's filters decided: the kept ids, every filter's verdicts, the funnel.
-Decided = tuple[set[str], Provenance, dict[str, int]]
-
-
-def _criteria_provenance(rows: list[dict[str, Any]]) -> Provenance:
-    """Provenance of criteria_annotation: the overall verdict, then one row per criterion per annotated question."""
-    provenance: Provenance = {
-        "criteria_annotation": [
-            (r["id"], r["verdict"], r["verdict"] == cr.KEPT, ",".join(r["failed"] or []) or None)
-            for r in rows
-        ]
-    }
-    for c in cr.CRITERIA:
-        provenance[f"criteria_annotation/{c}"] = [
-            (r["id"], "holds" if r[c] else "fails", bool(r[c]), None) for r in rows if r[c] is not None
-        ]
-    return provenance
-
-
-def _first_hop_and_rules(store: TableReader, partition: str, parent: str) -> Decided:
-    fh_rows = store.read(partition, "first_hop").select(["id", "verdict", "entity"]).to_pylist()
-    mech_rows = store.read(partition, "mechanical_rules").to_pylist()
-    kept = {r["id"] for r in mech_rows if r["verdict"] == mr.KEPT}
-    provenance: Provenance = {
-        "first_hop": [(r["id"], r["verdict"], r["verdict"] == fh.LEADS_TO_B, r["entity"]) for r in fh_rows],
-        "mechanical_rules": [(r["id"], r["verdict"], r["verdict"] == mr.KEPT, None) for r in mech_rows],
-    }
-    funnel = {
-        parent: len(fh_rows),
-        "first_hop kept": sum(r["verdict"] == fh.LEADS_TO_B for r in fh_rows),
-        "mechanical_rules kept": len(kept),
-    }
-    return kept, provenance, funnel
-
-
-def _criteria_kept(store: TableReader, partition: str, parent: str) -> Decided:
-    rows = store.read(partition, "criteria_annotation").to_pylist()
-    kept = {r["id"] for r in rows if r["verdict"] == cr.KEPT}
-    counts = Counter(r["verdict"] for r in rows)
-    funnel = {
-        parent: len(rows),
-        "not_annotated (excluded, not rejected)": counts.get(cr.NOT_ANNOTATED, 0),
-        "annotated": len(rows) - counts.get(cr.NOT_ANNOTATED, 0),
-        "fails_criteria": counts.get(cr.FAILS_CRITERIA, 0),
-        "kept": len(kept),
-    }
-    return kept, _criteria_provenance(rows), funnel
-
-
-def _targeted_and_train_checks(store: TableReader, partition: str, parent: str) -> Decided:
-    crit = store.read(partition, "criteria_annotation").to_pylist()
-    bridge = store.read(partition, "bridge_judge").to_pylist()
-    lang = store.read(partition, "language_judge").to_pylist()
-    score = store.read(partition, tc.PUBLISHABILITY_STAGE).to_pylist()
-    desc = store.read(partition, tc.DESCRIPTOR_STAGE).to_pylist()
-    judged = {r["id"] for r in lang if r["verdict"] == tj.KEPT}
-    # a question the train-only steps scored (a train one) must pass both; the others keep the
-    # judges' verdict
-    kept = tc.train_only_kept(
-        judged, {r["id"] for r in score}, {r["id"] for r in desc if r["verdict"] == tc.KEPT}
-    )
-    provenance = {
-        **_criteria_provenance(crit),
-        "bridge_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in bridge],
-        "language_judge": [(r["id"], r["verdict"], r["verdict"] == tj.KEPT, r["analysis"]) for r in lang],
-        tc.PUBLISHABILITY_STAGE: [
-            (r["id"], r["verdict"], r["verdict"] == tc.KEPT, None if r["score"] is None else str(r["score"]))
-            for r in score
-        ],
-        tc.DESCRIPTOR_STAGE: [(r["id"], r["verdict"], r["verdict"] == tc.KEPT, r["analysis"]) for r in desc],
-    }
-    funnel = {
-        parent: sum(r["verdict"] == cr.KEPT for r in crit),
-        "bridge_judge kept": sum(r["verdict"] == tj.KEPT for r in bridge),
-        "language_judge kept": len(judged),
-        "publishability_score judged (train)": len(score),
-        "publishability_score dropped (train)": sum(r["verdict"] == tc.BELOW_THRESHOLD for r in score),
-        "publishability_score unreadable (train)": sum(r["verdict"] == tc.UNREADABLE for r in score),
-        "descriptor_check dropped (train)": sum(r["verdict"] not in (tc.KEPT, tc.UNREADABLE) for r in desc),
-        "descriptor_check no verdict (train)": sum(r["verdict"] == tc.UNREADABLE for r in desc),
-        "kept": len(kept),
-    }
-    return kept, provenance, funnel
-
-
 def subset_check_result(
     store: TableReader,
     key: str,
@@ -457,17 +270,7 @@ def subset_check_result(
 ) -> dg.AssetCheckResult:
     """Whether ``asset``'s rows are rows of ``parent_asset``, same split, unchanged, no duplicates;
     ``own_rows_allowed``: only the rows whose id ``parent_asset`` has must be its rows."""
-    parents = _split_tables(store, key, parent_asset)
-    failures: list[tuple[str, str]] = []
-    checked = 0
-    for split, child in _split_tables(store, key, asset).items():
-        checked += child.num_rows
-        parent = parents.get(split)
-        if parent is None:
-            failures.append(("split_not_in_parent", split))
-            continue
-        check = fc.shared_id_violations if own_rows_allowed else fc.subset_violations
-        failures += check(child, parent)
+    failures, checked = fs.subset_failures(store, key, asset, parent_asset, own_rows_allowed)
     return check_result(
         passed=not failures,
         failures=len(failures),
@@ -495,48 +298,23 @@ class SubsetCheck:
 
     def result(self, store: TableReader, partition: str, asset: str) -> dg.AssetCheckResult:
         r = subset_check_result(store, partition, asset, self.parent, self.own_rows_allowed)
+        failures = r.metadata[FAILURES].value
         return check_result(
-            asset_key=asset,
-            check_name=self.name,
-            passed=r.passed,
-            failures=r.metadata[FAILURES].value,
-            partition=partition,
+            asset_key=asset, check_name=self.name, passed=r.passed, failures=failures, partition=partition,
             metadata=r.metadata,
-        )
-
-
-# How the verdicts of a filtered config's filters (its entry's ``filters``) decide its rows; a config
-# whose filters have none here fails at import with the list.
-DECIDERS: dict[tuple[str, ...], Callable[[TableReader, str, str], Decided]] = {
-    ("first_hop", "mechanical_rules"): _first_hop_and_rules,
-    ("criteria_annotation",): _criteria_kept,
-    (
-        tj.BRIDGE.stage,
-        tj.LANGUAGE.stage,
-        tc.PUBLISHABILITY_STAGE,
-        tc.DESCRIPTOR_STAGE,
-    ): _targeted_and_train_checks,
-}
-QUESTIONS = "multihop_questions"  # the production's questions: every filtered config's rows are some of them
-
-
-def _filter_chain(config: published_configs.PublishedConfig) -> tuple[str, ...]:
-    """The filters of ``config``'s ancestors, then its own, in the order they ran."""
-    parent = published_configs.by_name(config.parent) if config.parent else None
-    return (*(_filter_chain(parent) if parent else ()), *config.filters)
+        )  # fmt: skip
 
 
 def subset_check(config: published_configs.PublishedConfig) -> SubsetCheck:
     """A filtered config's blocking check against its parent, named after the parent."""
     parent = published_configs.by_name(config.parent or "")
-    name = (
-        f"matches_{parent.name}_on_shared_ids" if config.own_rows_allowed else f"is_subset_of_{parent.name}"
+    return SubsetCheck(
+        fs.subset_check_name(config), parent.asset, config.check_description, config.own_rows_allowed
     )
-    return SubsetCheck(name, parent.asset, config.check_description, config.own_rows_allowed)
 
 
 def config_asset(config: published_configs.PublishedConfig) -> dg.AssetsDefinition:
-    """A filtered configuration: the rows of ``default`` whose id its filters keep (:data:`DECIDERS`),
+    """A filtered configuration: the rows of ``default`` whose id its filters keep (``DECIDERS``),
     unchanged (byte for byte, split by split), and ``provenance/verdicts.parquet`` with every filter's
     verdict; a blocking check of its rows against its parent, computed as it is written. Its deps
     (every filter's verdicts, the questions, the parent's rows) are also the only tables the
@@ -545,24 +323,14 @@ def config_asset(config: published_configs.PublishedConfig) -> dg.AssetsDefiniti
     Raises:
         KeyError: no decider for the config's filters.
     """
-    if config.filters not in DECIDERS:
-        raise KeyError(
-            f"published config {config.name!r}: no decider for filters {config.filters}; "
-            f"filters.DECIDERS has {sorted(DECIDERS)}"
-        )
-    name, decide, check = config.asset, DECIDERS[config.filters], subset_check(config)
+    name, decide, check = config.asset, fs.decider(config), subset_check(config)
     parent = published_configs.by_name(config.parent or "")
-    deps = [
-        *reversed(_filter_chain(config)),
-        QUESTIONS,
-        *([check.parent] if check.parent != QUESTIONS else []),
-    ]
 
     @multihop_asset(
         name=name,
         description=config.asset_description,
         code_version=config.code_version,
-        deps=reads(*deps),
+        deps=reads(*fs.config_inputs(config, check.parent)),
         check_specs=[check.spec(name)],
     )
     def _asset(
@@ -572,7 +340,7 @@ def config_asset(config: published_configs.PublishedConfig) -> dg.AssetsDefiniti
         inputs = declared_inputs(context, store)
         kept, provenance, funnel = decide(inputs, partition, parent.name)
         topics = _topics(store, snapshots, partition)
-        parents = _split_tables(inputs, partition, QUESTIONS)
+        parents = fs.split_tables(inputs, partition, QUESTIONS)
         paths, rows = {}, {}
         for split, parent_rows in parents.items():
             child = fc.subset_rows(parent_rows, kept)
@@ -620,21 +388,13 @@ def corpus_asset(published: published_configs.PublishedConfig) -> dg.AssetsDefin
         partition = context.partition_key
         recipe = config.resolved(name)
         paths, rows, roles = {}, {}, {}
-        abstracts = _split_tables(store, partition, "abstracts")
-        missing = sorted(set(recipe.corpus_columns) - set(next(iter(abstracts.values())).column_names))
-        if missing:
-            raise ValueError(f"corpus_columns {missing} are not columns of abstracts")
-        for split, qs in _split_tables(store, partition, questions).items():
-            titles = {t for ctx in qs["context"].to_pylist() for t in ctx["title"]}
-            golds = {t for sf in qs["supporting_facts"].to_pylist() for t in sf["title"]}
-            corpus = abstracts[split]
-            sub = corpus.filter(pc.is_in(corpus["title"], value_set=pa.array(sorted(titles), pa.string())))
-            sub = sub.select(list(recipe.corpus_columns))
+        abstracts = fs.split_tables(store, partition, "abstracts")
+        schema = next(iter(abstracts.values())).schema
+        fs.check_corpus_columns(recipe.corpus_columns, schema.names)
+        for split, qs in fs.split_tables(store, partition, questions).items():
+            sub, roles[split] = fs.corpus_split(qs, abstracts[split], recipe.corpus_columns)
             paths[split] = store.write(sub, partition, name, split)
             rows[split] = sub.num_rows
-            gold = sum(t in golds for t in sub["title"].to_pylist())
-            roles[split] = {"gold": gold, "distractor_only": sub.num_rows - gold}
-        schema = next(iter(abstracts.values())).schema
         md = table_metadata(
             [paths[s] for s in SPLITS if s in paths],
             pa.schema([schema.field(c) for c in recipe.corpus_columns]),
