@@ -149,6 +149,28 @@ class BatchResult:
 ProgressFn = Callable[[int, int], None]  # (done, total)
 
 
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One call: a chat (``messages``) or a raw-prompt completion (``prompt``, messages empty).
+
+    ``chat_template_kwargs`` go to the model's chat template (e.g. ``{"enable_thinking": False}``);
+    ``prompt`` set means a completion of that text as is (base models), no chat template.
+    """
+
+    messages: Sequence[Message]
+    params: SamplingParams
+    json_schema: Mapping[str, Any] | None = None
+    chat_template_kwargs: Mapping[str, Any] | None = None
+    prompt: str | None = None
+    # The prompt template's version of this request (in its cache key); None: the batch's. Lets
+    # one batch carry several tasks (e.g. the three judges of rag_verdicts) with their own keys.
+    template_version: str | None = None
+
+    @property
+    def is_completion(self) -> bool:
+        return self.prompt is not None
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     """What every stage talks to. ``LLMResource`` and the tests' double implement it."""
@@ -184,14 +206,12 @@ class ChatModel(Protocol):
         By default one batch of ``Request``s through ``run``: ``ChatClient`` inherits it and
         ``LLMResource`` takes it, so the two answer a chat the same way.
         """
-        from ragsft_assets.llm.backends.base import Request  # base imports this module
-
         kwargs = dict(chat_template_kwargs) if chat_template_kwargs else None
         requests = [Request(conv, params, json_schema, kwargs) for conv in conversations]
         return self.run(requests, template_version=template_version, log=log)
 
     def run(self, requests: Sequence[Any], *, template_version: str = "", log: Any = None) -> BatchResult:
-        """Answer requests (``llm.backends.base.Request``) that differ in sampling, schema or template
+        """Answer requests (``llm.types.Request``) that differ in sampling, schema or template
         version, as one batch; one ChatResult per request, in order."""
         ...
 
@@ -216,7 +236,5 @@ class CompletionModel(Protocol):
         the text is the continuation only, and a completion's cache key never equals a chat's. By
         default one batch of ``Request``s through the model's ``run`` (as ``ChatModel.chat``).
         """
-        from ragsft_assets.llm.backends.base import Request  # base imports this module
-
         requests = [Request((), params, None, None, prompt) for prompt in prompts]
         return self.run(requests, template_version=template_version, log=log)  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ Two searches, chosen by the number of unique passages (``SearchSettings.exact_ma
   from ``nprobe_start`` until the sample reaches ``recall_target`` (unless it is set), and
   the recall is returned with the result (asset metadata).
 
-Vectors are read where they lie: pass a ``np.memmap`` (``resources.embedder.open_vectors``) and
+Vectors are read where they lie: pass a ``np.memmap`` (``vector_files.open_vectors``) and
 the search slices it; it never turns vectors into Python lists, and copies at most one block of
 rows at a time (plus the 8-bit index in ``ivf`` mode).
 

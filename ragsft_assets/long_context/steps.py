@@ -136,7 +136,7 @@ def open_passage_vectors(path: Path, partition: str, n_rows: int) -> np.ndarray:
     Raises:
         FileNotFoundError, RuntimeError: missing or misaligned, saying to rematerialize them.
     """
-    from ragsft_assets.resources.embedder import open_vectors
+    from ragsft_assets.vector_files import open_vectors
 
     if not path.is_file():
         raise FileNotFoundError(

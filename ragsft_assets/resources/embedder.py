@@ -48,6 +48,7 @@ from ragsft_assets.llm.backends.openai_backend import GiveUp, OpenAIBackend, Ref
 from ragsft_assets.llm.backends.vllm_backend import engine_started, shutdown_engine
 from ragsft_assets.llm.cache import SQLiteCache
 from ragsft_assets.resources.llm import ModelEndpoint
+from ragsft_assets.vector_files import open_vectors
 
 _log = logging.getLogger(__name__)
 
@@ -158,19 +159,6 @@ class EmbeddingCache(SQLiteCache):
 
 VECTORS_FILE = "vectors.npy"
 FILL_BLOCK = 8192  # vectors read from the cache, normalised or copied at once
-
-
-def open_vectors(path: str | Path) -> np.ndarray:
-    """The (n, dim) float32 vectors of a ``.npy`` file, memory-mapped read-only (nothing is loaded).
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: the file does not hold a 2-D float32 array.
-    """
-    arr = np.load(Path(path), mmap_mode="r")
-    if arr.dtype != np.float32 or arr.ndim != 2:
-        raise ValueError(f"{path}: expected 2-D float32 vectors, got {arr.dtype} {arr.shape}")
-    return arr
 
 
 def _npy(path: Path, n: int, dim: int) -> np.ndarray:

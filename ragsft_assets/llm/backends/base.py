@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ragsft_assets.llm.types import Message, SamplingParams
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One call: a chat (``messages``) or a raw-prompt completion (``prompt``, messages empty).
-
-    ``chat_template_kwargs`` go to the model's chat template (e.g. ``{"enable_thinking": False}``);
-    ``prompt`` set means a completion of that text as is (base models), no chat template.
-    """
-
-    messages: Sequence[Message]
-    params: SamplingParams
-    json_schema: Mapping[str, Any] | None = None
-    chat_template_kwargs: Mapping[str, Any] | None = None
-    prompt: str | None = None
-    # The prompt template's version of this request (in its cache key); None: the batch's. Lets
-    # one batch carry several tasks (e.g. the three judges of rag_verdicts) with their own keys.
-    template_version: str | None = None
-
-    @property
-    def is_completion(self) -> bool:
-        return self.prompt is not None
+from ragsft_assets.llm.types import Request  # here for the backends and their callers
 
 
 @dataclass(slots=True)
