@@ -11,6 +11,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from ragsft_assets.prompts import load_prompt
@@ -25,6 +26,19 @@ from ragsft_assets_tests.test_rag_sft_prompts import make_record
 
 CARDS = Path(__file__).parent / "data" / "cards"
 CARD_000 = CARDS / "000_f882858e4056aab6.txt"
+
+
+# The columns of a rag_sft table that a release reads (the tests' minimal rows; the asset has more).
+RAG_SFT_ROWS = pa.schema(
+    [
+        ("id", pa.string()),
+        ("pair_id", pa.string()),
+        ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ("supporting_facts_titles", pa.list_(pa.string())),
+        ("chunks_total", pa.int32()),
+        ("split", pa.string()),
+    ]
+)
 
 
 def card_text() -> str:
@@ -317,7 +331,6 @@ def test_a_rag_release_ships_three_fields_and_keeps_its_ids_in_provenance(tmp_pa
     from ragsft_assets.resources.store import ArtifactStore
 
     store = ArtifactStore(home=str(tmp_path))
-    msgs = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
     rows = [
         {
             "id": f"e{k}",
@@ -329,17 +342,7 @@ def test_a_rag_release_ships_three_fields_and_keeps_its_ids_in_provenance(tmp_pa
         }
         for k in range(4)
     ]
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("pair_id", pa.string()),
-            ("messages", msgs),
-            ("supporting_facts_titles", pa.list_(pa.string())),
-            ("chunks_total", pa.int32()),
-            ("split", pa.string()),
-        ]
-    )
-    store.write(pa.Table.from_pylist(rows, schema), "x.en", "rag_sft")
+    store.write(pa.Table.from_pylist(rows, RAG_SFT_ROWS), "x.en", "rag_sft")
     target = tmp_path / "releases" / "x.en"
     build.build_release(store.root, "x.en", target, configs=[layout.CONFIGS_BY_NAME["hotpotqa_cite"]])
     data = pq.read_table(target / layout.data_file("hotpotqa_cite", "train"))

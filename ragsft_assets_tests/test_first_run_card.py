@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from ragsft_assets.cli import main
 from ragsft_assets.release import layout
+from ragsft_assets_tests.test_cards_000 import RAG_SFT_ROWS
 
 PART = "sample.fr"
 
@@ -101,7 +102,6 @@ def test_token_budget_line_reads_as_a_sentence_in_the_log_and_the_card(tmp_path:
     assert not any(re.search(r"tokens dropped|over \d+ \S+ tokens", line) for line in said), said
 
     # the card of a release of that chain: the funnel row says stage, verdict, reason, count
-    msgs = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
     row = {
         "id": "e0",
         "pair_id": "p0",
@@ -110,17 +110,7 @@ def test_token_budget_line_reads_as_a_sentence_in_the_log_and_the_card(tmp_path:
         "chunks_total": 1,
         "split": "train",
     }
-    schema = pa.schema(
-        [
-            ("id", pa.string()),
-            ("pair_id", pa.string()),
-            ("messages", msgs),
-            ("supporting_facts_titles", pa.list_(pa.string())),
-            ("chunks_total", pa.int32()),
-            ("split", pa.string()),
-        ]
-    )
-    store.write(pa.Table.from_pylist([row], schema), key, "rag_sft")
+    store.write(pa.Table.from_pylist([row], RAG_SFT_ROWS), key, "rag_sft")
     folder = tmp_path / "releases" / key
     build.build_release(store.root, key, folder, configs=[layout.CONFIGS_BY_NAME["hotpotqa_cite"]])
     card, _ = build.write_card(folder, key)
