@@ -36,7 +36,7 @@ import orjson
 import pyarrow as pa
 
 from ragsft_assets.defs.multihop.judged import JUDGED_STAGES, JudgeCall, JudgedStage
-from ragsft_assets.llm.types import BatchResult, ChatModel, ChatResult, Message, SamplingParams
+from ragsft_assets.llm.types import BatchResult, ChatModel, ChatResult, Request
 from ragsft_assets.multihop import ablations
 from ragsft_assets.multihop.recipes import MultihopRecipe
 from ragsft_assets.prompts import PromptTemplate
@@ -169,11 +169,12 @@ class _QuietLog:
         self._log.error(f"stream: {msg}")
 
 
-class SingleFlight:
+class SingleFlight(ChatModel):
     """A ``ChatModel`` over another that sends a request only once while it is in flight: a
     thread asking what another thread has in flight waits for it, then reads it (from the cache).
     Two chunks can ask the same prompt (the cascade shares identical prompts between questions);
-    the stage-at-a-time run sends it once, and so does the stream."""
+    the stage-at-a-time run sends it once, and so does the stream. ``chat`` is the protocol's own
+    (a batch of ``Request``s through ``run``)."""
 
     def __init__(self, model: ChatModel) -> None:
         self.model = model
@@ -183,19 +184,20 @@ class SingleFlight:
     def model_identity(self) -> dict[str, str]:
         return self.model.model_identity()
 
-    def chat(
-        self,
-        conversations: Sequence[Sequence[Message]],
-        params: SamplingParams,
-        *,
-        json_schema: Mapping[str, Any] | None = None,
-        template_version: str = "",
-        log: Any = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> BatchResult:
-        extra = [params.to_dict(), json_schema, template_version, chat_template_kwargs]
+    def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         keys = [
-            orjson.dumps([[dict(m) for m in c], *extra], option=orjson.OPT_SORT_KEYS) for c in conversations
+            orjson.dumps(
+                [
+                    [dict(m) for m in r.messages],
+                    r.params.to_dict(),
+                    r.json_schema,
+                    r.template_version or template_version,
+                    r.chat_template_kwargs,
+                    r.prompt,
+                ],
+                option=orjson.OPT_SORT_KEYS,
+            )
+            for r in requests
         ]
         mine: dict[bytes, threading.Event] = {}
         theirs: dict[bytes, threading.Event] = {}
@@ -209,14 +211,7 @@ class SingleFlight:
                     mine[k] = self._flying[k] = threading.Event()
 
         def ask(idx: list[int]) -> BatchResult:
-            return self.model.chat(
-                [conversations[i] for i in idx],
-                params,
-                json_schema=json_schema,
-                template_version=template_version,
-                log=log,
-                chat_template_kwargs=chat_template_kwargs,
-            )
+            return self.model.run([requests[i] for i in idx], template_version=template_version, log=log)
 
         results: list[ChatResult | None] = [None] * len(keys)
         first = [i for i, k in enumerate(keys) if k in mine]
