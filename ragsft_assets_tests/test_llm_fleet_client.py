@@ -21,6 +21,7 @@ import pytest
 from ragsft_assets.defs.resources import embedder_from_env, llm_for_role
 from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.backends.openai_backend import (
+    PROBE_HOLD_ANSWERS,
     OpenAIBackend,
     ServedModelError,
     _Fleet,
@@ -192,7 +193,10 @@ def test_a_429_while_ours_run_sets_the_window_to_what_runs_without_pausing() -> 
             assert fleet.pushback(u, u.epoch, 1.0, 0.0)  # the window alone holds the retry back
             u.outstanding -= 1  # the rejected request's slot is released
         assert u.limit == 10.0 and u.available_at == 0.0  # the gateway's capacity, no pause
-        for _ in range(10):  # a round trip of answers: one more
+        for _ in range(PROBE_HOLD_ANSWERS):  # held there a while: no refusal per round trip
+            fleet.ok(u)
+        assert u.limit == 10.0
+        for _ in range(10):  # then a round trip of answers: one more
             fleet.ok(u)
         assert u.limit == pytest.approx(11.0, abs=0.05)
         u.outstanding = 1  # nothing else of ours runs there: a rate limit, so pause and halve

@@ -63,6 +63,7 @@ ENGINE_ENV: dict[str, Any] = {
     "quantization": str,
     "engine_kwargs": str,
     "max_error_share": float,  # failing loudly: see llm.transport_errors
+    "max_concurrency": int,  # the window's ceiling per base URL (capacity probing; HTTP chat roles)
     "dead_after_s": float,
 }
 LLM_ROLES = ("generator", "judge", "annotator", "base_model")  # annotator: RAGSFT_ANNOTATOR_*

@@ -18,6 +18,14 @@ Backends:
 Each role has its own HTTP client and in-flight limit per base URL (``concurrency``), and its
 own thinking switch (``enable_thinking``: true, false or unset, winning over each task's
 default). ``docs/llm.md`` says how to set and size them.
+
+``max_concurrency`` (None: 2 x ``concurrency``; ``concurrency`` with ``serve=True``) is how far
+a URL's window may grow past ``concurrency`` while requests wait in line and no 429 says the
+server is full (capacity probing): a role configured below a gateway's real capacity finds it
+within a round trip or two.
+Set it equal to ``concurrency`` for a hard limit, e.g. for a plain ``vllm serve`` already fed at
+``concurrency`` whose answers take more than about half of ``timeout_s`` (it queues instead of
+answering 429, so a larger window only lengthens each answer).
 """
 
 from __future__ import annotations
@@ -94,10 +102,26 @@ class ModelEndpoint(dg.ConfigurableResource):
         }
 
 
+# ours: the default ceiling of a chat role's window per URL, as a multiple of ``concurrency``.
+# Twice reaches a gateway with twice the configured slots (bench fleet's ``under`` regime), and
+# 256 from the default 128 (vLLM's long-standing default --max-num-seqs). Against a server that
+# only queues (a plain ``vllm serve`` already full at ``concurrency``) it at most doubles each
+# answer's latency: the straggler cut (5 x the batch's own p99) absorbs that, and so does a
+# timeout_s of more than twice the usual answer. The local ``vllm serve`` the project starts
+# (``serve=True``) keeps the hard limit: it only queues, and nothing else shares it.
+MAX_CONCURRENCY_FACTOR = 2
+
+
 class LLMResource(ModelEndpoint):
-    """A chat model for one role, with the content-addressed cache in front of it."""
+    """A chat model for one role, with the content-addressed cache in front of it.
+
+    ``max_concurrency``: the most requests in flight per base URL the window may grow to past
+    ``concurrency`` while requests wait in line and no 429 says the server is full (None:
+    ``MAX_CONCURRENCY_FACTOR`` x ``concurrency``; equal to ``concurrency``: a hard limit).
+    """
 
     json_mode: str = "json_schema"
+    max_concurrency: int | None = None
     serve: bool = False
     max_model_len: int = 4096
     # vLLM engine settings of the in-process backends (embedded, vllm); None/"" = vLLM's default.
@@ -156,6 +180,13 @@ class LLMResource(ModelEndpoint):
             {"engine_json": orjson.dumps(settings, option=orjson.OPT_SORT_KEYS).decode()} if settings else {}
         )
 
+    def window_ceiling(self, local: bool = False) -> int:
+        """The most requests in flight per base URL: ``max_concurrency``, else its default
+        (``concurrency`` for the ``local`` server that ``serve=True`` starts)."""
+        if self.max_concurrency is not None:
+            return self.max_concurrency
+        return max(1, self.concurrency) * (1 if local else MAX_CONCURRENCY_FACTOR)
+
     def _backend_options(self) -> tuple[str, dict[str, Any]]:
         if self.backend == "embedded":
             return "embedded", {"max_model_len": self.max_model_len, **self._engine_json()}
@@ -168,6 +199,7 @@ class LLMResource(ModelEndpoint):
             }
         if self.backend == "openai":
             urls, model, weights = self.endpoint_urls(), self.model, self.weights_id
+            local = not urls
             if not urls:
                 if not self.serve:
                     raise ValueError(
@@ -179,6 +211,7 @@ class LLMResource(ModelEndpoint):
                 urls, model, weights = [server.base_url], server.model_name, weights or server.weights_sha256
             return "openai", {
                 **self.http_options(urls, model, weights),
+                "max_concurrency": self.window_ceiling(local),
                 "json_mode": self.json_mode,
                 "reasoning_model": self.reasoning_model,
                 "reasoning_effort": self.reasoning_effort,

@@ -4,18 +4,23 @@ One backend per role (the engine registry keys it by role): its own event loop i
 thread, one aiohttp connection pool, and its own in-flight limit **per base URL**
 (``concurrency``, default 128: one vLLM replica batches about that many sequences).
 
+- Capacity probing: while requests wait in line and no 429 says a URL is full, its window grows
+  past ``concurrency`` (doubling per round trip) up to ``max_concurrency`` (None here: no
+  growth, ``concurrency`` is a hard limit; ``LLMResource`` defaults it to 2 x ``concurrency``).
+  A client configured below a gateway's real capacity so finds it within a round trip or two.
+
 - Dispatch: each attempt goes to the URL with the fewest requests outstanding (a retry avoids
   the URL that just failed when another has room). Requests are handed to the loop as slots
   free up, so a batch of 400,000 holds no more tasks than the fleet can run.
 - Overload, a full server: a 429 (or a 503 with ``Retry-After``) that comes while the URL still
   runs others of our requests says the server is full at that many; the URL's limit becomes
   that count (capacity probing, no pause: each of our answers frees a slot there, and the
-  refused request waits for one), then grows by one per round trip, so a gateway with fewer
-  slots than ``concurrency`` refuses about one attempt per window in steady state.
+  refused request waits for one), holds there for ``PROBE_HOLD_ANSWERS`` answers, then grows by
+  one per round trip, so a full gateway refuses about one attempt per 40 + window (under 2.5%).
 - Overload, a rate limit: a 429 (or 503 + ``Retry-After``) with nothing else of ours running
   there pauses that URL for the ``Retry-After`` seconds and halves its in-flight limit (once per
   round trip: answers to requests sent before the cut do not cut again); answers raise it again
-  by one per round trip (AIMD) up to ``concurrency``, so a provider's rate limit never turns
+  by one per round trip (AIMD) up to ``concurrency`` (past it only while requests wait in line), so a provider's rate limit never turns
   into a retry storm. A 429 does not use up a request's ``max_retries`` (it is bounded apart).
 - Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
   jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
@@ -88,6 +93,11 @@ STRAGGLER_SAMPLES = 50
 # ours: a batch with fewer answers than that (a small batch: a streamed chunk's round) takes the p99
 # from the backend's recent answers to requests of the same max_tokens (the same task, as a rule).
 STRAGGLER_HISTORY = 4096
+# ours: a 429 while ours run there (the server full at what ran) holds the window at that count for
+# this many answers before it grows past it again, by one per round trip: one refusal per about
+# 40 + window attempts in steady state, under 2.5% at any window (issue #36: "no more than about
+# 5% of attempts rejected in steady state"); a gateway whose capacity grows is still found.
+PROBE_HOLD_ANSWERS = 40
 
 
 class _Malformed(Exception):
@@ -143,9 +153,12 @@ class _Url:
 
     url: str
     shown: str  # the URL as messages show it (masked)
-    cap: int  # the configured in-flight limit
-    limit: float  # the current (AIMD) limit, 1 <= limit <= cap
+    cap: int  # the configured in-flight limit (``concurrency``)
+    limit: float  # the current (AIMD) limit, 1 <= limit <= ceiling
     ssthresh: float  # below it the limit grows by one per answer (slow start)
+    ceiling: int = 0  # ``max_concurrency``: the window passes ``cap`` only while requests wait in line
+    full_at: float = 0.0  # the window a 429 found the server full at ...
+    hold: int = 0  # ... and the answers left before the window grows past it again
     outstanding: int = 0
     epoch: int = 0  # bumped at each cut; answers to requests sent before it do not cut again
     available_at: float = 0.0  # loop time before which nothing is sent (Retry-After, cool-down)
@@ -171,8 +184,10 @@ class _Fleet:
         fail_threshold: int,
         cooldown_max_s: float,
         dead_after_s: float = float("inf"),
+        ceiling: int | None = None,
     ) -> None:
-        self.urls = [_Url(u, mask_url(u), cap, float(cap), float(cap)) for u in urls]
+        top = max(cap, ceiling or cap)  # slow start from cap to the ceiling, while requests wait in line
+        self.urls = [_Url(u, mask_url(u), cap, float(cap), float(top), ceiling=top) for u in urls]
         self.cooldown_s = cooldown_s
         self.cooldown_max_s = max(cooldown_s, cooldown_max_s)
         self.fail_threshold = max(1, fail_threshold)
@@ -183,7 +198,8 @@ class _Fleet:
         self.dead = ""  # set once every URL kept failing for dead_after_s: why the fleet is down
 
     def capacity(self) -> int:
-        return sum(u.cap for u in self.urls)
+        """The most requests in flight over every URL (their ceilings: pools and gates must allow it)."""
+        return sum(u.ceiling for u in self.urls)
 
     def _pick(self, now: float, avoid: _Url | None) -> _Url | None:
         best, best_key = None, None
@@ -246,16 +262,24 @@ class _Fleet:
         if u.aside:  # the probe answered: back in slow start towards the full limit
             u.aside, u.cooldown, u.limit, u.ssthresh = False, 0.0, 1.0, float(u.cap)
             log.info("%s answers again: back in service (slow start)", u.shown)
-        elif u.limit < u.cap:
-            u.limit = min(float(u.cap), u.limit + (1.0 if u.limit < u.ssthresh else 1.0 / u.limit))
+            return
+        # Past the configured limit only while requests wait in line (the window is used), never
+        # past the window a 429 found full while its hold lasts.
+        top = float(u.ceiling if self.waiters else u.cap)
+        if u.hold > 0:
+            u.hold -= 1
+            top = min(top, max(u.full_at, 1.0))
+        if u.limit < top:
+            u.limit = min(top, u.limit + (1.0 if u.limit < u.ssthresh else 1.0 / u.limit))
 
     def pushback(self, u: _Url, epoch: int, wait_s: float | None, now: float) -> bool:
         """A 429 (or 503 + Retry-After) from ``u``, whose ``outstanding`` still counts the rejected
         request. Returns True when the window alone holds the retry back (no pause, no backoff).
 
         While the server still runs others of our requests, it is full at about that many: the
-        window becomes exactly that count (capacity probing; it then grows by one per round trip,
-        so in steady state about one attempt per window is refused) and the URL is not paused,
+        window becomes exactly that count (capacity probing; it holds there for
+        ``PROBE_HOLD_ANSWERS`` answers, then grows by one per round trip, so in steady state about
+        one attempt per 40 + window is refused) and the URL is not paused,
         since each of our answers frees a slot there. With nothing of ours running (a rate limit,
         or a server full of other clients' work) the URL waits its ``Retry-After`` and the limit
         halves, once per round trip.
@@ -263,7 +287,8 @@ class _Fleet:
         held = u.outstanding - 1
         if held > 0:
             u.limit = max(1.0, min(u.limit, float(held)))
-            u.ssthresh = u.limit  # from here additive: one more per round trip
+            u.ssthresh = u.limit  # from here additive: one more per round trip, after the hold
+            u.full_at, u.hold = u.limit, PROBE_HOLD_ANSWERS
             self.probed += 1
             return True
         if wait_s:
@@ -440,7 +465,11 @@ class OpenAIBackend:
         base_urls: server roots ending in ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``).
         model: the model name the servers serve.
         api_key_env: the environment variable holding the key ("" or unset: no key).
-        concurrency: requests in flight at once **per base URL** (the AIMD ceiling).
+        concurrency: requests in flight at once **per base URL** (where the AIMD window starts
+            and returns to).
+        max_concurrency: the most the window may grow to per base URL while requests wait in line
+            and no 429 says the server is full (capacity probing). None: ``concurrency``, a hard
+            limit (``LLMResource`` passes 2 x ``concurrency`` by default).
         timeout_s: per-attempt timeout.
         max_retries: retries after the first attempt (429s are bounded apart, by ``max_throttled``).
         backoff_s: first backoff; doubles per retry (with jitter), capped at ``backoff_max_s``.
@@ -458,8 +487,9 @@ class OpenAIBackend:
             ``FleetDown``; None: ``max(2 x timeout_s, 60)``.
 
     Raises:
-        ValueError: no base URL, or a base URL with a user:password while ``api_key_env`` holds
-            a key (both would be the request's Authorization header; the message is masked).
+        ValueError: no base URL, a base URL with a user:password while ``api_key_env`` holds
+            a key (both would be the request's Authorization header; the message is masked), or
+            ``max_concurrency`` below ``concurrency``.
     """
 
     def __init__(
@@ -469,6 +499,7 @@ class OpenAIBackend:
         *,
         api_key_env: str = "",
         concurrency: int = 128,
+        max_concurrency: int | None = None,
         timeout_s: float = 120.0,
         max_retries: int = 4,
         backoff_s: float = 1.0,
@@ -500,6 +531,12 @@ class OpenAIBackend:
         self.model = model
         self.api_key_env = api_key_env
         self.concurrency = max(1, concurrency)
+        if max_concurrency is not None and max_concurrency < self.concurrency:
+            raise ValueError(
+                f"{role or 'openai'} role: max_concurrency ({max_concurrency}) is below concurrency"
+                f" ({self.concurrency}); set it to at least concurrency (equal: a hard limit) or unset it"
+            )
+        self.max_concurrency = self.concurrency if max_concurrency is None else max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max(0, max_retries)
         self.backoff_s = backoff_s
@@ -682,6 +719,7 @@ class OpenAIBackend:
                 self.fail_threshold,
                 self.cooldown_max_s,
                 self.dead_after_s,
+                self.max_concurrency,
             )
             now = asyncio.get_running_loop().time()
             for u in self._fleet.urls:
