@@ -13,8 +13,9 @@ repeats nothing, at production volume. In one run:
 3. ``multihop_job`` (drafts, checks, distractors, the ablation cascade, caps, the four filter
    configs) then ``rag_sft_job``, materialized in this process with every LLM role on the real
    ``openai`` backend pointed at the fleet, a fresh LLM cache. ``stream`` is
-   ``ablation_verdicts``' setting: ``auto`` streams the cascade and the judges after it chunk by
-   chunk (``defs/multihop/stream.py``), ``off`` runs them stage at a time (the baseline).
+   ``question_drafts``' setting: ``auto`` streams each pair from its draft through the cascade and
+   the judges after it, question by question (``defs/multihop/stream.py``), ``off`` runs them
+   stage at a time (the baseline).
 
 Closing line (``bench=fleet ...``), ending with ``regime``, ``utilization_e2e``, ``lost``,
 ``duplicated``, ``swapped`` and ``passed``:
@@ -251,15 +252,15 @@ def run(
     seed: int = 1,
     regime: str = "equal",
     stream: str = "auto",
-    stream_chunk: int | None = None,
-    stream_workers: int | None = None,
+    stream_in_flight: int | None = None,
 ) -> dict[str, object]:
     """Run the benchmark (``pairs``, else ``size``, else 20,000); returns the closing key=value pairs.
 
     ``regime``: the client's per-URL limit is half (``under``), equal to (``equal``) or twice
-    (``over``) each replica's ``slots``. ``stream``: ``ablation_verdicts``' ``stream`` setting
-    (``auto``: the cascade and the judges after it stream chunk by chunk; ``off``: stage at a time);
-    ``stream_chunk`` / ``stream_workers``: its chunk size and chunks at once (None: the defaults).
+    (``over``) each replica's ``slots``. ``stream``: ``question_drafts``' ``stream`` setting
+    (``auto``: each pair streams from its draft through the cascade and the judges after it, question
+    by question; ``off``: stage at a time); ``stream_in_flight``: the stream's requests in flight
+    (None: its default, the generator's limit times its URLs).
     """
     import dagster as dg
 
@@ -304,15 +305,10 @@ def run(
             _print(f"corpus_job: {made} bridge pairs in {corpus_s:.1f}s; the LLM jobs start")
             fleet.reset_stats()
             cpu0, t0 = _cpu_s(), time.perf_counter()
-            stream_shape = {
-                k: v
-                for k, v in (("stream_chunk", stream_chunk), ("stream_workers", stream_workers))
-                if v is not None
-            }
+            stream_shape = {"stream_in_flight": stream_in_flight} if stream_in_flight else {}
             drafts = {
                 "ops": {
-                    "question_drafts": {"config": {"max_pairs": n_pairs}},
-                    "ablation_verdicts": {"config": {"stream": stream, **stream_shape}},
+                    "question_drafts": {"config": {"max_pairs": n_pairs, "stream": stream, **stream_shape}},
                 }
             }
             results = [_run_job(defs, instance, "multihop_job", drafts)]

@@ -34,6 +34,50 @@ def jaccard(x: frozenset[str], y: frozenset[str]) -> float:
     return len(x & y) / len(x | y) if x or y else 1.0
 
 
+def cap_order_key(seed: int, question_id: str) -> tuple[float, str]:
+    """Where a question comes in the caps' seeded order (its id alone decides)."""
+    return (item_uniform(seed, "caps", question_id), question_id)
+
+
+class Caps:
+    """The caps' greedy decisions, one candidate at a time, in :func:`cap_order_key` order.
+
+    A question is a near duplicate of an already kept one when both have the same normalized
+    answer and the Jaccard similarity of their normalized question word sets is at least
+    ``near_dup_jaccard`` (comparing only within one answer keeps this linear in practice). Then at
+    most ``max_per_bridge`` questions per bridge document b and ``max_per_source`` per source
+    document a are kept. A candidate's decision depends only on the candidates before it in the
+    order, so a stream that knows every earlier one can decide it early (``defs/multihop/stream.py``).
+    """
+
+    def __init__(
+        self,
+        max_per_bridge: int = MAX_PER_BRIDGE,
+        max_per_source: int = MAX_PER_SOURCE,
+        near_dup_jaccard: float = NEAR_DUP_JACCARD,
+    ) -> None:
+        self.max_per_bridge, self.max_per_source = max_per_bridge, max_per_source
+        self.near_dup_jaccard = near_dup_jaccard
+        self._kept_by_answer: dict[str, list[frozenset[str]]] = {}
+        self._per_bridge: Counter[str] = Counter()
+        self._per_source: Counter[str] = Counter()
+
+    def decide(self, c: CapCandidate) -> str:
+        """``kept`` or the cap reason that drops ``c``; call in the seeded order."""
+        words = frozenset(normalize_text(c.question).split())
+        same_answer = self._kept_by_answer.setdefault(normalize_text(c.answer), [])
+        if any(jaccard(words, other) >= self.near_dup_jaccard for other in same_answer):
+            return NEAR_DUPLICATE
+        if self._per_bridge[c.b_id] >= self.max_per_bridge:
+            return BRIDGE_CAP
+        if self._per_source[c.a_id] >= self.max_per_source:
+            return SOURCE_CAP
+        same_answer.append(words)
+        self._per_bridge[c.b_id] += 1
+        self._per_source[c.a_id] += 1
+        return "kept"
+
+
 def apply_caps(
     candidates: Sequence[CapCandidate],
     seed: int,
@@ -41,31 +85,8 @@ def apply_caps(
     max_per_source: int = MAX_PER_SOURCE,
     near_dup_jaccard: float = NEAR_DUP_JACCARD,
 ) -> dict[str, str]:
-    """Decide every candidate: id -> ``kept`` or the cap reason that dropped it.
-
-    A question is a near duplicate of an already kept one when both have the same
-    normalized answer and the Jaccard similarity of their normalized question word
-    sets is at least ``near_dup_jaccard`` (comparing only within one answer keeps
-    this linear in practice). Then at most ``max_per_bridge`` questions per bridge
-    document b and ``max_per_source`` per source document a are kept.
-    """
-    ordered = sorted(candidates, key=lambda c: (item_uniform(seed, "caps", c.id), c.id))
-    kept_by_answer: dict[str, list[frozenset[str]]] = {}
-    per_bridge: Counter[str] = Counter()
-    per_source: Counter[str] = Counter()
-    decision: dict[str, str] = {}
-    for c in ordered:
-        words = frozenset(normalize_text(c.question).split())
-        same_answer = kept_by_answer.setdefault(normalize_text(c.answer), [])
-        if any(jaccard(words, other) >= near_dup_jaccard for other in same_answer):
-            decision[c.id] = NEAR_DUPLICATE
-        elif per_bridge[c.b_id] >= max_per_bridge:
-            decision[c.id] = BRIDGE_CAP
-        elif per_source[c.a_id] >= max_per_source:
-            decision[c.id] = SOURCE_CAP
-        else:
-            decision[c.id] = "kept"
-            same_answer.append(words)
-            per_bridge[c.b_id] += 1
-            per_source[c.a_id] += 1
-    return dict(sorted(decision.items()))
+    """Decide every candidate (:class:`Caps`, in the seeded order): id -> ``kept`` or the cap
+    reason that dropped it."""
+    caps = Caps(max_per_bridge, max_per_source, near_dup_jaccard)
+    ordered = sorted(candidates, key=lambda c: cap_order_key(seed, c.id))
+    return dict(sorted((c.id, caps.decide(c)) for c in ordered))

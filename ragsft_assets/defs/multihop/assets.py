@@ -8,6 +8,7 @@ decoration time. Thin wiring: each asset reads its inputs through the ``store``,
 import dataclasses
 import os
 import time
+from collections import Counter
 from typing import Any
 
 import dagster as dg
@@ -61,13 +62,14 @@ class MultihopConfig(RecipeConfig):
     # use), the pool `ragsft bench distractors` times; the hits are the same for any value
     distractors_workers: int | None = None
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
-    # ablation_verdicts first streams its questions, chunk by chunk, through the cascade and the
-    # judges after it, to fill the LLM cache the stages then read (defs/multihop/stream.py): "auto"
-    # (the roles that have a cache on an HTTP fleet), "on" (any cached role) or "off". Off by
-    # default: on bench fleet it has not raised utilization_e2e yet and costs client CPU and RSS
+    # question_drafts streams each pair in the background through its draft, its checks, the
+    # ablation cascade and the judges after it, question by question, to fill the LLM cache the
+    # stages then read (defs/multihop/stream.py); ablation_verdicts waits for it (its own setting
+    # streams the cascade and judges alone when the drafts did not). "auto" (the roles that have a
+    # cache on an HTTP fleet), "on" (any cached role) or "off"
     stream: str = "off"
-    stream_chunk: int = streaming.CHUNK  # questions per chunk
-    stream_workers: int = streaming.WORKERS  # chunks at once
+    # requests the stream keeps in flight; None: the generator's per-URL limit times its URLs
+    stream_in_flight: int | None = None
 
 
 Context, Model, Result = dg.AssetExecutionContext, dg.ResourceParam[ChatModel], dg.MaterializeResult
@@ -93,7 +95,12 @@ def _llm_metadata(model: ChatModel, stats: Any, prefix: str, template: Any) -> d
 
 @llm_asset("multihop_question", deps=["bridge_pairs", "abstracts"])
 def question_drafts(
-    context: Context, config: MultihopConfig, store: ArtifactStore, generator: Model
+    context: Context,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    generator: Model,
+    judge: Model,
+    annotator: Model,
 ) -> Result:
     """Bridge-question drafts written by the generator, several per (source a, bridge b) pair, for
     every pair bridge_pairs drew (at most the recipe's ``pairs_drawn``; ``max_pairs`` takes the
@@ -109,6 +116,19 @@ def question_drafts(
     params = dataclasses.replace(
         generation.GENERATION_PARAMS, seed=config.seed, temperature=recipe.generation_temperature
     )
+    step = streaming.DraftStep(
+        pairs,
+        by_id,
+        generator,
+        template,
+        recipe.drafts_per_pair,
+        params,
+        recipe.answer_max_words,
+        recipe.answer_max_chars,
+    )
+    prefetch = _start_prefetch(context, config, store, step, {"judge": judge, "annotator": annotator})
+    if prefetch is not None:
+        prefetch.wait_drafts()  # the drafts below then come from the cache
     table, stats = generation.generate_drafts(
         pairs,
         by_id,
@@ -120,6 +140,15 @@ def question_drafts(
         max_words=recipe.answer_max_words,
         max_chars=recipe.answer_max_chars,
     )
+    streamed: dict[str, Any] = {}
+    if prefetch is not None:
+        if prefetch.cascade is None:  # nothing after the drafts streams: done with it here
+            prefetch.join()
+        streamed = {
+            "stream/pairs": len(pairs),
+            "stream/in_flight": prefetch.budget.limit,
+            "stream/drafts_wall_s": round(prefetch.report.drafts_wall_s, 3),
+        }
     path = store.write(table, partition, "question_drafts")
     rows = table.select(["id", "status", "error", "cache_key"]).to_pylist()
     reason = {"ok": "drafted", "unreadable": "generation_unreadable", "missing": "generation_missing"}
@@ -146,6 +175,7 @@ def question_drafts(
             "pairs_limit": limit,
             "drafts_by_status": dg.MetadataValue.json(status_counts),
             "wall_s": round(time.monotonic() - started, 3),
+            **streamed,
             **_llm_metadata(generator, stats, "generator", template),
             **recipe_metadata(store, partition, "question_drafts", recipe),
         }
@@ -252,33 +282,12 @@ def _run_assets(context: Context) -> set[str]:
     return {k.path[-1] for k in keys if graph.has(k) and graph.get(k).is_materializable}
 
 
-def _stream(
-    context: Context,
-    config: MultihopConfig,
-    store: ArtifactStore,
-    items: list[ablations.JudgeItem],
-    models: dict[str, ChatModel],
-    template: PromptTemplate,
-    order: tuple[str, ...],
-    lang: str,
-    recipe: MultihopRecipe,
-) -> dict[str, Any]:
-    """Stream ``items`` through the cascade and the run's judges (cache only); their metadata."""
-    why = streaming.usable(models["judge"], config.stream)
-    if why is not None or not items:
-        return {"stream/skipped": why or "no question to judge"}
-    partition = context.partition_key
-    stages, skipped = streaming.stream_stages(
-        _run_assets(context),
-        context.run_config,
-        config.stream,
-        lambda st, role: role_model(st.name, role, **models),
-        lambda st: load_prompt(st.task, language(partition)),
-    )
+def _cascade(template: PromptTemplate, order: tuple[str, ...], lang: str, recipe: MultihopRecipe) -> Any:
+    """The ablation cascade as ``ablation_verdicts`` runs it, for the stream: (items, model, log)."""
 
-    def cascade(part: Any, model: Any, log: Any) -> ablations.CascadeResult:
+    def cascade(items: Any, model: Any, log: Any) -> ablations.CascadeResult:
         return ablations.run_cascade(
-            part,
+            items,
             model,
             template,
             order,
@@ -288,24 +297,136 @@ def _stream(
             log=log,
         )
 
-    report = streaming.run_stream(
-        items,
-        cascade,
-        models["judge"],
-        stages,
-        store.read(partition, "question_drafts"),
-        store.read(partition, "abstracts"),
-        partition,
-        context.log,
-        chunk=config.stream_chunk,
-        workers=config.stream_workers,
+    return cascade
+
+
+def _prefetch(
+    context: Context,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    drafts: streaming.DraftStep | None,
+    models: dict[str, ChatModel],
+) -> streaming.Prefetch | str:
+    """The stream of this run's ``ablation_verdicts`` cascade and judges (``drafts``: from the
+    drafts on), not started; or why nothing streams."""
+    partition = context.partition_key
+    first = drafts.model if drafts is not None else models["judge"]
+    why = streaming.usable(first, config.stream)
+    if why is not None:
+        return why
+    selected = _run_assets(context)
+    ab_config = MultihopConfig(**streaming.op_config(context.run_config, "ablation_verdicts"))
+    cascade, judges, skipped, cap = None, [], {}, None
+    between = {"question_checks", "distractors"} if drafts is not None else set()
+    why_not = (
+        "ablation_verdicts not in this run"
+        if "ablation_verdicts" not in selected
+        else f"{', '.join(sorted(between - selected))} not in this run"
+        if between - selected
+        else "max_judged set (a budget over all questions)"
+        if ab_config.max_judged is not None
+        else streaming.usable(models["judge"], config.stream)
     )
-    report.skipped.update(skipped)
+    if why_not is None:
+        recipe = ab_config.resolved("ablation_verdicts")
+        lang = language(partition, ab_config.language)
+        template = load_prompt(ablations.PROMPT_TASK, lang)
+        cascade = _cascade(template, ablations.validate_order(recipe.cascade_order), lang, recipe)
+        if drafts is not None:  # the caps distractors applies: its seed and its recipe's limits
+            d_config = MultihopConfig(**streaming.op_config(context.run_config, "distractors"))
+            d_recipe = d_config.resolved("distractors")
+            cap = streaming.CapsStep(
+                d_config.seed, d_recipe.max_per_bridge, d_recipe.max_per_source, d_recipe.near_dup_jaccard
+            )
+        judges, skipped = streaming.stream_stages(
+            selected,
+            context.run_config,
+            config.stream,
+            lambda st, role: role_model(st.name, role, **models),
+            lambda st: load_prompt(st.task, language(partition)),
+        )
+    else:
+        skipped = {"ablation_verdicts": why_not}
+    if drafts is None and cascade is None:
+        return why_not or "nothing to stream"
+    instance, run_id = context.instance, context.run_id
+
+    def finished() -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is None or run.is_finished
+
+    prefetch = streaming.Prefetch(
+        drafts=drafts,
+        cascade=cascade,
+        cap=cap,
+        judge=models["judge"] if cascade else None,
+        stages=judges,
+        abstracts=store.read(partition, "abstracts"),
+        partition=partition,
+        log=context.log,
+        limit=config.stream_in_flight or streaming.in_flight(first),
+        finished=finished,
+    )
+    prefetch.report.skipped.update(skipped)
+    return prefetch
+
+
+def _start_prefetch(
+    context: Context,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    drafts: streaming.DraftStep,
+    models: dict[str, ChatModel],
+) -> streaming.Prefetch | None:
+    """Start this run's stream from the drafts (``question_drafts``), or None when nothing streams;
+    ``ablation_verdicts`` finds it (:func:`_join_prefetch`)."""
+    prefetch = _prefetch(context, config, store, drafts, models)
+    if isinstance(prefetch, str):
+        context.log.info(f"stream: off ({prefetch})")
+        return None
+    prefetch.start()
+    if prefetch.cascade is not None:
+        streaming.register(context.run_id, context.partition_key, prefetch)
     context.log.info(
-        f"stream: {report.questions} questions in {report.chunks} chunks through the cascade and"
-        f" {len(stages)} judge(s) in {report.wall_s:.1f}s; the stages now read their calls from the cache"
+        f"stream: {len(drafts.pairs)} pairs drafted, checked and sent on through the cascade and"
+        f" {len(prefetch.stages)} judge(s) question by question, {prefetch.budget.limit} requests"
+        " in flight at most; ablation_verdicts waits for it"
     )
-    return report.metadata()
+    return prefetch
+
+
+def _join_prefetch(
+    context: Context,
+    config: MultihopConfig,
+    store: ArtifactStore,
+    items: list[ablations.JudgeItem],
+    models: dict[str, ChatModel],
+) -> dict[str, Any]:
+    """Wait for the stream ``question_drafts`` started (judging only ``items`` from now on), or
+    stream ``items`` now through the cascade and judges; its metadata."""
+    partition = context.partition_key
+    prefetch = streaming.take(context.run_id, partition)
+    if prefetch is None:
+        built = _prefetch(context, config, store, None, models) if items else "no question to judge"
+        if isinstance(built, str):
+            return {"stream/skipped": built}
+        prefetch = built.start(items, store.read(partition, "question_drafts"))
+    prefetch.restrict({it.id for it in items})
+    report = prefetch.join()
+    # why the questions the stream sent on were not judged after all (the distractor search's
+    # drops; the caps' never, as the stream applies them)
+    table = store.read(partition, "distractors").select(["id", "reason"]).to_pylist()
+    why = Counter(r["reason"] for r in table if r["id"] in report.speculative_ids)
+    context.log.info(
+        f"stream: {report.pairs} pairs and {report.questions} questions through the cascade and"
+        f" {len(report.stages)} judge(s) in {report.wall_s:.1f}s ({report.calls} calls,"
+        f" {report.speculative_calls} for questions not judged after all); the stages now read"
+        " their calls from the cache"
+    )
+    return {
+        **report.metadata(),
+        "stream/speculative_reasons": dg.MetadataValue.json(dict(sorted(why.items()))),
+    }
 
 
 @llm_asset(*ablations.PROMPT_TASKS, deps=["distractors", "question_drafts", "abstracts"])
@@ -337,9 +458,7 @@ def ablation_verdicts(
         items.append(ablations.JudgeItem(qid, d["question"], d["answer"], a.title, a.text, b.title, b.text))
     lang = language(partition, config.language)
     template = load_prompt(ablations.PROMPT_TASK, lang)
-    streamed = _stream(
-        context, config, store, items, {"judge": judge, "annotator": annotator}, template, order, lang, recipe
-    )
+    streamed = _join_prefetch(context, config, store, items, {"judge": judge, "annotator": annotator})
     result = ablations.run_cascade(
         items,
         judge,

@@ -1,25 +1,32 @@
-"""The multihop chain streamed: the ablation cascade and the judges after it run chunk by chunk.
+"""The multihop chain streamed question by question, from the drafts to the last judge.
 
 Stage at a time, the fleet idles at every stage's tail (its slowest call), between the cascade's
-rounds and during the CPU steps between stages. Here ``ablation_verdicts`` first cuts the
-questions it judges (sorted by id) into chunks and, in a pool of worker threads, runs each
-chunk through the very functions the assets run: the cascade (``ablations.run_cascade``), then
+rounds and during the CPU stages between them (checks, distractor search, caps). Here
+``question_drafts`` starts a :class:`Prefetch` in the background: each bridge pair's draft call,
+then its drafts' deterministic checks, then the ablation cascade (``ablations.run_cascade``) and
 every judge of the run downstream (``first_hop``, ``criteria_annotation``, ``bridge_judge``,
 ``language_judge``, ``publishability_score``, ``descriptor_check``: their ``JudgedStage.judge``)
-on the chunk's questions that the stage before kept. While one chunk is in the cascade, others
-are at the judges: several stages and roles are in flight at once.
+on the questions the stage before kept, each question on to its next call as soon as its own
+answer comes. Drafts go first (a draft waiting for a slot is served before any later call), so
+the draft phase ends as soon as stage at a time; the cascade and the judges then fill the fleet
+while ``question_drafts`` writes, and while ``question_checks`` and ``distractors`` run on the CPU.
+``ablation_verdicts`` tells the prefetch which questions it judges (the caps and the distractor
+search drop a few: their calls still in line are not sent) and waits for it.
 
-The chunks only fill the content-addressed LLM cache; they write nothing. Then every asset runs
-as before, stage at a time on all its items, and finds each of its calls in the cache. So each
-asset file, ledger row and cache entry is the stage-at-a-time run's (the same code builds every
-request, from the same inputs), a crash resumes from the cache, and a chunk that fails (a
-transport error, a bug) costs only time: its requests are sent again by the stage that needs them.
+The prefetch only fills the content-addressed LLM cache; it writes nothing. Every asset runs as
+before, stage at a time on all its items, and finds its calls in the cache. So each asset file,
+ledger row and cache entry the stages use is the stage-at-a-time run's (the same code builds every
+request from the same inputs), a crash resumes from the cache, and a call that fails in the
+prefetch (a transport error, a bug) costs only time: the stage that needs it sends it. What it
+costs: the cascade and judge calls of the questions the caps then drop, made before the caps ran
+(``stream/speculative_calls`` in ``ablation_verdicts``' metadata; the cache keeps them).
 
 What streams: a judge whose asset this run materializes, whose inputs stream too (``reads``),
-with no global budget in its config (``max_questions``: which questions get it depends on all of
-them), and whose model has a cache on an HTTP backend (``auto``; ``on`` needs only the cache).
-The questions a judge reads are the cascade's kept ones (``multihop_questions`` keeps exactly
-those; the judges read only their id, question, answer and split).
+with no global budget in its config (``max_questions``), and whose model has a cache on an HTTP
+backend (``auto``; ``on`` needs only the cache). The cascade streams unless ``max_judged`` is set
+(a budget over all questions). The prefetch lives in this process: the definitions run every job
+in-process (``definitions.py``), so later steps of the run find it; a step of another run never
+does, and a prefetch whose run has ended stops.
 """
 
 from __future__ import annotations
@@ -34,14 +41,17 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ragsft_assets.defs.multihop.judged import JUDGED_STAGES, JudgeCall, JudgedStage
+from ragsft_assets.ids import question_id
 from ragsft_assets.llm.types import BatchResult, ChatModel, ChatResult, Request
-from ragsft_assets.multihop import ablations
+from ragsft_assets.multihop import ablations, caps, generation
+from ragsft_assets.multihop import question_checks as checks_logic
 from ragsft_assets.multihop.recipes import MultihopRecipe
 from ragsft_assets.prompts import PromptTemplate
 
-# The judges after the cascade, in the order a chunk goes through them (each after its inputs).
+# The judges after the cascade, in the order a question goes through them (each after its inputs).
 CHAIN = (
     "first_hop",
     "criteria_annotation",
@@ -52,18 +62,16 @@ CHAIN = (
 )
 BASE_INPUTS = frozenset({"multihop_questions", "question_drafts", "abstracts"})
 MODES = ("auto", "on", "off")
-# ours: 64 questions a chunk, 64 chunks at once. A chunk goes through about ten batches one after
-# the other (four cascade rounds, six judges), each ending with its slowest call: about 25 s on the
-# bench fleet. The questions in flight (chunk x workers) must cover that: 256 slots do about 85
-# questions a second (3 busy slot-seconds each), so about 2,000 or more; 1,024 (16 chunks) left
-# bench fleet's stream at 97-117 s, 4,096 took 87 s. A chunk's stragglers hold only that chunk.
-CHUNK = 64
-WORKERS = 64
+# ours: requests the prefetch keeps in flight when the roles do not say (a model without a
+# per-URL limit, as the test doubles); an HTTP role's is its limit times its URLs (``in_flight``).
+IN_FLIGHT = 64
+POLL_S = 1.0  # how often a prefetch looks whether its run has ended
+PROGRESS_S = 30.0  # a progress line while a stage waits for the stream
 
 
 @dataclass(frozen=True, slots=True)
 class StreamStage:
-    """A judge the chunks go through: its stage, run config, recipe, model and prompt."""
+    """A judge the questions go through: its stage, run config, recipe, model and prompt."""
 
     stage: JudgedStage
     config: Any
@@ -72,32 +80,68 @@ class StreamStage:
     template: PromptTemplate
 
 
+@dataclass(frozen=True, slots=True)
+class DraftStep:
+    """What the prefetch needs to draft a pair as ``question_drafts`` does, and to check its drafts
+    as ``question_checks`` does."""
+
+    pairs: Sequence[generation.Pair]
+    docs: Mapping[str, generation.Doc]
+    model: ChatModel
+    template: PromptTemplate
+    per_pair: int
+    params: Any
+    max_words: int
+    max_chars: int
+
+
+@dataclass(frozen=True, slots=True)
+class CapsStep:
+    """The caps ``distractors`` applies before the judge (its seed and recipe's limits): the stream
+    sends a question to the cascade once the caps keep it, deciding in their seeded order."""
+
+    seed: int
+    max_per_bridge: int
+    max_per_source: int
+    near_dup_jaccard: float
+
+
 @dataclass(slots=True)
 class StreamReport:
-    """What the stream did, for the metadata: chunks, judges streamed, wall time, failed chunks."""
+    """What the prefetch did, for the metadata."""
 
-    chunks: int = 0
-    questions: int = 0
+    pairs: int = 0
+    questions: int = 0  # questions that entered the cascade
     stages: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # judge -> why it does not stream
+    drafts_wall_s: float = 0.0
     wall_s: float = 0.0
-    failed_chunks: int = 0
+    calls: int = 0  # requests the prefetch's calls sent to a model (not served from the cache)
+    speculative_calls: int = 0  # of them, for questions the caps or the search then dropped
+    cut: int = 0  # questions whose calls in line were not sent (not judged after all)
+    failed: int = 0  # pairs or questions whose prefetch raised (their stages send the calls)
     errors: list[str] = field(default_factory=list)  # the first few failures, masked by the client
+    stopped: str = ""  # why it stopped early, if it did
+    speculative_ids: set[str] = field(default_factory=set)  # questions sent on, not judged after all
 
     def metadata(self) -> dict[str, Any]:
         return {
-            "stream/chunks": self.chunks,
+            "stream/pairs": self.pairs,
             "stream/questions": self.questions,
             "stream/judges": ", ".join(self.stages),
             "stream/skipped": ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items())),
+            "stream/drafts_wall_s": round(self.drafts_wall_s, 3),
             "stream/wall_s": round(self.wall_s, 3),
-            "stream/failed_chunks": self.failed_chunks,
+            "stream/calls": self.calls,
+            "stream/speculative_calls": self.speculative_calls,
+            "stream/cut_questions": self.cut,
+            "stream/failed": self.failed,
         }
 
 
 def cached_http(model: Any) -> bool:
     """Whether ``model`` answers from an LLM cache and over HTTP (an ``openai`` fleet), where
-    concurrent batches are what the backend is built for."""
+    concurrent requests are what the backend is built for."""
     from ragsft_assets.llm.backends.openai_backend import OpenAIBackend
     from ragsft_assets.llm.client import ChatClient
 
@@ -128,22 +172,34 @@ def usable(model: Any, mode: str) -> str | None:
     if mode == "on":
         if not has_cache(model):
             raise ValueError(
-                "stream='on' needs an LLM cache for every streamed role (the chunks only fill the cache"
-                " that the stages then read); set use_cache=true or stream='off'"
+                "stream='on' needs an LLM cache for every streamed role (the prefetch only fills the"
+                " cache that the stages then read); set use_cache=true or stream='off'"
             )
         return None
     return None if cached_http(model) else "model without a cache on an HTTP backend"
 
 
+def in_flight(model: Any) -> int:
+    """Requests the prefetch keeps in flight for ``model``: an HTTP role's most in flight over its
+    URLs (``max_concurrency`` when it probes above ``concurrency``), else :data:`IN_FLIGHT`."""
+    urls = getattr(model, "base_urls", None) or []
+    per_url = getattr(model, "max_concurrency", None) or getattr(model, "concurrency", None)
+    if isinstance(per_url, int) and per_url > 0 and urls:
+        return per_url * len(urls)
+    return IN_FLIGHT
+
+
 class _Tables:
-    """A table reader over in-memory tables (a chunk's inputs), with the store's ``read``/``files``."""
+    """A table reader over in-memory tables (a question's inputs), with the store's ``read``/``files``."""
 
     def __init__(self, tables: dict[str, pa.Table]) -> None:
         self.tables = tables
 
     def read(self, partition: str, asset: str, part: str | None = None) -> pa.Table:
         if part is not None or asset not in self.tables:
-            raise KeyError(f"stream: a judge read {asset!r} (part {part!r}), which the chunk does not hold")
+            raise KeyError(
+                f"stream: a judge read {asset!r} (part {part!r}), which the prefetch does not hold"
+            )
         return self.tables[asset]
 
     def files(self, partition: str, asset: str) -> list[Path]:
@@ -151,7 +207,7 @@ class _Tables:
 
 
 class _QuietLog:
-    """The stage functions' log inside a chunk: per-batch info lines dropped (a chunk's batches are
+    """The stage functions' log inside the prefetch: per-batch info lines dropped (its batches are
     many and small), warnings and errors kept."""
 
     def __init__(self, log: Any) -> None:
@@ -169,11 +225,25 @@ class _QuietLog:
         self._log.error(f"stream: {msg}")
 
 
+def _request_key(r: Request, template_version: str) -> bytes:
+    return orjson.dumps(
+        [
+            [dict(m) for m in r.messages],
+            r.params.to_dict(),
+            r.json_schema,
+            r.template_version or template_version,
+            r.chat_template_kwargs,
+            r.prompt,
+        ],
+        option=orjson.OPT_SORT_KEYS,
+    )
+
+
 class SingleFlight(ChatModel):
     """A ``ChatModel`` over another that sends a request only once while it is in flight: a
     thread asking what another thread has in flight waits for it, then reads it (from the cache).
-    Two chunks can ask the same prompt (the cascade shares identical prompts between questions);
-    the stage-at-a-time run sends it once, and so does the stream. ``chat`` is the protocol's own
+    Two questions can ask the same prompt (the cascade shares identical prompts between questions);
+    the stage-at-a-time run sends it once, and so does the prefetch. ``chat`` is the protocol's own
     (a batch of ``Request``s through ``run``)."""
 
     def __init__(self, model: ChatModel) -> None:
@@ -185,20 +255,7 @@ class SingleFlight(ChatModel):
         return self.model.model_identity()
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
-        keys = [
-            orjson.dumps(
-                [
-                    [dict(m) for m in r.messages],
-                    r.params.to_dict(),
-                    r.json_schema,
-                    r.template_version or template_version,
-                    r.chat_template_kwargs,
-                    r.prompt,
-                ],
-                option=orjson.OPT_SORT_KEYS,
-            )
-            for r in requests
-        ]
+        keys = [_request_key(r, template_version) for r in requests]
         mine: dict[bytes, threading.Event] = {}
         theirs: dict[bytes, threading.Event] = {}
         with self._lock:
@@ -235,7 +292,411 @@ class SingleFlight(ChatModel):
         return BatchResult(results=[r for r in results if r is not None], stats=batch.stats)
 
 
-def _op_config(run_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+class Budget:
+    """The prefetch's requests in flight, at most ``limit``; a ``first`` caller (a draft) waiting
+    is served before any other, so the drafts end as soon as stage at a time."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.used = 0
+        self.first_waiting = 0
+        self._cond = threading.Condition()
+
+    def acquire(self, n: int, first: bool) -> int:
+        n = max(1, min(n, self.limit))
+        with self._cond:
+            if first:
+                self.first_waiting += 1
+            try:
+                while self.used + n > self.limit or (not first and self.first_waiting):
+                    self._cond.wait()
+            finally:
+                if first:
+                    self.first_waiting -= 1
+            self.used += n
+        return n
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self.used -= n
+            self._cond.notify_all()
+
+
+class _Metered(ChatModel):
+    """A model's calls through the prefetch's :class:`Budget`, counting what each question sent."""
+
+    def __init__(self, model: ChatModel, budget: Budget, first: bool, prefetch: Prefetch) -> None:
+        self.model, self.budget, self.first, self.prefetch = model, budget, first, prefetch
+
+    def model_identity(self) -> dict[str, str]:
+        return self.model.model_identity()
+
+    def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
+        self.prefetch.raise_if_stopped()
+        held = self.budget.acquire(len(requests), self.first)
+        try:
+            batch = self.model.run(requests, template_version=template_version, log=log)
+        finally:
+            self.budget.release(held)
+        self.prefetch.count(batch.stats.calls)
+        return batch
+
+
+class _CapsOrder:
+    """The caps' decisions as the drafts come in: every question a pair can have is known before
+    its draft (``question_id(a, b, i)``), so is the caps' seeded order over them. A question is
+    decided once every question before it in that order is drafted and checked, exactly as
+    ``caps.apply_caps`` decides it over all of them (a question the checks dropped, or whose draft
+    failed, is no candidate). The distractor search's drops (``too_few_distractors``, rare) are not
+    known here: a question it drops may be sent to the cascade (speculation, counted)."""
+
+    def __init__(self, step: CapsStep, pairs: Sequence[generation.Pair], per_pair: int) -> None:
+        keyed = sorted(
+            (caps.cap_order_key(step.seed, question_id(p.a_id, p.b_id, i)), p.id)
+            for p in pairs
+            for i in range(per_pair)
+        )
+        self.order = [key[1] for key, _ in keyed]
+        first: dict[str, int] = {}
+        for pos, (_, pair_id) in enumerate(keyed):
+            first.setdefault(pair_id, pos)
+        self.first_position = first  # pair id -> where its first question comes in the order
+        self.caps = caps.Caps(step.max_per_bridge, step.max_per_source, step.near_dup_jaccard)
+        self.known: dict[str, tuple[caps.CapCandidate, ablations.JudgeItem, pa.Table] | None] = {}
+        self.next = 0
+        self._lock = threading.Lock()
+
+    def add(
+        self, ids: Sequence[str], found: Sequence[tuple[caps.CapCandidate, ablations.JudgeItem, pa.Table]]
+    ) -> list[tuple[ablations.JudgeItem, pa.Table]]:
+        """Record a drafted and checked pair (its question ``ids``; ``found``: the candidates among
+        them); returns the questions now decided ``kept``, in order."""
+        with self._lock:
+            for qid in ids:
+                self.known[qid] = None
+            for c, item, table in found:
+                self.known[c.id] = (c, item, table)
+            out = []
+            while self.next < len(self.order) and self.order[self.next] in self.known:
+                entry = self.known.pop(self.order[self.next])
+                self.next += 1
+                if entry is not None and self.caps.decide(entry[0]) == "kept":
+                    out.append((entry[1], entry[2]))
+            return out
+
+
+class _Stopped(Exception):
+    """The prefetch was stopped (its run ended, or the questions it would judge were cut)."""
+
+
+class Prefetch:
+    """Question by question, in the background: draft, check, cascade, judges; the cache only.
+
+    ``drafts``: the pairs to draft (None: start from ``items``, the cascade's questions), in the
+    caps' order, each question sent on once ``cap`` keeps it;
+    ``cascade(items, model, log)``: the cascade as the stage runs it (None: the cascade does not
+    stream, and neither do the judges); ``judge``: its model; ``stages``: the judges after it;
+    ``abstracts``: the partition's; ``limit``: requests in flight (:func:`in_flight`).
+    ``finished()``: True once the run that started it has ended (the prefetch then stops).
+    """
+
+    def __init__(
+        self,
+        *,
+        drafts: DraftStep | None,
+        cascade: Callable[[Sequence[ablations.JudgeItem], ChatModel, Any], Any] | None,
+        cap: CapsStep | None = None,
+        judge: ChatModel | None,
+        stages: Sequence[StreamStage],
+        abstracts: pa.Table,
+        partition: str,
+        log: Any,
+        limit: int,
+        finished: Callable[[], bool] | None = None,
+    ) -> None:
+        self.drafts, self.cascade, self.stages = drafts, cascade, list(stages)
+        if drafts is not None and cascade is not None and cap is None:
+            raise ValueError("stream: from the drafts, the cascade needs the caps (CapsStep)")
+        self._caps = _CapsOrder(cap, drafts.pairs, drafts.per_pair) if drafts and cascade and cap else None
+        self.abstracts, self.partition, self.log = abstracts, partition, log
+        self.budget = Budget(limit)
+        self.finished = finished
+        self.report = StreamReport(stages=[s.stage.name for s in self.stages] if cascade else [])
+        self._quiet = _QuietLog(log)
+        self._lock = threading.Lock()
+        self._allowed: set[str] | None = None
+        self._halt = threading.Event()  # stopped early: send nothing more
+        self._drafted = threading.Event()
+        self._calls_of: dict[str, int] = {}
+        self._chained: set[str] = set()
+        self._drafts_done = 0
+        self._local = threading.local()
+        self._doc_rows = _index(abstracts, "id")
+        self._started = time.monotonic()
+        flights: dict[int, ChatModel] = {}
+        first = {id(drafts.model)} if drafts else set()
+        for m in [
+            *([drafts.model] if drafts else []),
+            *([judge] if judge else []),
+            *(s.model for s in stages),
+        ]:
+            if id(m) not in flights:
+                m.model_identity()  # a lazily made client is made here, once, not by racing threads
+                flights[id(m)] = SingleFlight(_Metered(m, self.budget, id(m) in first, self))
+        self._flight = flights
+        self._judge = judge
+        self._chains = ThreadPoolExecutor(max_workers=self.budget.limit, thread_name_prefix="ragsft-stream")
+        self._drafters = (
+            ThreadPoolExecutor(max_workers=self.budget.limit, thread_name_prefix="ragsft-stream-draft")
+            if drafts
+            else None
+        )
+        self._pending = 0
+        self._idle = threading.Condition(self._lock)
+        self._joined = False
+        self._watch: threading.Thread | None = None
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def count(self, calls: int) -> None:
+        qid = getattr(self._local, "qid", None)
+        with self._lock:
+            self.report.calls += calls
+            if qid is not None:
+                self._calls_of[qid] = self._calls_of.get(qid, 0) + calls
+
+    def raise_if_stopped(self) -> None:
+        if self._halt.is_set():
+            raise _Stopped("stopped")
+        qid = getattr(self._local, "qid", None)
+        allowed = self._allowed
+        if qid is not None and allowed is not None and qid not in allowed:
+            raise _Stopped("cut")
+
+    def _submit(self, pool: ThreadPoolExecutor, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            self._pending += 1
+        try:
+            pool.submit(self._guarded, fn, *args)
+        except RuntimeError:  # the pool is shut down: the prefetch was stopped
+            self._done_one()
+
+    def _done_one(self) -> None:
+        with self._idle:
+            self._pending -= 1
+            if self._pending == 0:
+                self._idle.notify_all()
+
+    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except _Stopped:
+            pass
+        except Exception as exc:  # the prefetch only warms the cache: the stages redo what it did not
+            with self._lock:
+                self.report.failed += 1
+                if len(self.report.errors) < 3:
+                    self.report.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+        finally:
+            self._local.qid = None
+            self._done_one()
+
+    # -- the work ----------------------------------------------------------------------------------
+
+    def start(self, items: Sequence[ablations.JudgeItem] = (), drafts: pa.Table | None = None) -> Prefetch:
+        """Start drafting every pair (or, without drafts, chaining ``items``, whose rows are in the
+        ``drafts`` table); returns at once.
+
+        Arrow's default allocator becomes the system's for the process: mimalloc keeps about 1 MB
+        per thread that allocated, and the stream runs up to twice ``limit`` threads (1,000 threads
+        held 1.16 GB against 0.16 GB with the system allocator)."""
+        if pa.default_memory_pool().backend_name != "system":
+            pa.set_memory_pool(pa.system_memory_pool())
+        if self.drafts is not None and self._drafters is not None:
+            self.report.pairs = len(self.drafts.pairs)
+            left = [len(self.drafts.pairs)]
+
+            def drafted() -> None:
+                with self._lock:
+                    left[0] -= 1
+                    self._drafts_done += 1
+                    done = left[0] <= 0
+                if done:
+                    self.report.drafts_wall_s = time.monotonic() - self._started
+                    self._drafted.set()
+
+            if not self.drafts.pairs:
+                drafted()
+            pairs = list(self.drafts.pairs)
+            if self._caps is not None:  # the caps decide in their order: draft in it
+                pairs.sort(key=lambda p: self._caps.first_position[p.id])
+            for pair in pairs:
+                self._submit(self._drafters, self._draft, pair, drafted)
+        else:
+            self._drafted.set()
+            if self.cascade is not None and items:
+                if drafts is None:
+                    raise ValueError("stream: questions to chain without their drafts table")
+                for item in sorted(items, key=lambda it: it.id):
+                    self._submit(self._chains, self._chain, item, drafts)
+        if self.finished is not None:
+            self._watch = threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True)
+            self._watch.start()
+        return self
+
+    def _draft(self, pair: generation.Pair, drafted: Callable[[], None]) -> None:
+        d = self.drafts
+        assert d is not None
+        ids = [question_id(pair.a_id, pair.b_id, i) for i in range(d.per_pair)]
+        try:
+            table, _ = generation.generate_drafts(
+                [pair],
+                d.docs,
+                self._flight[id(d.model)],
+                d.template,
+                d.per_pair,
+                d.params,
+                log=self._quiet,
+                max_words=d.max_words,
+                max_chars=d.max_chars,
+            )
+        except BaseException:
+            if self._caps is not None:  # no candidate known here: the questions after it go on
+                self._caps_add(ids, [])
+            raise
+        finally:
+            drafted()
+        if self._caps is None or self._halt.is_set():
+            return
+        checked = checks_logic.run_checks(table, d.docs, d.max_words, d.max_chars)
+        kept = {r["id"] for r in checked.select(["id", "verdict"]).to_pylist() if r["verdict"] == "kept"}
+        found = []
+        for row in table.to_pylist():
+            if row["id"] in kept:
+                a, b = d.docs[row["a_id"]], d.docs[row["b_id"]]
+                found.append(
+                    (
+                        caps.CapCandidate(
+                            row["id"], row["question"], row["answer"], row["a_id"], row["b_id"]
+                        ),
+                        ablations.JudgeItem(
+                            row["id"], row["question"], row["answer"], a.title, a.text, b.title, b.text
+                        ),
+                        table,
+                    )
+                )
+        self._caps_add(ids, found)
+
+    def _caps_add(self, ids: Sequence[str], found: Sequence[Any]) -> None:
+        assert self._caps is not None
+        for item, drafts_table in self._caps.add(ids, found):  # each question on its own
+            self._submit(self._chains, self._chain, item, drafts_table)
+
+    def _chain(self, item: ablations.JudgeItem, drafts: pa.Table) -> None:
+        assert self.cascade is not None and self._judge is not None
+        self._local.qid = item.id
+        with self._lock:
+            self.report.questions += 1
+            self._chained.add(item.id)
+        self.raise_if_stopped()
+        result = self.cascade([item], self._flight[id(self._judge)], self._quiet)
+        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept")
+        if not kept or not self.stages:
+            return
+        d = drafts.filter(pc.is_in(drafts["id"], value_set=pa.array(kept)))
+        rows = d.select(["id", "question", "answer", "split", "a_id", "b_id"]).to_pylist()
+        ids = sorted({r[k] for r in rows for k in ("a_id", "b_id")})
+        tables = {
+            "question_drafts": d,
+            "abstracts": self.abstracts.take([i for x in ids for i in self._doc_rows.get(x, [])]),
+            "multihop_questions": pa.table(
+                {c: [r[c] for r in rows] for c in ("id", "question", "answer", "split")}
+            ),
+        }
+        store = _Tables(tables)
+        for s in self.stages:
+            call = JudgeCall(
+                store=store,  # type: ignore[arg-type]  # a TableReader over the question's tables
+                partition=self.partition,
+                recipe=s.recipe,
+                config=s.config,
+                model=self._flight[id(s.model)],
+                template=s.template,
+                log=self._quiet,  # type: ignore[arg-type]
+            )
+            tables[s.stage.name] = s.stage.judge(call).table
+
+    def _watch_run(self) -> None:
+        while not self._halt.wait(POLL_S) and not self._joined:
+            try:
+                ended = self.finished is not None and self.finished()
+            except Exception:  # the instance went away with its run
+                ended = True
+            if ended:
+                self.stop("its run ended")
+                return
+
+    # -- what the stages call ----------------------------------------------------------------------
+
+    def progress(self) -> str:
+        """A progress line for the log: pairs drafted, questions sent on, calls made."""
+        with self._lock:
+            return (
+                f"stream: {self._drafts_done} of {self.report.pairs} pairs drafted,"
+                f" {self.report.questions} questions sent on through the cascade and judges,"
+                f" {self.report.calls} calls made, {time.monotonic() - self._started:.0f}s"
+            )
+
+    def wait_drafts(self, every_s: float = PROGRESS_S) -> None:
+        """Block until every pair's draft call has answered (or failed); a progress line every
+        ``every_s`` seconds."""
+        while not self._drafted.wait(every_s):
+            self.log.info(self.progress())
+
+    def restrict(self, ids: set[str]) -> None:
+        """Judge only ``ids`` from now on: calls in line for other questions are not sent."""
+        with self._lock:
+            self._allowed = set(ids)
+
+    def join(self, every_s: float = PROGRESS_S) -> StreamReport:
+        """Wait for every call in line; returns the report (the pools are shut down)."""
+        with self._idle:
+            while self._pending > 0 and not self._halt.is_set():
+                if not self._idle.wait(every_s):
+                    self.log.info(self.progress())
+        self._joined = True
+        for pool in (self._drafters, self._chains):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.report.wall_s = time.monotonic() - self._started
+        allowed = self._allowed
+        with self._lock:
+            if allowed is not None:
+                self.report.speculative_calls = sum(n for q, n in self._calls_of.items() if q not in allowed)
+                self.report.cut = len(self._chained - allowed)
+                self.report.speculative_ids = self._chained - allowed
+        if self.report.failed:
+            self.log.warning(
+                f"stream: {self.report.failed} pair(s) or question(s) failed in the prefetch"
+                f" ({'; '.join(self.report.errors)}); the stages send what it did not"
+            )
+        return self.report
+
+    def stop(self, why: str) -> None:
+        """Send nothing more (calls in flight finish); the pools wind down in the background."""
+        if self._halt.is_set():
+            return
+        self.report.stopped = why
+        self._halt.set()
+        self._drafted.set()
+        for pool in (self._drafters, self._chains):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        with self._idle:  # a join waiting returns: cancelled futures never finish
+            self._idle.notify_all()
+
+
+def op_config(run_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(((run_config.get("ops") or {}).get(name) or {}).get("config") or {})
 
 
@@ -266,7 +727,7 @@ def stream_stages(
         if missing:
             skipped[name] = f"its inputs {missing} do not stream"
             continue
-        config = stage.config(**_op_config(run_config, name))
+        config = stage.config(**op_config(run_config, name))
         if getattr(config, "max_questions", None) is not None:
             skipped[name] = "max_questions set (a budget over all questions)"
             continue
@@ -288,79 +749,20 @@ def _index(table: pa.Table, column: str) -> dict[str, list[int]]:
     return out
 
 
-def run_stream(
-    items: Sequence[ablations.JudgeItem],
-    cascade: Callable[[Sequence[ablations.JudgeItem], ChatModel, Any], Any],
-    judge: ChatModel,
-    stages: Sequence[StreamStage],
-    drafts: pa.Table,
-    abstracts: pa.Table,
-    partition: str,
-    log: Any,
-    chunk: int = CHUNK,
-    workers: int = WORKERS,
-) -> StreamReport:
-    """Run ``items`` (sorted by id) chunk by chunk through ``cascade(chunk, judge, log)`` and then
-    ``stages``, ``workers`` chunks at once; fill the LLM cache only. Never raises for a chunk:
-    its failure is counted and logged (the stages then send what it did not)."""
-    started = time.monotonic()
-    ordered = sorted(items, key=lambda it: it.id)
-    chunks = [ordered[i : i + chunk] for i in range(0, len(ordered), max(1, chunk))]
-    report = StreamReport(chunks=len(chunks), questions=len(ordered), stages=[s.stage.name for s in stages])
-    flights: dict[int, SingleFlight] = {}
-    for m in [judge, *(s.model for s in stages)]:
-        if id(m) not in flights:
-            m.model_identity()  # a lazily made client is made here, once, not by racing threads
-            flights[id(m)] = SingleFlight(m)
-    quiet = _QuietLog(log)
-    draft_rows = _index(drafts, "id")
-    doc_rows = _index(abstracts, "id")
-    lock = threading.Lock()
+# (run id, partition) -> the prefetch ``question_drafts`` started in this process
+_RUNNING: dict[tuple[str, str], Prefetch] = {}
+_RUNNING_LOCK = threading.Lock()
 
-    def one(part: Sequence[ablations.JudgeItem]) -> None:
-        result = cascade(part, flights[id(judge)], quiet)
-        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept")
-        if not kept or not stages:
-            return
-        d = drafts.take([i for q in kept for i in draft_rows[q]])
-        rows = d.select(["id", "question", "answer", "split", "a_id", "b_id"]).to_pylist()
-        ids = sorted({r[k] for r in rows for k in ("a_id", "b_id")})
-        tables = {
-            "question_drafts": d,
-            "abstracts": abstracts.take([i for x in ids for i in doc_rows.get(x, [])]),
-            "multihop_questions": pa.table(
-                {c: [r[c] for r in rows] for c in ("id", "question", "answer", "split")}
-            ),
-        }
-        store = _Tables(tables)
-        for s in stages:
-            call = JudgeCall(
-                store=store,  # type: ignore[arg-type]  # a TableReader over the chunk's tables
-                partition=partition,
-                recipe=s.recipe,
-                config=s.config,
-                model=flights[id(s.model)],  # type: ignore[arg-type]
-                template=s.template,
-                log=quiet,  # type: ignore[arg-type]
-            )
-            tables[s.stage.name] = s.stage.judge(call).table
 
-    def guarded(part: Sequence[ablations.JudgeItem]) -> None:
-        try:
-            one(part)
-        except Exception as exc:  # a chunk only warms the cache: the stages redo what it did not
-            with lock:
-                report.failed_chunks += 1
-                if len(report.errors) < 3:
-                    report.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+def register(run_id: str, partition: str, prefetch: Prefetch) -> None:
+    with _RUNNING_LOCK:
+        old = _RUNNING.pop((run_id, partition), None)
+        _RUNNING[(run_id, partition)] = prefetch
+    if old is not None:  # a retried step: the earlier attempt's prefetch stops
+        old.stop("its step was retried")
 
-    if chunks:
-        with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="ragsft-stream") as pool:
-            list(pool.map(guarded, chunks))
-    report.wall_s = time.monotonic() - started
-    if report.failed_chunks:
-        log.warning(
-            f"stream: {report.failed_chunks} of {report.chunks} chunk(s) failed ({'; '.join(report.errors)});"
-            " the stages send what they did not"
-        )
-    return report
+
+def take(run_id: str, partition: str) -> Prefetch | None:
+    """The prefetch this run started for ``partition`` in this process (removed), if any."""
+    with _RUNNING_LOCK:
+        return _RUNNING.pop((run_id, partition), None)
