@@ -8,7 +8,6 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   past ``concurrency`` (doubling per round trip) up to ``max_concurrency`` (None here: no
   growth, ``concurrency`` is a hard limit; ``LLMResource`` defaults it to 2 x ``concurrency``).
   A client configured below a gateway's real capacity so finds it within a round trip or two.
-
 - Dispatch: each attempt goes to the URL with the fewest requests outstanding (a retry avoids
   the URL that just failed when another has room). Requests are handed to the loop as slots
   free up, so a batch of 400,000 holds no more tasks than the fleet can run.
@@ -20,8 +19,9 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
 - Overload, a rate limit: a 429 (or 503 + ``Retry-After``) with nothing else of ours running
   there pauses that URL for the ``Retry-After`` seconds and halves its in-flight limit (once per
   round trip: answers to requests sent before the cut do not cut again); answers raise it again
-  by one per round trip (AIMD) up to ``concurrency`` (past it only while requests wait in line), so a provider's rate limit never turns
-  into a retry storm. A 429 does not use up a request's ``max_retries`` (it is bounded apart).
+  by one per round trip (AIMD) up to ``concurrency`` (past it only while requests wait in line),
+  so a provider's rate limit never turns into a retry storm. A 429 does not use up a request's
+  ``max_retries`` (it is bounded apart).
 - Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
   jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
   result: every request ends with a result. A URL failing ``fail_threshold`` times in a row is
