@@ -3,6 +3,8 @@ simulated fleet for minutes; its bar lives in the script, not in a timed test)."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ragsft_assets.bench.plan import errors
@@ -78,3 +80,35 @@ def test_rated_wall_prices_the_requests_the_run_made() -> None:
     assert rated_wall(plan, {"judge": 60.0}) == pytest.approx(30.0)
     assert rated_wall(plan, {"judge": 60.0}, "wall_s_low") == pytest.approx(6.0)
     assert rated_wall(plan, {}) == 0.0
+
+
+def test_each_plan_starts_from_the_partition_and_cache_after_the_corpus(tmp_path: Path) -> None:
+    """Before each plan of a seed, the earlier plan's and run's calls, assets, ledger rows and
+    release are gone; the corpus stage's stay. The default plan (0) comes last, as prefix
+    ``default_``."""
+    import sqlite3
+
+    from ragsft_assets.bench.plan import forget_run, plan_order, tag_of
+
+    db = tmp_path / "llm_cache" / "calls.sqlite"
+    db.parent.mkdir()
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE calls (key TEXT PRIMARY KEY, created REAL NOT NULL)")
+    con.executemany("INSERT INTO calls VALUES (?, ?)", [("old", 10.0), ("plan", 20.0), ("run", 30.0)])
+    con.commit()
+    con.close()
+    folder = tmp_path / "assets" / "p"
+    for name in ("bridge_pairs", "question_drafts", "_ledger"):
+        (folder / name).mkdir(parents=True)
+    for stage in ("bridge_pairs", "question_drafts"):
+        (folder / "_ledger" / f"{stage}.parquet").write_bytes(b"x")
+    (tmp_path / "releases" / "p").mkdir(parents=True)
+    forget_run(tmp_path, "p", ("abstracts", "link_graph", "bridge_pairs"), db, since=15.0)
+    assert sorted(p.name for p in folder.iterdir()) == ["_ledger", "bridge_pairs"]
+    assert [p.name for p in (folder / "_ledger").iterdir()] == ["bridge_pairs.parquet"]
+    assert not (tmp_path / "releases" / "p").exists()
+    con = sqlite3.connect(db)
+    assert [k for (k,) in con.execute("SELECT key FROM calls")] == ["old"]
+    con.close()
+    assert plan_order((0, 200, 50)) == [50, 200, 0]
+    assert [tag_of(n, [50, 0]) for n in (50, 0)] == ["n50_", "default_"] and tag_of(50, [50]) == ""

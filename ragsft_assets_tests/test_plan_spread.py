@@ -134,31 +134,45 @@ def test_forecast_ranges_and_precision_come_from_the_spread() -> None:
 
 def test_target_error_grows_the_sample_to_what_its_spread_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     """``make_plan(target_error=...)`` runs the sample again at the size the first sample's spread
-    asks for (capped by ``max_sample``), and stops when the sample is large enough."""
+    asks for (capped by ``max_sample``), and stops when the sample is large enough. With no sample
+    given that is the default (50, grown to +/-15%); a sample given is kept, after a pilot of a
+    quarter of it; each later sample gets the earlier one's timing (the load curve's second load)."""
     from ragsft_assets.defs.plan import sample as sample_mod
 
     runs: list[int] = []
+    earliers: list[object] = []
 
-    def fake_run_sample(key: str, *, sample: int, **_: Any) -> fc.Plan:
+    def fake_run_sample(key: str, *, sample: int, earlier: Any = None, **_: Any) -> fc.Plan:
         runs.append(sample)
+        earliers.append(earlier)
         spreads = {
             "drafts": {"calls": 0.0, "tokens": 0.0, "cv_calls": 0.0, "cv_tokens": 0.0},
             "total": {"calls": 1.0 / math.sqrt(sample), "tokens": 0.0, "cv_calls": 1.0, "cv_tokens": 0.0},
         }
-        return fc.forecast(
-            [_stage("drafts", None, 3 * sample, sample, sample)], sample, 100_000, spreads=spreads
-        )
+        drafts = fc.StageSample(
+            "drafts", None, 3 * sample, sample, sample, 10 * sample, 2 * sample,
+            wall_s=2.0, llm_wall_s=1.0, request_s=0.5 * sample, batch_calls=sample,
+        )  # fmt: skip
+        return fc.forecast([drafts], sample, 100_000, spreads=spreads)
 
     monkeypatch.setattr(sample_mod, "run_sample", fake_run_sample)
     monkeypatch.setattr(record, "save", lambda plan, key, home=None: "digest")
     record.make_plan("k", sample=20, resources={}, target_error=0.15)
     assert runs == [20, spread.sample_needed(1.0, 100_000, 0.15)]
+    assert earliers[0] is None and earliers[1]["drafts"]["made"] == 20  # the first sample's timing
     runs.clear()
     record.make_plan("k", sample=20, resources={}, target_error=0.15, max_sample=100)
     assert runs == [20, 100]
     runs.clear()
-    record.make_plan("k", sample=20, resources={})  # no target: the sample as given
-    assert runs == [20]
+    record.make_plan("k", resources={})  # the default: 50, grown to +/-15%
+    assert runs == [50, spread.sample_needed(1.0, 100_000, spread.TARGET_ERROR)]
+    runs.clear(), earliers.clear()
+    record.make_plan("k", sample=20, resources={})  # a sample given, no target: as given, after a pilot
+    assert runs == [5, 20] and earliers[1]["drafts"]["made"] == 5
+    runs.clear()
+    record.make_plan("k", sample=19, resources={}, target_error=0)  # too small for a pilot of 5
+    assert runs == [19]
+    assert record.resolve_sample(None, 0) == (record.DEFAULT_SAMPLE, None)  # 0: no target
 
 
 def test_an_earlier_smaller_run_keeps_more_under_the_caps_than_the_whole_run() -> None:

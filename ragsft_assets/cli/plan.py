@@ -38,7 +38,12 @@ def stdout_to_stderr() -> Iterator[None]:
 @click.command()
 @click.argument("key")
 @click.option(
-    "--sample", "sample", type=int, default=50, show_default=True, help="Input items of the sample run."
+    "--sample",
+    "sample",
+    type=int,
+    default=None,
+    help="Input items of the sample run, kept as given (after a pilot of a quarter of them). Default:"
+    " 50, grown until the plan's own 95% half-width is 15% (--target-error).",
 )
 @click.option("--job", default=None, help="The job to forecast (default: the partition kind's main job).")
 @click.option(
@@ -63,7 +68,8 @@ def stdout_to_stderr() -> Iterator[None]:
     "--target-error",
     type=float,
     help="Grow the sample until its own spread gives this 95% half-width (relative, e.g. 0.15)"
-    " on the total calls and tokens and on each stage of 5% of the tokens.",
+    " on the total calls and tokens and on each stage of 5% of the tokens. Default: 0.15 without"
+    " --sample, none with it; 0: none.",
 )
 @click.option(
     "--max-sample",
@@ -75,7 +81,7 @@ def stdout_to_stderr() -> Iterator[None]:
 @click.option("--compare", "run_id", default=None, help="Show forecast against actual for a finished run.")
 def plan(
     key: str,
-    sample: int,
+    sample: int | None,
     job: str | None,
     config_path: Path | None,
     as_json: bool,
@@ -90,11 +96,13 @@ def plan(
     """Forecast the run of JOB on partition KEY (a snapshot, a qa_source or a base model).
 
     Runs the missing deterministic stages (a snapshot's corpus), then the job on a seeded sample of
-    --sample input items in a scratch home (its LLM calls go to the shared cache, so the real run
-    reuses them), and extrapolates each stage through the funnel. Each figure has a 95% range from
-    the spread between the sampled items, and the plan says its expected error and the sample a
-    +/-15% forecast needs (--target-error grows the sample to it). The plan is saved in
-    $RAGSFT_HOME/plans/KEY/plan.json; runs started by `ragsft` commands carry it in their tags.
+    input items in a scratch home (its LLM calls go to the shared cache, so the real run reuses
+    them), and extrapolates each stage through the funnel. Each figure has a 95% range from the
+    spread between the sampled items, and the plan says its expected error and the sample a +/-15%
+    forecast needs; by default the sample grows to it (from 50). Two samples of different sizes
+    fit the fleet's load curve, from which the wall time is read at the run's load. The plan is
+    saved in $RAGSFT_HOME/plans/KEY/plan.json; runs started by `ragsft` commands carry it in their
+    tags.
     """
     import yaml
 

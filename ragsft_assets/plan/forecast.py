@@ -17,11 +17,13 @@ item (``max_calls_per_item``).
 
 Cache hits are counted, not extrapolated: the caller gives, per stage, how many of the partition's
 own request keys are in the cache (the sample's, which the run makes again, and those a previous
-run of the partition recorded in its ledger). Wall time comes from the sample's measured
-throughput (requests per LLM second at the sample's load): an engine whose per-request speed falls
-as more requests run (the embedded engine, a ``vllm serve`` near capacity) gains nothing from more
-slots, so ``wall_s`` assumes none; ``wall_s_low`` is Little's law with the fleet's slots, what a
-fleet whose latency does not depend on load would take.
+run of the partition recorded in its ledger). Wall time comes from a model of the fleet
+(``plan/wall.py``): each stage's latency and requests in flight in the sample, on the fleet's load
+curve fitted from two samples of different sizes, read at the load the run will keep (its requests,
+at most the slots). ``wall_s_low`` is a fleet whose latency does not grow with load (Little's law
+with the slots), ``wall_s_high`` a saturated one (the sample's throughput, the point estimate when
+no curve could be fitted: an engine whose speed falls as more requests run gains nothing from more
+slots).
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragsft_assets.plan.spread import TARGET_ERROR, Z95, sample_needed
+from ragsft_assets.plan.wall import (
+    Timing,
+    fit_stages,
+    pooled_fill,
+    stage_wall,
+    stage_wall_bounds,
+    stage_wall_point,
+    timing_of,
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,8 @@ class StageSample:
     # the most requests one item may cost (an LLM stage 1, the four-ablation cascade 4): the high
     # end of a stage no sample item reached
     max_calls_per_item: float = 0.0
+    batch_calls: float = -1.0  # requests its own batches sent to a model (-1: not reported)
+    stream_calls: float = 0.0  # requests of other stages its step waited on (a streamed prefetch)
 
 
 @dataclass(frozen=True)
@@ -84,10 +97,14 @@ class StageForecast:
     kept_low: float = 0.0
     kept_high: float = 0.0
     wall_s_low: float = 0.0  # Little's law with the fleet's slots: a load-independent fleet's time
+    wall_s_high: float = 0.0  # the sample's throughput: a saturated fleet's time
     reached: bool = True  # False: no sample item reached the stage (its figures are bounds only)
     # the 95% half-width of ``calls`` relative to it, from the spread between sampled input items
     # (-1: not known, the range is the Wilson one)
     error_95: float = -1.0
+    # what the sample's LLM batches measured (requests ``made``, ``llm_wall_s``, ``request_s``,
+    # ``wall_s``, mean ``in_flight`` and ``latency_s``), for the wall-time model and ``--compare``
+    measured: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,6 +123,9 @@ class Plan:
     # items a sample needs for ``target`` on the total and on every stage of 5% of the tokens, from
     # ``cv``, the largest per-item coefficient of variation among them (empty: an exact sample)
     precision: dict[str, float] = field(default_factory=dict)
+    # the fleet's load curve fitted on two samples (``plan/wall.py``): ``r``, ``saturation``,
+    # ``stages_fitted`` (empty: one sample, the wall time is the saturated end)
+    load: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> dict[str, float]:
@@ -118,6 +138,7 @@ class Plan:
             "cache_hits",
             "wall_s",
             "wall_s_low",
+            "wall_s_high",
         )
         out = {k: float(sum(getattr(s, k) for s in self.stages.values())) for k in keys}
         if "calls" in self.precision:  # the interval of the total, not the sum of the stages' bounds
@@ -133,7 +154,13 @@ class Plan:
 
         def rounded(d: Mapping[str, Any]) -> dict[str, Any]:
             return {
-                k: (round(v) if isinstance(v, float) and not k.startswith(UNROUNDED) else v)
+                k: (
+                    v
+                    if not isinstance(v, float) or k.startswith(UNROUNDED)
+                    else round(v, 2)
+                    if k.startswith("wall_s")  # seconds: a small run's steps take fractions of one
+                    else round(v)
+                )
                 for k, v in d.items()
             }
 
@@ -147,6 +174,7 @@ class Plan:
             "total": rounded(self.total),
             "configs": {n: rounded(v) for n, v in self.configs.items()},
             "precision": {k: round(v, 4) for k, v in self.precision.items()},
+            "load": {k: round(v, 6) for k, v in self.load.items()},
             "warnings": list(self.warnings),
         }
 
@@ -195,46 +223,77 @@ def _order(samples: Sequence[StageSample]) -> list[StageSample]:
     return done
 
 
-def stage_wall_s(calls: float, sample: StageSample, slots: int) -> float:
-    """A stage's wall time for ``calls`` requests at the sample's measured throughput.
+def timing(sample: StageSample) -> Timing:
+    """The sample's timing of a stage, for the wall-time model (``plan/wall.py``)."""
+    return Timing(
+        made=float(max(sample.requests - sample.cached_before, 0)),
+        step_s=sample.wall_s,
+        llm_wall_s=sample.llm_wall_s,
+        request_s=sample.request_s,
+        batch_calls=sample.batch_calls,
+        stream_calls=sample.stream_calls,
+    )
 
-    The sample made ``made`` requests in ``llm_wall_s`` seconds of LLM batches (the step's
-    ``wall_s`` when the stage reports no LLM time): that throughput, measured at the sample's own
-    load, is what the run gets. On an engine whose speed depends on load (the embedded engine runs
-    out of cores, a ``vllm serve`` shares its GPU between sequences) more requests in flight do not
-    make requests finish sooner, so no speed-up is assumed from ``slots``; only when the sample
-    itself was held below its in-flight level by ``slots`` is nothing lost either. The step's other
-    work (prompts, checks, writes) scales with the calls. See :func:`stage_wall_s_low` for the
-    load-independent bound.
-    """
-    made = max(sample.requests - sample.cached_before, 0)
-    if calls <= 0 or made <= 0 or sample.wall_s <= 0:
-        return 0.0
-    llm_wall = sample.llm_wall_s if sample.llm_wall_s > 0 else sample.wall_s
-    other = max(sample.wall_s - llm_wall, 0.0) * calls / made
-    return calls * llm_wall / made + other
+
+def sample_timing(sample: StageSample) -> dict[str, float]:
+    """The sample's own timing of a stage: requests it made (not cached before), its step seconds,
+    its LLM batches' seconds, request-seconds and calls sent, the calls of other stages it waited
+    on, the mean requests in flight and the mean latency (Little's law); ``{}`` when it made none."""
+    t = timing(sample)
+    if t.made <= 0:
+        return {}
+    out = {
+        "made": t.made,
+        "wall_s": t.step_s,
+        "llm_wall_s": t.llm_wall_s,
+        "request_s": t.request_s,
+        "batch_calls": t.batch_calls,
+        "stream_calls": t.stream_calls,
+    }
+    if t.has_load:
+        out["in_flight"] = t.in_flight
+        out["latency_s"] = t.latency_s
+    return out
+
+
+def stage_wall_s(
+    calls: float, sample: StageSample, slots: int, r: float | None = None, fill: float | None = None
+) -> float:
+    """A stage's wall time for ``calls`` requests to make on ``slots``, from the sample's timing and
+    the fleet's load curve ``r`` (``plan/wall.stage_wall``; None: not fitted, the saturated end:
+    the sample's throughput, no speed-up from more requests in flight)."""
+    return stage_wall(calls, timing(sample), slots, r, fill)
 
 
 def stage_wall_s_low(calls: float, sample: StageSample, slots: int) -> float:
-    """A stage's wall time for ``calls`` requests on a fleet that serves ``slots`` at once, when a
-    request's latency does not grow with load (the fast end of the wall-time range).
+    """The fast end: a fleet whose latency does not grow with load serves ``min(calls, slots)``
+    at once at the sample's latency (Little's law; ``r = 0``)."""
+    return stage_wall_bounds(calls, timing(sample), slots)[0]
 
-    A request's latency comes from the sample by Little's law: request-seconds in flight over the
-    requests made (``request_s / made``). The run keeps ``min(calls, slots)`` in flight, so its
-    LLM time is ``calls * latency / min(calls, slots)``; the step's other work (prompts, checks,
-    writes) scales with the calls. Without request-seconds (a backend that reports no
-    concurrency), one wave of the sample is taken as one request's latency.
-    """
-    made = max(sample.requests - sample.cached_before, 0)
-    if calls <= 0 or made <= 0 or sample.wall_s <= 0:
-        return 0.0
-    in_flight = min(max(calls, 1.0), slots)
-    if sample.request_s > 0:
-        llm = calls * (sample.request_s / made) / in_flight
-        other = max(sample.wall_s - sample.llm_wall_s, 0.0) * calls / made
-        return llm + other
-    latency = sample.wall_s * min(made, slots) / made
-    return calls * latency / in_flight
+
+def stage_wall_s_high(calls: float, sample: StageSample, slots: int) -> float:
+    """The slow end: a saturated fleet, whose throughput is the sample's whatever the load."""
+    return stage_wall_bounds(calls, timing(sample), slots)[1]
+
+
+def load_curve(
+    samples: Sequence[StageSample], earlier: Mapping[str, Mapping[str, float]] | None
+) -> tuple[float | None, dict[str, float]]:
+    """The fleet's load curve ``r`` from the stages measured at two loads (this sample and an
+    ``earlier`` one's ``measured``), and what the plan says of it (``load`` in its JSON)."""
+    if not earlier:
+        return None, {}
+    now = {s.name: timing(s) for s in samples}
+    before = {name: timing_of(m) for name, m in earlier.items() if m}
+    per, r = fit_stages(now, before)
+    if r is None:
+        return None, {"stages_fitted": 0.0}
+    return r, {
+        "r": r if math.isfinite(r) else -1.0,
+        # the share of the fleet's speed-up lost to load: 0 load-free, 1 saturated
+        "saturation": r / (1 + r) if math.isfinite(r) else 1.0,
+        "stages_fitted": float(len(per)),
+    }
 
 
 def forecast(
@@ -250,6 +309,7 @@ def forecast(
     keep_factors: Mapping[str, float] | None = None,
     cache_hits: Mapping[str, int] | None = None,
     spreads: Mapping[str, Mapping[str, float]] | None = None,
+    earlier: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
     """Extrapolate ``samples`` (a sample run on ``sample_items`` inputs) to ``input_items`` inputs.
 
@@ -262,8 +322,11 @@ def forecast(
     ``cached_before``. ``spreads`` (``plan/spread.spreads``) are, per stage and for ``total``, the
     relative standard errors of ``items``, ``kept``, ``calls`` and ``tokens`` (and the per-item
     coefficients of variation ``cv_*``): the ranges of those stages come from them and
-    ``Plan.precision`` says the run's expected error. A config forecast to hold no row and a stage
-    no sample item reached each add a warning.
+    ``Plan.precision`` says the run's expected error. ``earlier`` is, per stage, the ``measured``
+    timing of an earlier sample at another size: with it the fleet's load curve is fitted
+    (``plan/wall.py``) and the wall time is read on it at the run's load; without, ``wall_s`` is
+    the saturated end. A config forecast to hold no row and a stage no sample item reached each add
+    a warning.
 
     Raises:
         ValueError: ``sample_items`` not positive, or stages that do not form a tree.
@@ -272,6 +335,8 @@ def forecast(
         raise ValueError("the sample has no input items: nothing to extrapolate from")
     fleet = fleet or Fleet()
     exact = sample_items >= input_items  # the sample ran every input item: no uncertainty left
+    r, load = load_curve(samples, earlier)
+    fill = pooled_fill((timing(s) for s in samples), fleet.slots)
     out: dict[str, StageForecast] = {}
     for s in _order(samples):
         if s.upstream is None:
@@ -301,7 +366,8 @@ def forecast(
         hits = (cache_hits or {}).get(s.name, s.cached_before)
         hits = min(float(hits), calls)
         to_make = calls - hits
-        wall = stage_wall_s(to_make, s, fleet.slots)
+        wall = stage_wall_point(to_make, timing(s), fleet.slots, r, fill)
+        wall_low, wall_high = stage_wall_bounds(to_make, timing(s), fleet.slots, fill)
         spread = (spreads or {}).get(s.name) if reached and s.items else None
         if spread is not None:  # the spread between sampled input items, not the funnel's product
             ranges = {
@@ -332,12 +398,14 @@ def forecast(
             completion_tokens=calls * completion_per,
             cache_hits=hits,
             wall_s=wall,
-            wall_s_low=min(wall, stage_wall_s_low(to_make, s, fleet.slots)),
+            wall_s_low=min(wall, wall_low),
+            wall_s_high=max(wall, wall_high),
             reached=reached,
+            measured=sample_timing(s),
             **ranges,
         )
     # (partition, job, sample_items, input_items, stages)
-    plan = Plan(partition, job, sample_items, input_items, out, fleet=fleet)
+    plan = Plan(partition, job, sample_items, input_items, out, fleet=fleet, load=load)
     if spreads and not exact:
         plan.precision = precision(spreads, out, input_items)
     scale = input_items / sample_items
@@ -361,7 +429,7 @@ def forecast(
             "cached, so no throughput was measured (their wall time shows 0); plan with a --sample "
             "larger than what an earlier run cached"
         )
-    light = light_load_warning(samples, out, fleet.slots, sample_items)
+    light = light_load_warning(samples, out, fleet.slots, sample_items) if r is None else ""
     if light:
         plan.warnings.append(light)
     unreached = [f for f in out.values() if not f.reached]

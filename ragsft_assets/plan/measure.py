@@ -142,7 +142,7 @@ def stage_samples(
     *,
     before: float | None = None,
     wall_s: Mapping[str, float] | None = None,
-    llm_time: Mapping[str, tuple[float, float]] | None = None,
+    llm_time: Mapping[str, tuple[float, ...]] | None = None,
     skip: Iterable[str] = (),
 ) -> list[StageSample]:
     """The :class:`StageSample` of every ledger stage of ``partition_folder`` named in ``upstream``.
@@ -151,7 +151,8 @@ def stage_samples(
     items); stages of the ledger it does not name, and those in ``skip``, are left out (the corpus
     stages of a snapshot, which the plan does not sample). ``before`` is when the sample run
     started: cache entries older than that count as already cached. ``wall_s`` are the steps'
-    seconds, ``llm_time`` per stage ``(LLM wall seconds, request-seconds in flight)``.
+    seconds, ``llm_time`` per stage ``(LLM wall seconds, request-seconds in flight[, requests its
+    batches sent to a model, requests of other stages it waited on])``.
     """
     counts = ledger_counts(partition_folder)
     skip = set(skip)
@@ -162,6 +163,7 @@ def stage_samples(
         c = counts[stage]
         keys = c["keys"]
         tokens = cache_tokens(cache_dir, keys, before)  # type: ignore[arg-type]
+        llm = (*(llm_time or {}).get(stage, ()), 0.0, 0.0, -1.0, 0.0)[:4]
         out.append(
             StageSample(
                 name=stage,
@@ -173,8 +175,10 @@ def stage_samples(
                 completion_tokens=tokens["completion_tokens"],
                 cached_before=tokens["cached_before"],
                 wall_s=float((wall_s or {}).get(stage, 0.0)),
-                llm_wall_s=float((llm_time or {}).get(stage, (0.0, 0.0))[0]),
-                request_s=float((llm_time or {}).get(stage, (0.0, 0.0))[1]),
+                llm_wall_s=float(llm[0]),
+                request_s=float(llm[1]),
+                batch_calls=float(llm[2]),
+                stream_calls=float(llm[3]),
             )
         )
     return out

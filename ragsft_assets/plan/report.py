@@ -66,11 +66,7 @@ def plan_table(plan: Mapping[str, Any]) -> str:
     precision = plan.get("precision") or {}
     if precision:
         lines.append(precision_line(precision, plan["sample_items"], plan["input_items"]))
-    if t.get("wall_s_low", t["wall_s"]) < t["wall_s"]:
-        lines.append(
-            f"wall: {_duration(t['wall_s'])} at the sample's measured throughput;"
-            f" {_duration(t['wall_s_low'])} if the fleet's latency does not grow with load"
-        )
+    lines += wall_lines(t, plan.get("load") or {})
     if "gpu_hours" in t:
         lines.append(f"GPU-hours: {t['gpu_hours']:,.1f} ({plan['fleet']['gpus']} GPUs)")
     if plan.get("configs"):
@@ -80,6 +76,24 @@ def plan_table(plan: Mapping[str, Any]) -> str:
     for w in plan.get("warnings", []):
         lines.append(f"WARNING: {w}")
     return "\n".join(lines)
+
+
+def wall_lines(total: Mapping[str, float], load: Mapping[str, float]) -> list[str]:
+    """How the wall time was read: on the fleet's load curve fitted on two samples, or at the
+    sample's throughput (no curve), with the two ends of the range."""
+    low, high = total.get("wall_s_low", total["wall_s"]), total.get("wall_s_high", total["wall_s"])
+    if low >= high:
+        return []
+    how = (
+        f"on the fleet's load curve fitted on two samples (saturation {load['saturation']:.2f}:"
+        " 0 latency independent of load, 1 throughput fixed)"
+        if "saturation" in load
+        else "at the sample's measured throughput (one sample: no load curve)"
+    )
+    return [
+        f"wall: {_duration(total['wall_s'])} {how}; {_duration(low)} if the fleet's latency does"
+        f" not grow with load, {_duration(high)} if its throughput does not grow with it"
+    ]
 
 
 def compare_table(rows: Mapping[str, Mapping[str, Any]]) -> str:

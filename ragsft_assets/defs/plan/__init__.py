@@ -9,12 +9,14 @@ from ragsft_assets.defs.partitions import snapshot_partitions
 class PlanConfig(dg.Config):
     """The sample run of the forecast."""
 
-    sample: int = 50  # input items (bridge pairs) of the sample run
+    # input items (bridge pairs) of the sample run, as given; 0: the default, 50 grown to target_error
+    sample: int = 0
     job: str = "full_job"  # the job to forecast
     gpus: int = 0  # replicas x GPUs per replica, for GPU-hours (0: not shown)
     slots: int = 0  # requests the fleet serves at once (0: from the roles' concurrency x URLs)
-    # grow the sample until its spread gives this relative 95% half-width (0: the sample as given)
-    target_error: float = 0.0
+    # grow the sample until its spread gives this relative 95% half-width (-1: the default, 0.15
+    # without a sample, none with one; 0: none)
+    target_error: float = -1.0
 
 
 @dg.asset(
@@ -34,10 +36,10 @@ def plan_forecast(context: dg.AssetExecutionContext, config: PlanConfig) -> dg.M
     plan = record.make_plan(
         context.partition_key,
         job=config.job,
-        sample=config.sample,
+        sample=config.sample or None,
         slots=config.slots or None,
         gpus=config.gpus,
-        target_error=config.target_error or None,
+        target_error=None if config.target_error < 0 else config.target_error,
         log=context.log.info,
     )
     total = plan["total"]

@@ -13,7 +13,7 @@ from ragsft_assets.home import llm_cache_dir, ragsft_home
 from ragsft_assets.ids import sha256_hex
 from ragsft_assets.plan import forecast as fc
 from ragsft_assets.plan import measure
-from ragsft_assets.plan.spread import sample_needed
+from ragsft_assets.plan.spread import TARGET_ERROR, sample_needed
 from ragsft_assets.storage import atomic_write_bytes
 
 PLAN_TAG = "ragsft/plan"  # a run's tag: the digest of the plan it was launched under
@@ -63,12 +63,29 @@ def plan_tags(key: str, home: Path | None = None) -> dict[str, str]:
 
 
 MAX_SAMPLE = 2_000  # ours: the largest sample --target-error grows to (its calls are the run's, cached)
+DEFAULT_SAMPLE = 50  # ours: the first sample of a default plan, grown to TARGET_ERROR from there
+PILOT_SHARE = 4  # ours: a fixed sample of n runs a pilot of n / 4 first, for a second load
+MIN_PILOT = 5
+# ours: a grown sample adds at least a tenth (its half-width is then within 5% of the target): the
+# new items are what the wall time is measured on
+GROW_AT_LEAST = 1.1
+
+
+def resolve_sample(sample: int | None, target_error: float | None) -> tuple[int, float | None]:
+    """The first sample and the target error of a plan: no ``sample`` is the default, a sample of
+    ``DEFAULT_SAMPLE`` grown until its own 95% half-width is ``TARGET_ERROR`` (unless
+    ``target_error`` says otherwise); a ``sample`` given is kept as given unless a ``target_error``
+    is given too. A target of 0 is none."""
+    if sample is None:
+        target = TARGET_ERROR if target_error is None else target_error
+        return DEFAULT_SAMPLE, target or None
+    return sample, target_error or None
 
 
 def make_plan(
     key: str,
     *,
-    sample: int = 50,
+    sample: int | None = None,
     slots: int | None = None,
     gpus: int = 0,
     resources: Mapping[str, Any] | None = None,
@@ -78,12 +95,15 @@ def make_plan(
     **options: Any,
 ) -> dict[str, Any]:
     """Forecast a job on ``key`` (``defs/plan/sample.run_sample``, which takes ``options``: ``job``,
-    ``run_config``, ``instance``, ``log``), save it, return its JSON.
+    ``run_config``, ``instance``, ``log``, ``home``), save it, return its JSON.
 
-    ``budgets`` given (not None) replace the roles' ``budget_calls`` / ``budget_tokens``. With
-    ``target_error`` (a relative 95% half-width), a sample whose own spread says it is too small
-    for that is grown to the size it asks for (at most ``max_sample``) and run again: the first
-    items' calls come from the cache, so only the new items cost.
+    ``budgets`` given (not None) replace the roles' ``budget_calls`` / ``budget_tokens``. The
+    sample and its target come from :func:`resolve_sample`: with a target (the default, 0.15), a
+    sample whose own spread says it is too small for it is grown to the size it asks for (at most
+    ``max_sample``) and run again: the first items' calls come from the cache, so only the new
+    items cost. Every plan runs at least two samples of different sizes, so that the fleet's load
+    curve is fitted on two loads (``plan/wall.py``): a sample that is not grown runs a pilot of a
+    quarter of its items first (no extra call: the sample finds them in the cache).
     """
     from ragsft_assets.defs.plan.sample import _budgets, run_sample
 
@@ -91,27 +111,44 @@ def make_plan(
         from ragsft_assets.defs.resources import default_resources
 
         resources = default_resources()
+    sample, target_error = resolve_sample(sample, target_error)
     fleet = fc.Fleet(slots=slots or fleet_slots(resources), gpus=gpus)
     limits = _budgets(resources)
     limits.update({k: v for k, v in (budgets or {}).items() if v is not None})
     say = options.get("log") or (lambda _m: None)
-    while True:
-        plan = run_sample(
-            key, resources=resources, sample=sample, fleet=fleet, budgets=limits, **options
+
+    def run(n: int, earlier: Mapping[str, Any] | None) -> dict[str, Any]:
+        return run_sample(
+            key, resources=resources, sample=n, fleet=fleet, budgets=limits, earlier=earlier, **options
         ).to_json()
+
+    earlier: dict[str, Any] | None = None
+    if target_error is None and sample // PILOT_SHARE >= MIN_PILOT:
+        pilot = run(sample // PILOT_SHARE, None)
+        if pilot["input_items"] > sample:  # a sample of every item is exact: no pilot needed
+            earlier = measured(pilot)
+            say(f"plan: a pilot of {sample // PILOT_SHARE} measured the fleet at a second load")
+    while True:
+        plan = run(sample, earlier)
         precision = plan.get("precision") or {}
         if target_error is None or not precision or sample >= max_sample:
             break
         needed = min(sample_needed(precision["cv"], plan["input_items"], target_error), max_sample)
-        if needed <= sample:
+        if needed <= GROW_AT_LEAST * sample:  # close enough: a few more items would measure nothing
             break
         say(
             f"plan: a sample of {sample} gives +/-{100 * precision['calls']:.0f}% on the calls; "
             f"growing it to {needed} for +/-{100 * target_error:.0f}%"
         )
+        earlier = measured(plan) or earlier
         sample = needed
-    plan["digest"] = save(plan, key)
+    plan["digest"] = save(plan, key, options.get("home"))
     return plan
+
+
+def measured(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Per stage, the ``measured`` timing of a plan's sample (stages that made no request: left out)."""
+    return {name: f["measured"] for name, f in plan.get("stages", {}).items() if f.get("measured")}
 
 
 def compare_run(key: str, run_id: str, instance: dg.DagsterInstance | None = None) -> dict[str, Any]:

@@ -173,22 +173,33 @@ def step_seconds(instance: dg.DagsterInstance, run_id: str) -> dict[str, float]:
     return out
 
 
-def llm_time(result: dg.ExecuteInProcessResult) -> dict[str, tuple[float, float]]:
-    """Per asset of a run: its LLM batches' wall seconds and request-seconds in flight, from the
-    ``<prefix>/wall_s`` and ``<prefix>/in_flight_mean`` metadata the LLM stages attach."""
-    out: dict[str, tuple[float, float]] = {}
+def llm_time(result: dg.ExecuteInProcessResult) -> dict[str, tuple[float, float, float, float]]:
+    """Per asset of a run: its LLM batches' wall seconds, request-seconds in flight and requests sent
+    to a model, from the ``<prefix>/wall_s``, ``<prefix>/in_flight_mean`` and ``<prefix>/calls``
+    metadata the LLM stages attach (``BatchStats``; a ``wall_s`` without its ``in_flight_mean`` is
+    not a batch's: the stream's), and the requests of other stages its step waited on
+    (``stream/calls``, the multihop prefetch that ``ablation_verdicts`` joins)."""
+    out: dict[str, tuple[float, float, float, float]] = {}
     for event in result.get_asset_materialization_events():
         md = event.materialization.metadata
+
+        def number(key: str, md: Mapping[str, Any] = md) -> float:
+            return float(getattr(md.get(key), "value", 0.0) or 0.0)
+
         wall = busy = 0.0
-        for key, value in md.items():
-            if not key.endswith("/wall_s"):
+        calls = -1.0
+        for key in md:
+            prefix = key[: -len("/wall_s")]
+            if not key.endswith("/wall_s") or f"{prefix}/in_flight_mean" not in md:
                 continue
-            mean = md.get(key[: -len("wall_s")] + "in_flight_mean")
-            w = float(getattr(value, "value", 0.0) or 0.0)
+            w = number(key)
             wall += w
-            busy += w * float(getattr(mean, "value", 0.0) or 0.0)
-        if wall > 0:
-            out[event.asset_key.path[-1]] = (wall, busy)
+            busy += w * number(f"{prefix}/in_flight_mean")
+            if f"{prefix}/calls" in md:
+                calls = max(calls, 0.0) + number(f"{prefix}/calls")
+        streamed = number("stream/calls")
+        if wall > 0 or streamed > 0:
+            out[event.asset_key.path[-1]] = (wall, busy, calls, streamed)
     return out
 
 
@@ -204,13 +215,16 @@ def run_sample(
     budgets: Mapping[str, int | None] | None = None,
     resources: Mapping[str, Any] | None = None,
     log: Any = None,
+    earlier: Mapping[str, Mapping[str, float]] | None = None,
 ) -> fc.Plan:
     """Forecast ``job`` on partition ``key`` from a sample run of ``sample`` input items.
 
     ``resources`` are the run's (default: the project's, roles as configured from the
     environment); the sample run gets the same resources with its store and catalog in the
     scratch home. ``run_config`` is the run's config (its ``max_pairs`` / ``max_questions`` /
-    ``max_examples``, when set, caps the forecast input as it will cap the run).
+    ``max_examples``, when set, caps the forecast input as it will cap the run). ``earlier`` is an
+    earlier sample's ``measured`` timing per stage (``record.measured``): with it the fleet's load
+    curve is fitted (``plan/wall.py``).
 
     Raises:
         ValueError: a job this command cannot sample, or a sample size below 1.
@@ -359,6 +373,7 @@ def run_sample(
         keep_factors=factors,
         cache_hits=hits,
         spreads=spreads,
+        earlier=earlier,
     )
     corpus_rows = _rows(home / "assets" / key / "abstracts") if kind.partition_set == "snapshot" else 0
     if corpus_rows:  # a corpus config holds documents of the corpus: never more than it
