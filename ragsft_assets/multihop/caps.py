@@ -47,7 +47,10 @@ class Caps:
     ``near_dup_jaccard`` (comparing only within one answer keeps this linear in practice). Then at
     most ``max_per_bridge`` questions per bridge document b and ``max_per_source`` per source
     document a are kept. A candidate's decision depends only on the candidates before it in the
-    order, so a stream that knows every earlier one can decide it early (``defs/multihop/stream.py``).
+    order. ``position`` (the candidate's place in that order) lets a stream decide out of order
+    (``defs/multihop/stream.py``): the near-duplicate test then looks only at kept questions
+    placed before it, as in order; the caps count whatever was kept, so the stream decides a
+    question only after every earlier one of its source and bridge documents.
     """
 
     def __init__(
@@ -58,21 +61,21 @@ class Caps:
     ) -> None:
         self.max_per_bridge, self.max_per_source = max_per_bridge, max_per_source
         self.near_dup_jaccard = near_dup_jaccard
-        self._kept_by_answer: dict[str, list[frozenset[str]]] = {}
+        self._kept_by_answer: dict[str, list[tuple[int, frozenset[str]]]] = {}
         self._per_bridge: Counter[str] = Counter()
         self._per_source: Counter[str] = Counter()
 
-    def decide(self, c: CapCandidate) -> str:
-        """``kept`` or the cap reason that drops ``c``; call in the seeded order."""
+    def decide(self, c: CapCandidate, position: int) -> str:
+        """``kept`` or the cap reason that drops ``c``, at ``position`` in the seeded order."""
         words = frozenset(normalize_text(c.question).split())
         same_answer = self._kept_by_answer.setdefault(normalize_text(c.answer), [])
-        if any(jaccard(words, other) >= self.near_dup_jaccard for other in same_answer):
+        if any(p < position and jaccard(words, other) >= self.near_dup_jaccard for p, other in same_answer):
             return NEAR_DUPLICATE
         if self._per_bridge[c.b_id] >= self.max_per_bridge:
             return BRIDGE_CAP
         if self._per_source[c.a_id] >= self.max_per_source:
             return SOURCE_CAP
-        same_answer.append(words)
+        same_answer.append((position, words))
         self._per_bridge[c.b_id] += 1
         self._per_source[c.a_id] += 1
         return "kept"
@@ -89,4 +92,4 @@ def apply_caps(
     reason that dropped it."""
     caps = Caps(max_per_bridge, max_per_source, near_dup_jaccard)
     ordered = sorted(candidates, key=lambda c: cap_order_key(seed, c.id))
-    return dict(sorted((c.id, caps.decide(c)) for c in ordered))
+    return dict(sorted((c.id, caps.decide(c, i)) for i, c in enumerate(ordered)))

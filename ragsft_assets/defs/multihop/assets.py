@@ -412,7 +412,7 @@ def _join_prefetch(
             return {"stream/skipped": built}
         prefetch = built.start(items, store.read(partition, "question_drafts"))
     prefetch.restrict({it.id for it in items})
-    report = prefetch.join()
+    report = prefetch.join(log=context.log)
     # why the questions the stream sent on were not judged after all (the distractor search's
     # drops; the caps' never, as the stream applies them)
     table = store.read(partition, "distractors").select(["id", "reason"]).to_pylist()

@@ -31,6 +31,7 @@ does, and a prefetch whose run has ended stops.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -181,9 +182,11 @@ def usable(model: Any, mode: str) -> str | None:
 
 def in_flight(model: Any) -> int:
     """Requests the prefetch keeps in flight for ``model``: an HTTP role's most in flight over its
-    URLs (``max_concurrency`` when it probes above ``concurrency``), else :data:`IN_FLIGHT`."""
+    URLs (its window's ceiling, ``LLMResource.window_ceiling``, as it probes past
+    ``concurrency``), else :data:`IN_FLIGHT`."""
     urls = getattr(model, "base_urls", None) or []
-    per_url = getattr(model, "max_concurrency", None) or getattr(model, "concurrency", None)
+    ceiling = getattr(model, "window_ceiling", None)
+    per_url = ceiling() if callable(ceiling) else getattr(model, "concurrency", None)
     if isinstance(per_url, int) and per_url > 0 and urls:
         return per_url * len(urls)
     return IN_FLIGHT
@@ -294,32 +297,43 @@ class SingleFlight(ChatModel):
 
 class Budget:
     """The prefetch's requests in flight, at most ``limit``; a ``first`` caller (a draft) waiting
-    is served before any other, so the drafts end as soon as stage at a time."""
+    is served before any other, so the drafts end as soon as stage at a time. A release wakes as
+    many waiters as slots it frees (of the first kind while any waits), not every thread."""
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)
         self.used = 0
         self.first_waiting = 0
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._first = threading.Condition(self._lock)
+        self._later = threading.Condition(self._lock)
 
     def acquire(self, n: int, first: bool) -> int:
         n = max(1, min(n, self.limit))
-        with self._cond:
+        with self._lock:
             if first:
                 self.first_waiting += 1
-            try:
-                while self.used + n > self.limit or (not first and self.first_waiting):
-                    self._cond.wait()
-            finally:
-                if first:
+                try:
+                    while self.used + n > self.limit:
+                        self._first.wait()
+                finally:
                     self.first_waiting -= 1
+            else:
+                while self.used + n > self.limit or self.first_waiting:
+                    self._later.wait()
             self.used += n
+            self._wake()
         return n
 
     def release(self, n: int) -> None:
-        with self._cond:
+        with self._lock:
             self.used -= n
-            self._cond.notify_all()
+            self._wake()
+
+    def _wake(self) -> None:
+        free = self.limit - self.used
+        if free > 0:
+            (self._first if self.first_waiting else self._later).notify(free)
 
 
 class _Metered(ChatModel):
@@ -343,46 +357,73 @@ class _Metered(ChatModel):
 
 
 class _CapsOrder:
-    """The caps' decisions as the drafts come in: every question a pair can have is known before
+    """The caps' decisions as the drafts come in. Every question a pair can have is known before
     its draft (``question_id(a, b, i)``), so is the caps' seeded order over them. A question is
-    decided once every question before it in that order is drafted and checked, exactly as
-    ``caps.apply_caps`` decides it over all of them (a question the checks dropped, or whose draft
-    failed, is no candidate). The distractor search's drops (``too_few_distractors``, rare) are not
-    known here: a question it drops may be sent to the cascade (speculation, counted)."""
+    decided once it is drafted and checked and every question before it in that order with its
+    source or its bridge document is decided: the per-document caps are then exactly
+    ``caps.apply_caps``'s. A draft that is slow to come holds only the questions of its two
+    documents, not every question after it.
+
+    Where this can differ from the stage (the stage decides; a difference costs calls, never
+    output): a near duplicate of a question decided later (an earlier one with the same answer
+    whose draft came late: rare), and the distractor search's drops (``too_few_distractors``),
+    not known here. Both may send a question the judge will not see (counted as speculation).
+    """
 
     def __init__(self, step: CapsStep, pairs: Sequence[generation.Pair], per_pair: int) -> None:
         keyed = sorted(
-            (caps.cap_order_key(step.seed, question_id(p.a_id, p.b_id, i)), p.id)
+            (caps.cap_order_key(step.seed, question_id(p.a_id, p.b_id, i)), p)
             for p in pairs
             for i in range(per_pair)
         )
         self.order = [key[1] for key, _ in keyed]
-        first: dict[str, int] = {}
-        for pos, (_, pair_id) in enumerate(keyed):
-            first.setdefault(pair_id, pos)
-        self.first_position = first  # pair id -> where its first question comes in the order
+        self.position = {qid: pos for pos, qid in enumerate(self.order)}
+        self.first_position: dict[str, int] = {}  # pair id -> where its first question comes
+        self._docs: list[tuple[str, str]] = []  # position -> (source, bridge)
+        self._waiting: dict[tuple[str, str], list[int]] = {}  # ("a"|"b", doc) -> undecided positions
+        for pos, (_, p) in enumerate(keyed):
+            self.first_position.setdefault(p.id, pos)
+            self._docs.append((p.a_id, p.b_id))
+            self._waiting.setdefault(("a", p.a_id), []).append(pos)
+            self._waiting.setdefault(("b", p.b_id), []).append(pos)
+        for heads in self._waiting.values():
+            heads.reverse()  # the next undecided position of a document is the list's last
         self.caps = caps.Caps(step.max_per_bridge, step.max_per_source, step.near_dup_jaccard)
-        self.known: dict[str, tuple[caps.CapCandidate, ablations.JudgeItem, pa.Table] | None] = {}
-        self.next = 0
+        self.known: dict[int, tuple[caps.CapCandidate, ablations.JudgeItem, pa.Table] | None] = {}
+        self.decided = 0
         self._lock = threading.Lock()
+
+    def _ready(self, pos: int) -> bool:
+        a, b = self._docs[pos]
+        return pos in self.known and self._waiting[("a", a)][-1] == pos and self._waiting[("b", b)][-1] == pos
 
     def add(
         self, ids: Sequence[str], found: Sequence[tuple[caps.CapCandidate, ablations.JudgeItem, pa.Table]]
     ) -> list[tuple[ablations.JudgeItem, pa.Table]]:
         """Record a drafted and checked pair (its question ``ids``; ``found``: the candidates among
-        them); returns the questions now decided ``kept``, in order."""
+        them); returns the questions now decided ``kept``."""
+        out = []
         with self._lock:
             for qid in ids:
-                self.known[qid] = None
+                self.known[self.position[qid]] = None
             for c, item, table in found:
-                self.known[c.id] = (c, item, table)
-            out = []
-            while self.next < len(self.order) and self.order[self.next] in self.known:
-                entry = self.known.pop(self.order[self.next])
-                self.next += 1
-                if entry is not None and self.caps.decide(entry[0]) == "kept":
+                self.known[self.position[c.id]] = (c, item, table)
+            todo = sorted(self.position[q] for q in ids)  # a heap: the earliest first
+            while todo:
+                pos = heapq.heappop(todo)
+                if not self._ready(pos):
+                    continue
+                entry = self.known.pop(pos)
+                self.decided += 1
+                if entry is not None and self.caps.decide(entry[0], pos) == "kept":
                     out.append((entry[1], entry[2]))
-            return out
+                a, b = self._docs[pos]
+                for key in (("a", a), ("b", b)):
+                    heads = self._waiting[key]
+                    heads.pop()
+                    if heads:
+                        heapq.heappush(todo, heads[-1])  # the next of this document may be ready now
+        return out
 
 
 class _Stopped(Exception):
@@ -423,7 +464,7 @@ class Prefetch:
         self.finished = finished
         self.report = StreamReport(stages=[s.stage.name for s in self.stages] if cascade else [])
         self._quiet = _QuietLog(log)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # progress() reads under it while join waits on _idle
         self._allowed: set[str] | None = None
         self._halt = threading.Event()  # stopped early: send nothing more
         self._drafted = threading.Event()
@@ -548,26 +589,34 @@ class Prefetch:
         d = self.drafts
         assert d is not None
         ids = [question_id(pair.a_id, pair.b_id, i) for i in range(d.per_pair)]
+        found: list[Any] = []
         try:
-            table, _ = generation.generate_drafts(
-                [pair],
-                d.docs,
-                self._flight[id(d.model)],
-                d.template,
-                d.per_pair,
-                d.params,
-                log=self._quiet,
-                max_words=d.max_words,
-                max_chars=d.max_chars,
-            )
-        except BaseException:
-            if self._caps is not None:  # no candidate known here: the questions after it go on
-                self._caps_add(ids, [])
-            raise
+            try:
+                table, _ = generation.generate_drafts(
+                    [pair],
+                    d.docs,
+                    self._flight[id(d.model)],
+                    d.template,
+                    d.per_pair,
+                    d.params,
+                    log=self._quiet,
+                    max_words=d.max_words,
+                    max_chars=d.max_chars,
+                )
+            finally:
+                drafted()
+            if self._caps is not None and not self._halt.is_set():
+                found = self._candidates(table)
         finally:
-            drafted()
-        if self._caps is None or self._halt.is_set():
-            return
+            # whatever happened, the pair is known now (a failure: no candidate), so the
+            # questions waiting on its documents go on
+            if self._caps is not None and not self._halt.is_set():
+                self._caps_add(ids, found)
+
+    def _candidates(self, table: pa.Table) -> list[Any]:
+        """The pair's drafts the checks keep, as caps candidates with their cascade items."""
+        d = self.drafts
+        assert d is not None
         checked = checks_logic.run_checks(table, d.docs, d.max_words, d.max_chars)
         kept = {r["id"] for r in checked.select(["id", "verdict"]).to_pylist() if r["verdict"] == "kept"}
         found = []
@@ -585,7 +634,7 @@ class Prefetch:
                         table,
                     )
                 )
-        self._caps_add(ids, found)
+        return found
 
     def _caps_add(self, ids: Sequence[str], found: Sequence[Any]) -> None:
         assert self._caps is not None
@@ -643,27 +692,28 @@ class Prefetch:
         with self._lock:
             return (
                 f"stream: {self._drafts_done} of {self.report.pairs} pairs drafted,"
-                f" {self.report.questions} questions sent on through the cascade and judges,"
+                f" {self._caps.decided if self._caps else 0} questions through the caps,"
+                f" {self.report.questions} sent on through the cascade and judges,"
                 f" {self.report.calls} calls made, {time.monotonic() - self._started:.0f}s"
             )
 
-    def wait_drafts(self, every_s: float = PROGRESS_S) -> None:
+    def wait_drafts(self, every_s: float = PROGRESS_S, log: Any = None) -> None:
         """Block until every pair's draft call has answered (or failed); a progress line every
         ``every_s`` seconds."""
         while not self._drafted.wait(every_s):
-            self.log.info(self.progress())
+            (log or self.log).info(self.progress())
 
     def restrict(self, ids: set[str]) -> None:
         """Judge only ``ids`` from now on: calls in line for other questions are not sent."""
         with self._lock:
             self._allowed = set(ids)
 
-    def join(self, every_s: float = PROGRESS_S) -> StreamReport:
+    def join(self, every_s: float = PROGRESS_S, log: Any = None) -> StreamReport:
         """Wait for every call in line; returns the report (the pools are shut down)."""
         with self._idle:
             while self._pending > 0 and not self._halt.is_set():
                 if not self._idle.wait(every_s):
-                    self.log.info(self.progress())
+                    (log or self.log).info(self.progress())
         self._joined = True
         for pool in (self._drafters, self._chains):
             if pool is not None:
