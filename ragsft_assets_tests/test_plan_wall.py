@@ -148,3 +148,21 @@ def test_a_forecast_reads_the_fitted_curve_near_the_runs_load_and_hedges_far_fro
     assert light.wall_s == pytest.approx(math.sqrt(light.wall_s_low * light.wall_s_high))
     one = fc.forecast([large], 200, 2_000, fleet=fc.Fleet(slots=256))  # one sample: no curve
     assert one.load == {} and one.stages["drafts"].wall_s == pytest.approx(d.wall_s_high)  # safe side
+
+
+def test_a_batch_held_by_a_straggler_is_named() -> None:
+    """39 RAG requests whose batch took 121 s with 1.2 in flight on average (one request stalled
+    past the client's timeout): the plan names the stage instead of passing 121 s off as its
+    throughput; a batch that kept most of its requests in flight says nothing."""
+    held = fc.StageSample(
+        "rag_responses", None, 39, 39, 39, 39_000, 3_000, wall_s=121.3, llm_wall_s=121.2,
+        request_s=145.5, batch_calls=39,
+    )  # fmt: skip
+    plan = fc.forecast([held], 200, 600, fleet=fc.Fleet(slots=256))
+    [warning] = [w for w in plan.warnings if w.startswith("wall time held by a few slow requests")]
+    assert "rag_responses (1.2 of 39 in flight, 121 s)" in warning
+    fine = fc.StageSample(
+        "rag_responses", None, 39, 39, 39, 39_000, 3_000, wall_s=1.3, llm_wall_s=1.2,
+        request_s=24.0, batch_calls=39,
+    )  # fmt: skip
+    assert not [w for w in fc.forecast([fine], 200, 600).warnings if "slow requests" in w]

@@ -432,6 +432,9 @@ def forecast(
     light = light_load_warning(samples, out, fleet.slots, sample_items) if r is None else ""
     if light:
         plan.warnings.append(light)
+    held = straggler_warning(samples, fleet.slots)
+    if held:
+        plan.warnings.append(held)
     unreached = [f for f in out.values() if not f.reached]
     if unreached:
         plan.warnings.append(
@@ -502,6 +505,35 @@ def light_load_warning(
         f"{k_min:.0f} requests in flight where the run keeps up to {slots}; the wall time holds for "
         "a saturated fleet, one with room finishes sooner (down to the Little's-law figure); a "
         f"--sample of about {math.ceil(sample_items * ratio):,} measures it at the run's load"
+    )
+
+
+STRAGGLER_FILL = 0.1  # ours: a batch whose mean in flight was under a tenth of its peak waited on a few
+STRAGGLER_MIN = 10  # ... among at least this many requests (a batch of 3 has no tail to speak of)
+
+
+def straggler_warning(samples: Sequence[StageSample], slots: int) -> str:
+    """A sentence naming the stages whose sample batch was held by a few slow requests (a stall, a
+    timeout and its retry): their mean requests in flight under ``STRAGGLER_FILL`` of the peak.
+    Their wall time extrapolates that tail to the run (the bench saw 39 RAG requests take 121 s,
+    forecast 126 s for a run that took 1.4 s); plan again, or read the stage's time as an outlier."""
+    held = []
+    for s in samples:
+        t = timing(s)
+        if (
+            t.has_load
+            and t.sent >= STRAGGLER_MIN
+            and t.in_flight < STRAGGLER_FILL * min(t.sent, float(slots))
+        ):
+            held.append(
+                f"{s.name} ({t.in_flight:.1f} of {min(t.sent, float(slots)):.0f} in flight, {t.llm_wall_s:.0f} s)"
+            )
+    if not held:
+        return ""
+    return (
+        "wall time held by a few slow requests in the sample (a stall, a timeout and its retry): "
+        + ", ".join(held)
+        + "; their wall time extrapolates that tail to the run: plan again to measure them"
     )
 
 
