@@ -42,7 +42,7 @@ def stdout_to_stderr() -> Iterator[None]:
     "sample",
     type=int,
     default=None,
-    help="Input items of the sample run, kept as given (after a pilot of a quarter of them). Default:"
+    help="Input items of the sample run, kept as given (after a pilot of a quarter, from 20). Default:"
     " 50, grown until the plan's own 95% half-width is 15% (--target-error).",
 )
 @click.option("--job", default=None, help="The job to forecast (default: the partition kind's main job).")
