@@ -31,7 +31,9 @@ from ragsft_assets import recipes as recipe_records
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.check_results import check_result
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
+from ragsft_assets.defs.multihop import stream as multihop_stream
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
+from ragsft_assets.defs.rag_sft import stream as rag_stream
 from ragsft_assets.defs.wiring import declared_inputs, reads
 from ragsft_assets.ids import DEFAULT_SEED
 from ragsft_assets.ledger import Decision, ledger_table
@@ -79,6 +81,13 @@ class RagSftConfig(dg.Config):
     # whitespace if absent), "whitespace", or a local tokenizer folder (tokenizer.json, or one
     # that transformers loads offline), e.g. the Luciole tokenizer for the card's lengths.
     tokenizer: str = "embedded"
+    # rag_responses' setting: each prompt streams in the background through its generator call
+    # and, as soon as it answers, its verdict judging (rag_verdicts' own config), to fill the LLM
+    # cache both stages then read (defs/rag_sft/stream.py); rag_verdicts waits for it. "auto" (both
+    # roles have a cache on an HTTP fleet), "on" (both have a cache) or "off"
+    stream: str = "off"
+    # requests the stream keeps in flight; None: the generator's per-URL limit times its URLs
+    stream_in_flight: int | None = None
 
 
 def _language(config: RagSftConfig, partition: str) -> str:
@@ -176,6 +185,94 @@ def _json(metadata: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: dg.MetadataValue.json(v) if k in keys else v for k, v in metadata.items()}
 
 
+def _run_selects(context: dg.AssetExecutionContext, key: dg.AssetKey) -> bool:
+    """Whether this run materializes ``key`` (its selection, else every asset of its job)."""
+    op_ctx = context.op_execution_context
+    graph = op_ctx.job_def.asset_layer.asset_graph
+    keys = op_ctx.dagster_run.asset_selection or graph.get_all_asset_keys()
+    return key in keys and graph.has(key) and graph.get(key).is_materializable
+
+
+def _start_stream(
+    context: dg.AssetExecutionContext,
+    config: RagSftConfig,
+    reader: Any,
+    recipe: RagSftRecipe,
+    prompts: list[examples.RagPrompt],
+    generator: ChatModel,
+    verdicts_key: dg.AssetKey,
+) -> dict[str, Any]:
+    """``rag_responses``: start the stream of its generator calls and each example's judging
+    (``config.stream``, ``defs/rag_sft/stream.py``) and wait for the generator calls, so that the
+    stage's own batch then reads them from the cache; the metadata ({} when ``off``)."""
+    partition, chain = context.partition_key, verdicts_key.to_user_string()
+    judge: ChatModel = context.resources.judge
+    why = (
+        multihop_stream.usable(generator, config.stream)
+        or (None if _run_selects(context, verdicts_key) else f"{chain} not in this run")
+        or multihop_stream.usable(judge, config.stream)
+        or rag_stream.one_language(prompts)
+    )
+    if why is None:  # the judging as rag_verdicts will run it: its own config and recipe
+        verdicts_config = RagSftConfig(
+            **multihop_stream.op_config(context.run_config, "__".join(verdicts_key.path))
+        )
+        try:
+            verdicts_recipe = run_recipe(verdicts_config, partition)
+        except dg.Failure as exc:  # rag_verdicts fails with it; the responses need not
+            why = f"{chain}: {exc.description}"
+    if why is not None:
+        context.log.info(f"stream: off ({why})")
+        return {} if config.stream == "off" else {"stream/skipped": why}
+    generate, judge_examples = rag_stream.stage_steps(
+        partition,
+        reader,
+        (generate_stage, recipe, config.seed),
+        (judge_stage, verdicts_recipe, verdicts_config.seed),
+    )
+    instance, run_id = context.instance, context.run_id
+
+    def finished() -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is None or run.is_finished
+
+    prefetch = rag_stream.Prefetch(
+        prompts=prompts,
+        generator=generator,
+        judge=judge,
+        generate=generate,
+        judge_examples=judge_examples,
+        log=context.log,
+        limit=config.stream_in_flight or multihop_stream.in_flight(generator),
+        finished=finished,
+    ).start()
+    rag_stream.register(run_id, partition, chain, prefetch)
+    context.log.info(
+        f"stream: {len(prompts)} prompts through the generator and, as each answers, the verdict"
+        f" judging, {prefetch.budget.limit} requests in flight at most; {chain} waits for it"
+    )
+    prefetch.wait_generated(log=context.log)
+    return {
+        "stream/prompts": len(prompts),
+        "stream/in_flight": prefetch.budget.limit,
+        "stream/generated_wall_s": round(prefetch.report.generated_wall_s, 3),
+    }
+
+
+def _join_stream(context: dg.AssetExecutionContext, verdicts_key: dg.AssetKey) -> dict[str, Any]:
+    """``rag_verdicts``: wait for the stream ``rag_responses`` started in this run, if any, so that
+    the stage's judges then read their calls from the cache; its metadata."""
+    prefetch = rag_stream.take(context.run_id, context.partition_key, verdicts_key.to_user_string())
+    if prefetch is None:
+        return {}
+    report = prefetch.join(log=context.log)
+    context.log.info(
+        f"stream: {report.prompts} prompts generated and {report.judged} examples judged in"
+        f" {report.wall_s:.1f}s ({report.calls} calls); the judges now read their calls from the cache"
+    )
+    return report.metadata()
+
+
 def build_sft_chain(
     *,
     partitions_def: dg.PartitionsDefinition,
@@ -257,15 +354,27 @@ def build_sft_chain(
             metadata={**written, **_json(out.metadata, "questions_splits", "prompt_versions")}
         )
 
-    def llm_stage(name: str, deps: list, role: str, description: str, work: Callable, tasks=()) -> Any:
-        """A stage that calls one model role: ``work`` turns the prompts into a :class:`StageOutput`."""
+    def llm_stage(
+        name: str,
+        deps: list,
+        role: str,
+        description: str,
+        work: Callable,
+        tasks=(),
+        *,
+        before: Callable[..., dict[str, Any]] | None = None,
+        streams: tuple[str, ...] = (),
+    ) -> Any:
+        """A stage that calls one model role: ``work`` turns the prompts into a :class:`StageOutput`;
+        ``before`` (the stream's start or join) runs first, its metadata shown; ``streams``: the
+        other roles the stream it starts calls."""
 
         @stage(
             name,
             deps,
             version(name, tasks),
             llm=True,
-            required_resource_keys={"store", role},
+            required_resource_keys={"store", role, *streams},
             description=description,
         )
         def _llm_stage(context: dg.AssetExecutionContext, config: RagSftConfig) -> dg.MaterializeResult:
@@ -276,6 +385,7 @@ def build_sft_chain(
             prompts = examples.prompts_from_table(reader.read(partition, "rag_prompts"))
             model: ChatModel = getattr(context.resources, role)
             t0 = time.perf_counter()
+            streamed = before(context, config, reader, recipe, prompts, model) if before else {}
             out = work(reader, partition, recipe, prompts, model, config.seed, context.log)
             out.stats.wall_s = out.stats.wall_s or time.perf_counter() - t0
             written = _write_stage(
@@ -295,6 +405,7 @@ def build_sft_chain(
                     **_json(out.metadata, "quote_flags"),
                     **out.stats.to_metadata("llm"),
                     **model_metadata(model, role),
+                    **streamed,
                 }
             )
 
@@ -306,6 +417,8 @@ def build_sft_chain(
         "generator",
         "Generated targets: the generator answers under exactly the training prompt (no gold answer).",
         generate_stage,
+        before=partial(_start_stream, verdicts_key=verdicts_key),
+        streams=("judge",),
     )
     rag_verdicts = llm_stage(
         "rag_verdicts",
@@ -314,6 +427,7 @@ def build_sft_chain(
         "Verdicts: factual/refusal/language judges plus the deterministic citation checks; twins together.",
         judge_stage,
         JUDGE_TASKS,
+        before=lambda context, *_: _join_stream(context, verdicts_key),
     )
 
     @stage(
