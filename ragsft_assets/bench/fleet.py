@@ -313,7 +313,8 @@ def run(
             }
             results = [_run_job(defs, instance, "multihop_job", drafts)]
             _print(f"multihop_job done in {time.perf_counter() - t0:.1f}s")
-            results.append(_run_job(defs, instance, "rag_sft_job"))
+            sft = {"ops": {"rag_responses": {"config": {"stream": stream}}}}  # the rag_sft chain's stream
+            results.append(_run_job(defs, instance, "rag_sft_job", sft))
             jobs_s = time.perf_counter() - t0
             cpu_s = _cpu_s() - cpu0
             stats = fleet.stats()
