@@ -325,6 +325,11 @@ def run(
                     f" {st['prompt_tokens'] // max(1, st['ok'])} prompt and"
                     f" {st['completion_tokens'] // max(1, st['ok'])} completion tokens per call"
                 )
+            occupancy = stats.get("occupancy") or []
+            _print(
+                "occupancy per 5 s (busy slots / slots, first request to last answer): "
+                + " ".join(f"{x:.2f}" for x in occupancy)
+            )
             for r in llm.values():
                 r.close()
             body_of = OpenAIBackend(fleet.base_urls, fleet.model)._body  # what every role sent

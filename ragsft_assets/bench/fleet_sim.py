@@ -87,6 +87,7 @@ TAIL_RATE = 0.02  # share of attempts in the heavy tail ...
 TAIL_ALPHA = 1.5  # ... a Pareto factor of this shape ...
 TAIL_MAX = 8.0  # ... at most this many times the usual work
 STALL_RATE = 0.0002  # share of attempts that outlast twice the clients' timeout_s (then aborted)
+OCCUPANCY_S = 5.0  # the occupancy profile's window (stats()["occupancy"])
 _GONE = object()  # a completion whose client went away before its answer
 
 # Pass rate per stage (the share of items a stage keeps), from the HotpotQA-fr card's funnel where
@@ -503,6 +504,16 @@ class _Fleet:
         self.attempts_by_body: dict[bytes, int] = {}
         self.ok_bodies: dict[bytes, int] = {}
         self.stages: dict[str, _Stage] = {}
+        self.occupied: list[float] = []  # busy slot-seconds per OCCUPANCY_S window since the reset
+
+    def _occupy(self, start: float, end: float) -> None:
+        """Spread one sequence's busy time over the windows it spans."""
+        w = OCCUPANCY_S
+        last = int(end // w)
+        if last >= len(self.occupied):
+            self.occupied.extend([0.0] * (last + 1 - len(self.occupied)))
+        for i in range(int(start // w), last + 1):
+            self.occupied[i] += max(0.0, min(end, (i + 1) * w) - max(start, i * w))
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -535,6 +546,11 @@ class _Fleet:
             "slot_seconds": round(self.slot_seconds, 3),
             "stage_wall_s": round(wall, 3),
             "utilization": round(self.slot_seconds / (self.slots * self.replicas * wall), 4) if wall else 0.0,
+            # per OCCUPANCY_S window from the first request: busy slot-seconds / (slots x window)
+            "occupancy": [
+                round(b / (slots * OCCUPANCY_S), 3)
+                for b in self.occupied[int((self.first or 0.0) // OCCUPANCY_S) :]
+            ],
             "stages": {
                 name: {
                     "requests": s.requests,
@@ -701,6 +717,7 @@ class _Fleet:
             held = time.monotonic() - t_in
             self.slot_seconds += held
             st.busy += held
+            self._occupy(now, now + held)
         st.ok += 1
         st.last = self.last = self.now()
         st.prompt_tokens += prompt_tokens

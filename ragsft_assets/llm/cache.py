@@ -110,6 +110,9 @@ STATS_COLUMNS = (
 )
 
 
+PAGE_CACHE_KIB = 256  # per connection (thread)
+
+
 class SQLiteCache:
     """A content-addressed SQLite database in WAL mode, one connection per thread (a base class).
 
@@ -142,6 +145,9 @@ class SQLiteCache:
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a process crash (only an OS crash can lose the last commits).
             conn.execute("PRAGMA synchronous=NORMAL")
+            # a small page cache per connection: the multihop stream runs a thousand threads, each
+            # with its own (2 MB each by default: gigabytes); the OS page cache serves re-reads
+            conn.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
             self._local.conn = conn
         return conn
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -66,6 +67,14 @@ MODES = ("auto", "on", "off")
 # ours: requests the prefetch keeps in flight when the roles do not say (a model without a
 # per-URL limit, as the test doubles); an HTTP role's is its limit times its URLs (``in_flight``).
 IN_FLIGHT = 64
+# ours: drafts start before any later stage's task (the questions then wait for the fleet, which
+# the drafts fill); the later stages then fill the draft phase's tail and the CPU stages after it
+DRAFTS_FIRST = True
+RAMP_PER_S = 256  # tasks the stream may add per second from its start (64 at once)
+# the stream keeps in flight the generator's current window (what the fleet takes) times this,
+# plus 8: enough for the client to go on probing for more, few threads waiting in its line
+WINDOW_MARGIN = 1.25
+WINDOW_POLL_S = 0.5  # a waiter looks again this often (the window may have grown)
 POLL_S = 1.0  # how often a prefetch looks whether its run has ended
 PROGRESS_S = 30.0  # a progress line while a stage waits for the stream
 
@@ -178,6 +187,13 @@ def usable(model: Any, mode: str) -> str | None:
             )
         return None
     return None if cached_http(model) else "model without a cache on an HTTP backend"
+
+
+def window_of(model: Any) -> Callable[[], int] | None:
+    """The current window of ``model``'s HTTP backend (``OpenAIBackend.window``), if it has one."""
+    client = model.client() if callable(getattr(model, "client", None)) else model
+    window = getattr(getattr(client, "backend", None), "window", None)
+    return window if callable(window) else None
 
 
 def in_flight(model: Any) -> int:
@@ -296,17 +312,26 @@ class SingleFlight(ChatModel):
 
 
 class Budget:
-    """The prefetch's requests in flight, at most ``limit``; a ``first`` caller (a draft) waiting
-    is served before any other, so the drafts end as soon as stage at a time. A release wakes as
-    many waiters as slots it frees (of the first kind while any waits), not every thread."""
+    """The prefetch's requests in flight, at most ``limit``, and at most ``window()`` (what the
+    fleet takes now, with a margin so that the client still probes for more) when given; a
+    ``first`` caller waiting is served before any other. A release wakes as many waiters as slots
+    it frees (of the first kind while any waits), not every thread: a thousand runnable threads
+    would starve the client's event loop of the GIL."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, window: Callable[[], int] | None = None) -> None:
         self.limit = max(1, limit)
+        self.window = window
         self.used = 0
         self.first_waiting = 0
         self._lock = threading.Lock()
         self._first = threading.Condition(self._lock)
         self._later = threading.Condition(self._lock)
+
+    def cap(self) -> int:
+        """The requests allowed in flight now."""
+        if self.window is None:
+            return self.limit
+        return max(1, min(self.limit, int(self.window() * WINDOW_MARGIN) + 8))
 
     def acquire(self, n: int, first: bool) -> int:
         n = max(1, min(n, self.limit))
@@ -314,13 +339,13 @@ class Budget:
             if first:
                 self.first_waiting += 1
                 try:
-                    while self.used + n > self.limit:
-                        self._first.wait()
+                    while self.used + n > max(n, self.cap()):
+                        self._first.wait(WINDOW_POLL_S)
                 finally:
                     self.first_waiting -= 1
             else:
-                while self.used + n > self.limit or self.first_waiting:
-                    self._later.wait()
+                while self.used + n > max(n, self.cap()) or self.first_waiting:
+                    self._later.wait(WINDOW_POLL_S)
             self.used += n
             self._wake()
         return n
@@ -331,7 +356,7 @@ class Budget:
             self._wake()
 
     def _wake(self) -> None:
-        free = self.limit - self.used
+        free = self.cap() - self.used
         if free > 0:
             (self._first if self.first_waiting else self._later).notify(free)
 
@@ -475,7 +500,9 @@ class Prefetch:
         self._doc_rows = _index(abstracts, "id")
         self._started = time.monotonic()
         flights: dict[int, ChatModel] = {}
-        first = {id(drafts.model)} if drafts else set()
+        # no budget priority: the lines order the tasks (``_feed``); a priority on the budget held
+        # a thousand later calls that then all woke at the drafts' end
+        first: set[int] = set()
         for m in [
             *([drafts.model] if drafts else []),
             *([judge] if judge else []),
@@ -492,7 +519,12 @@ class Prefetch:
             if drafts
             else None
         )
-        self._pending = 0
+        self._pending = 0  # tasks not finished, in line or running
+        self._running = 0
+        self._lines: dict[str, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {
+            "draft": deque(),
+            "chain": deque(),
+        }
         self._idle = threading.Condition(self._lock)
         self._joined = False
         self._watch: threading.Thread | None = None
@@ -515,12 +547,37 @@ class Prefetch:
             raise _Stopped("cut")
 
     def _submit(self, pool: ThreadPoolExecutor, fn: Callable[..., None], *args: Any) -> None:
+        """Put a task in its line; it runs when a thread is free under :meth:`_tasks_cap`."""
         with self._lock:
+            if self._halt.is_set():
+                return
             self._pending += 1
-        try:
-            pool.submit(self._guarded, fn, *args)
-        except RuntimeError:  # the pool is shut down: the prefetch was stopped
-            self._done_one()
+            self._lines["draft" if pool is self._drafters else "chain"].append((fn, args))
+        self._feed()
+
+    def _tasks_cap(self) -> int:
+        """Tasks running at once: the budget with room for those between calls (CPU), reached in
+        a ramp (:data:`RAMP_PER_S`): a thousand threads starting together would starve the
+        client's event loop of the GIL (the fleet emptied for 20 s at such a start)."""
+        ramp = 64 + int((time.monotonic() - self._started) * RAMP_PER_S)
+        return min(int(self.budget.cap() * 1.25) + 16, ramp)
+
+    def _feed(self) -> None:
+        order = ("draft", "chain") if DRAFTS_FIRST else ("chain", "draft")
+        with self._lock:
+            while not self._halt.is_set() and self._running < self._tasks_cap():
+                line = next((self._lines[k] for k in order if self._lines[k]), None)
+                if line is None:
+                    return
+                fn, args = line.popleft()
+                pool = self._drafters if fn == self._draft else self._chains
+                assert pool is not None
+                self._running += 1
+                try:
+                    pool.submit(self._guarded, fn, *args)
+                except RuntimeError:  # the pool is shut down: the prefetch was stopped
+                    self._running -= 1
+                    self._pending -= 1
 
     def _done_one(self) -> None:
         with self._idle:
@@ -540,6 +597,9 @@ class Prefetch:
                     self.report.errors.append(f"{type(exc).__name__}: {exc}"[:500])
         finally:
             self._local.qid = None
+            with self._lock:
+                self._running -= 1
+            self._feed()
             self._done_one()
 
     # -- the work ----------------------------------------------------------------------------------
@@ -739,6 +799,10 @@ class Prefetch:
         self.report.stopped = why
         self._halt.set()
         self._drafted.set()
+        with self._lock:
+            for line in self._lines.values():
+                self._pending -= len(line)
+                line.clear()
         for pool in (self._drafters, self._chains):
             if pool is not None:
                 pool.shutdown(wait=False, cancel_futures=True)
