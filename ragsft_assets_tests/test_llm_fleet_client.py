@@ -591,3 +591,43 @@ def test_a_reasoning_model_role_sends_max_completion_tokens_and_no_temperature(t
     sent = srv.bodies[-1]
     assert sent["max_completion_tokens"] == DEFAULT_REASONING_BUDGET and sent["reasoning_effort"] == "low"
     assert not {"max_tokens", "temperature", "top_p", "chat_template_kwargs"} & set(sent)
+
+
+def test_the_straggler_ticker_leaves_an_expiring_timeout_alone():
+    """Under load the event loop runs late: a first attempt's timeout can be expiring when the
+    ticker moves deadlines. Rescheduling it raised ``Cannot change state of expiring Timeout``
+    (seen in bench fleet at load 360); the ticker must skip it and move the others."""
+    import asyncio
+
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    class FakeTimeout:
+        def __init__(self, expiring: bool) -> None:
+            self.expiring, self.moved = expiring, None
+
+        def when(self) -> float:
+            return 1e9
+
+        def expired(self) -> bool:
+            return self.expiring
+
+        def reschedule(self, when: float) -> None:
+            if self.expiring:
+                raise RuntimeError("Cannot change state of expiring Timeout")
+            self.moved = when
+
+    async def main() -> tuple[FakeTimeout, FakeTimeout]:
+        call = ob._Call()
+        for _ in range(ob.STRAGGLER_SAMPLES):
+            call.answered(1.0)
+        expiring, live = FakeTimeout(True), FakeTimeout(False)
+        call.watch(0.0, expiring, 120.0)  # type: ignore[arg-type]
+        call.watch(0.0, live, 120.0)  # type: ignore[arg-type]
+        await asyncio.sleep(0.7)  # one tick
+        ticker = call._ticker
+        assert ticker is not None and not ticker.done()  # it did not die on the expiring one
+        ticker.cancel()
+        return expiring, live
+
+    expiring, live = asyncio.run(main())
+    assert expiring.moved is None and live.moved == ob.STRAGGLER_FACTOR * 1.0

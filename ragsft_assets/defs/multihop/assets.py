@@ -233,7 +233,10 @@ def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactS
         distractors.Query(d["id"], d["split"], d["question"], d["answer"], d["a_id"], d["b_id"])
         for d in drafts
     ]
-    workers = config.distractors_workers or min(2, len(os.sched_getaffinity(0)))
+    # while the stream runs, the search leaves a core to its client: on 2 cores, two search
+    # processes starved it and the fleet emptied for the search's length
+    cores = len(os.sched_getaffinity(0)) - (1 if streaming.running(context.run_id, partition) else 0)
+    workers = config.distractors_workers or max(1, min(2, cores))
     found = distractors.select_distractors(
         queries, docs(store, partition), recipe.retrieval, recipe.distractors_k, workers=workers
     )

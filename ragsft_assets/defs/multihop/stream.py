@@ -374,6 +374,7 @@ class _Metered(ChatModel):
         self.prefetch.raise_if_stopped()
         held = self.budget.acquire(len(requests), self.first)
         try:
+            self.prefetch.raise_if_stopped()  # it may have stopped while this call waited its turn
             batch = self.model.run(requests, template_version=template_version, log=log)
         finally:
             self.budget.release(held)
@@ -513,11 +514,10 @@ class Prefetch:
                 flights[id(m)] = SingleFlight(_Metered(m, self.budget, id(m) in first, self))
         self._flight = flights
         self._judge = judge
-        self._chains = ThreadPoolExecutor(max_workers=self.budget.limit, thread_name_prefix="ragsft-stream")
-        self._drafters = (
-            ThreadPoolExecutor(max_workers=self.budget.limit, thread_name_prefix="ragsft-stream-draft")
-            if drafts
-            else None
+        # one pool for every task (drafts and the later stages'): its threads serve both, so their
+        # number follows the tasks running at once (:meth:`_tasks_cap`), not twice that
+        self._pool = ThreadPoolExecutor(
+            max_workers=int(self.budget.limit * 1.25) + 16, thread_name_prefix="ragsft-stream"
         )
         self._pending = 0  # tasks not finished, in line or running
         self._running = 0
@@ -546,13 +546,13 @@ class Prefetch:
         if qid is not None and allowed is not None and qid not in allowed:
             raise _Stopped("cut")
 
-    def _submit(self, pool: ThreadPoolExecutor, fn: Callable[..., None], *args: Any) -> None:
+    def _submit(self, line: str, fn: Callable[..., None], *args: Any) -> None:
         """Put a task in its line; it runs when a thread is free under :meth:`_tasks_cap`."""
         with self._lock:
             if self._halt.is_set():
                 return
             self._pending += 1
-            self._lines["draft" if pool is self._drafters else "chain"].append((fn, args))
+            self._lines[line].append((fn, args))
         self._feed()
 
     def _tasks_cap(self) -> int:
@@ -570,11 +570,9 @@ class Prefetch:
                 if line is None:
                     return
                 fn, args = line.popleft()
-                pool = self._drafters if fn == self._draft else self._chains
-                assert pool is not None
                 self._running += 1
                 try:
-                    pool.submit(self._guarded, fn, *args)
+                    self._pool.submit(self._guarded, fn, *args)
                 except RuntimeError:  # the pool is shut down: the prefetch was stopped
                     self._running -= 1
                     self._pending -= 1
@@ -613,7 +611,7 @@ class Prefetch:
         held 1.16 GB against 0.16 GB with the system allocator)."""
         if pa.default_memory_pool().backend_name != "system":
             pa.set_memory_pool(pa.system_memory_pool())
-        if self.drafts is not None and self._drafters is not None:
+        if self.drafts is not None:
             self.report.pairs = len(self.drafts.pairs)
             left = [len(self.drafts.pairs)]
 
@@ -632,14 +630,14 @@ class Prefetch:
             if self._caps is not None:  # the caps decide in their order: draft in it
                 pairs.sort(key=lambda p: self._caps.first_position[p.id])
             for pair in pairs:
-                self._submit(self._drafters, self._draft, pair, drafted)
+                self._submit("draft", self._draft, pair, drafted)
         else:
             self._drafted.set()
             if self.cascade is not None and items:
                 if drafts is None:
                     raise ValueError("stream: questions to chain without their drafts table")
                 for item in sorted(items, key=lambda it: it.id):
-                    self._submit(self._chains, self._chain, item, drafts)
+                    self._submit("chain", self._chain, item, drafts)
         if self.finished is not None:
             self._watch = threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True)
             self._watch.start()
@@ -699,7 +697,7 @@ class Prefetch:
     def _caps_add(self, ids: Sequence[str], found: Sequence[Any]) -> None:
         assert self._caps is not None
         for item, drafts_table in self._caps.add(ids, found):  # each question on its own
-            self._submit(self._chains, self._chain, item, drafts_table)
+            self._submit("chain", self._chain, item, drafts_table)
 
     def _chain(self, item: ablations.JudgeItem, drafts: pa.Table) -> None:
         assert self.cascade is not None and self._judge is not None
@@ -775,9 +773,7 @@ class Prefetch:
                 if not self._idle.wait(every_s):
                     (log or self.log).info(self.progress())
         self._joined = True
-        for pool in (self._drafters, self._chains):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True, cancel_futures=True)
         self.report.wall_s = time.monotonic() - self._started
         allowed = self._allowed
         with self._lock:
@@ -803,9 +799,7 @@ class Prefetch:
             for line in self._lines.values():
                 self._pending -= len(line)
                 line.clear()
-        for pool in (self._drafters, self._chains):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         with self._idle:  # a join waiting returns: cancelled futures never finish
             self._idle.notify_all()
 
@@ -874,6 +868,12 @@ def register(run_id: str, partition: str, prefetch: Prefetch) -> None:
         _RUNNING[(run_id, partition)] = prefetch
     if old is not None:  # a retried step: the earlier attempt's prefetch stops
         old.stop("its step was retried")
+
+
+def running(run_id: str, partition: str) -> bool:
+    """Whether this run's stream for ``partition`` is running in this process."""
+    with _RUNNING_LOCK:
+        return (run_id, partition) in _RUNNING
 
 
 def take(run_id: str, partition: str) -> Prefetch | None:

@@ -111,7 +111,7 @@ class Prefetch:
         self.prompts = sorted(prompts, key=lambda p: p.id)
         self.generate, self.judge_examples = generate, judge_examples
         self.log, self.finished = log, finished
-        self.budget = Budget(limit, window_of(generator))
+        self.budget = Budget(limit)
         self.report = StreamReport(prompts=len(self.prompts))
         self._quiet = _QuietLog(log)
         self._lock = threading.RLock()  # progress() reads under it while join waits on _idle

@@ -391,8 +391,9 @@ class _Call:
                 continue
             for sent, cm in list(self.watched.values()):
                 when = cm.when()
-                if when is None or when > sent + cut:
-                    cm.reschedule(sent + cut)
+                if cm.expired() or (when is not None and when <= sent + cut):
+                    continue  # expiring already (a late loop under load): it cuts on its own
+                cm.reschedule(sent + cut)
 
     def straggler_s(self, timeout_s: float) -> float | None:
         """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
