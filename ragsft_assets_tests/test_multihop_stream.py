@@ -230,7 +230,9 @@ def _pairs_prefetch(tmp_path: Path, finished: Callable[[], bool] | None = None):
 
 
 def test_a_stream_whose_run_ended_sends_nothing_more(tmp_path, monkeypatch):
-    monkeypatch.setattr(streaming, "POLL_S", 0.05)
+    from ragsft_assets.defs import streaming as shared
+
+    monkeypatch.setattr(shared, "POLL_S", 0.05)
     ended = threading.Event()
     prefetch, backend, pairs = _pairs_prefetch(tmp_path, finished=ended.is_set)
     assert len(pairs) > 4
@@ -249,26 +251,25 @@ def test_a_stream_whose_run_ended_sends_nothing_more(tmp_path, monkeypatch):
     assert backend.started == 2 and len(backend.sent) == 2
 
 
-def test_a_draft_waiting_goes_before_a_later_call():
-    budget = streaming.Budget(1)
-    held = budget.acquire(1, first=False)
+def test_the_budget_holds_its_limit_and_a_release_lets_the_next_in():
+    budget = streaming.Budget(2)
+    held = [budget.acquire(1), budget.acquire(1)]
     order: list[str] = []
 
-    def take(name: str, first: bool) -> None:
-        n = budget.acquire(1, first)
+    def take(name: str) -> None:
+        n = budget.acquire(1)
         order.append(name)
         budget.release(n)
 
-    later = threading.Thread(target=take, args=("judge", False))
-    later.start()
-    time.sleep(0.05)  # the judge call is in line first
-    draft = threading.Thread(target=take, args=("draft", True))
-    draft.start()
+    waiting = [threading.Thread(target=take, args=(f"call{i}",)) for i in range(3)]
+    for t in waiting:
+        t.start()
     time.sleep(0.05)
-    budget.release(held)
-    later.join(5)
-    draft.join(5)
-    assert order == ["draft", "judge"]
+    assert order == [] and budget.used == 2  # the limit holds: three calls wait
+    budget.release(held.pop())
+    for t in waiting:
+        t.join(5)
+    assert sorted(order) == ["call0", "call1", "call2"] and budget.used == 1
 
 
 def test_auto_streams_only_cached_roles_on_an_http_fleet(tmp_path):

@@ -28,10 +28,10 @@ import pyarrow as pa
 
 from ragsft_assets import published_configs
 from ragsft_assets import recipes as recipe_records
+from ragsft_assets.defs import streaming
 from ragsft_assets.defs.automation.policies import LLM_RETRY_POLICY
 from ragsft_assets.defs.check_results import check_result
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
-from ragsft_assets.defs.multihop import stream as multihop_stream
 from ragsft_assets.defs.partitions import qa_source_partitions, snapshot_language, snapshot_partitions
 from ragsft_assets.defs.rag_sft import stream as rag_stream
 from ragsft_assets.defs.wiring import declared_inputs, reads
@@ -208,14 +208,14 @@ def _start_stream(
     partition, chain = context.partition_key, verdicts_key.to_user_string()
     judge: ChatModel = context.resources.judge
     why = (
-        multihop_stream.usable(generator, config.stream)
+        streaming.usable(generator, config.stream)
         or (None if _run_selects(context, verdicts_key) else f"{chain} not in this run")
-        or multihop_stream.usable(judge, config.stream)
+        or streaming.usable(judge, config.stream)
         or rag_stream.one_language(prompts)
     )
     if why is None:  # the judging as rag_verdicts will run it: its own config and recipe
         verdicts_config = RagSftConfig(
-            **multihop_stream.op_config(context.run_config, "__".join(verdicts_key.path))
+            **streaming.op_config(context.run_config, "__".join(verdicts_key.path))
         )
         try:
             verdicts_recipe = run_recipe(verdicts_config, partition)
@@ -243,7 +243,7 @@ def _start_stream(
         generate=generate,
         judge_examples=judge_examples,
         log=context.log,
-        limit=config.stream_in_flight or multihop_stream.in_flight(generator),
+        limit=config.stream_in_flight or streaming.in_flight(generator),
         finished=finished,
     ).start()
     rag_stream.register(run_id, partition, chain, prefetch)

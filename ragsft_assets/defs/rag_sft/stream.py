@@ -20,8 +20,8 @@ judges) and a call that fails in the prefetch costs only time: the stage that ne
 
 What streams: both roles usable in the chain's ``stream`` mode (``defs/multihop/stream.py``'s
 ``usable``: ``auto`` = a cache on an HTTP backend, ``on`` = a cache), when this run materializes
-``rag_verdicts``. The requests in flight, the fleet's window and one request sent once are the
-multihop stream's (``Budget``, ``window_of``, ``in_flight``, ``SingleFlight``, ``_Metered``). The
+``rag_verdicts``. The requests in flight, the threads and one request sent once are the
+streams' (``defs/streaming.py``: ``Budget``, ``in_flight``, ``SingleFlight``, ``BackgroundStream``). The
 prefetch lives in this process (the definitions run every job in-process), found by run id,
 partition and chain (:func:`register`, :func:`take`); a prefetch whose run has ended stops.
 """
@@ -30,24 +30,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from ragsft_assets.defs.multihop.stream import (
-    POLL_S,
-    PROGRESS_S,
-    Budget,
-    SingleFlight,
-    _Metered,
-    _QuietLog,
-    window_of,
-)
+from ragsft_assets.defs.streaming import BackgroundStream, Registry, StreamCounts
 from ragsft_assets.llm.types import ChatModel
 from ragsft_assets.rag_sft.examples import RagPrompt
 
@@ -58,17 +48,12 @@ JudgeFn = Callable[[pa.Table, Sequence[RagPrompt], ChatModel, Any], Any]
 
 
 @dataclass(slots=True)
-class StreamReport:
+class StreamReport(StreamCounts):
     """What the prefetch did, for the metadata."""
 
     prompts: int = 0
     judged: int = 0  # examples whose verdict judging ran in the stream
     generated_wall_s: float = 0.0  # until every prompt's generator call had answered (or failed)
-    wall_s: float = 0.0
-    calls: int = 0  # requests the prefetch sent to a model (not served from the cache)
-    failed: int = 0  # examples whose prefetch raised (their stages send the calls)
-    errors: list[str] = field(default_factory=list)  # the first few failures, masked by the client
-    stopped: str = ""  # why it stopped early, if it did
 
     def metadata(self) -> dict[str, Any]:
         return {
@@ -82,11 +67,7 @@ class StreamReport:
         }
 
 
-class _Stopped(Exception):
-    """The prefetch was stopped (its run ended, or its step was retried)."""
-
-
-class Prefetch:
+class Prefetch(BackgroundStream[StreamReport]):
     """Prompt by prompt, in the background: the generator call, then the example's judging; the
     cache only.
 
@@ -109,86 +90,30 @@ class Prefetch:
         finished: Callable[[], bool] | None = None,
     ) -> None:
         self.prompts = sorted(prompts, key=lambda p: p.id)
+        super().__init__(
+            StreamReport(prompts=len(self.prompts)),
+            lines=("example",),
+            log=log,
+            limit=limit,
+            finished=finished,
+            noun="example",
+        )
         self.generate, self.judge_examples = generate, judge_examples
-        self.log, self.finished = log, finished
-        self.budget = Budget(limit)
-        self.report = StreamReport(prompts=len(self.prompts))
-        self._quiet = _QuietLog(log)
-        self._lock = threading.RLock()  # progress() reads under it while join waits on _idle
-        self._idle = threading.Condition(self._lock)
-        self._halt = threading.Event()
         self._generated = threading.Event()
         self._left = len(self.prompts)
-        self._started = time.monotonic()
-        flights: dict[int, ChatModel] = {}
-        for m in [generator, *([judge] if judge is not None and judge_examples is not None else [])]:
-            if id(m) not in flights:
-                m.model_identity()  # a lazily made client is made here, once, not by racing threads
-                # in the order they ask (the multihop stream's default): judges of the first
-                # examples go out between the later prompts' generator calls
-                flights[id(m)] = SingleFlight(_Metered(m, self.budget, False, self))  # type: ignore[arg-type]
-        self._generator = flights[id(generator)]
-        self._judge = flights.get(id(judge)) if judge is not None else None
-        self._pool = ThreadPoolExecutor(
-            max_workers=int(self.budget.limit * 1.25) + 16, thread_name_prefix="ragsft-stream"
-        )
-        self._line: deque[RagPrompt] = deque()
-        self._pending = 0  # examples not finished, in line or running
-        self._running = 0
-        self._joined = False
+        self._generator = self.flight(generator)
+        self._judge = self.flight(judge) if judge is not None and judge_examples is not None else None
 
-    # -- bookkeeping (``_Metered`` calls the first two) --------------------------------------------
-
-    def count(self, calls: int) -> None:
-        with self._lock:
-            self.report.calls += calls
-
-    def raise_if_stopped(self) -> None:
-        if self._halt.is_set():
-            raise _Stopped("stopped")
-
-    def _tasks_cap(self) -> int:
-        """Examples running at once: the budget's cap with room for those between calls (CPU), so
-        the threads follow what the fleet takes, not the configured ceiling."""
-        return int(self.budget.cap() * 1.25) + 16
-
-    def _feed(self) -> None:
-        with self._lock:
-            while not self._halt.is_set() and self._line and self._running < self._tasks_cap():
-                p = self._line.popleft()
-                self._running += 1
-                try:
-                    self._pool.submit(self._guarded, p)
-                except RuntimeError:  # the pool is shut down: the prefetch was stopped
-                    self._running -= 1
-                    self._pending -= 1
-
-    def _guarded(self, p: RagPrompt) -> None:
+    def _example(self, p: RagPrompt) -> None:
         try:
-            try:
-                table = self.generate([p], self._generator, self._quiet)
-            finally:
-                self._generated_one()
-            if self._judge is not None and self.judge_examples is not None:
-                self.raise_if_stopped()
-                self.judge_examples(table, [p], self._judge, self._quiet)
-                with self._lock:
-                    self.report.judged += 1
-        except _Stopped:
-            pass
-        except Exception as exc:  # the prefetch only warms the cache: the stages redo what it did not
-            with self._lock:
-                self.report.failed += 1
-                if len(self.report.errors) < 3:
-                    self.report.errors.append(f"{type(exc).__name__}: {exc}"[:500])
+            table = self.generate([p], self._generator, self.quiet)
         finally:
+            self._generated_one()
+        if self._judge is not None and self.judge_examples is not None:
+            self.raise_if_stopped()
+            self.judge_examples(table, [p], self._judge, self.quiet)
             with self._lock:
-                self._running -= 1
-            self._feed()
-            with self._idle:
-                self._pending -= 1
-                if self._pending == 0:
-                    self._idle.notify_all()
+                self.report.judged += 1
 
     def _generated_one(self) -> None:
         with self._lock:
@@ -198,34 +123,8 @@ class Prefetch:
             self.report.generated_wall_s = time.monotonic() - self._started
             self._generated.set()
 
-    # -- what the stages call ----------------------------------------------------------------------
-
-    def start(self) -> Prefetch:
-        """Put every prompt in line (by id); returns at once.
-
-        Arrow's default allocator becomes the system's for the process, as the multihop stream's
-        (mimalloc keeps about 1 MB per thread that allocated)."""
-        if pa.default_memory_pool().backend_name != "system":
-            pa.set_memory_pool(pa.system_memory_pool())
-        with self._lock:
-            self._line.extend(self.prompts)
-            self._pending += len(self.prompts)
-        if not self.prompts:
-            self._generated.set()
-        self._feed()
-        if self.finished is not None:
-            threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True).start()
-        return self
-
-    def _watch_run(self) -> None:
-        while not self._halt.wait(POLL_S) and not self._joined:
-            try:
-                ended = self.finished is not None and self.finished()
-            except Exception:  # the instance went away with its run
-                ended = True
-            if ended:
-                self.stop("its run ended")
-                return
+    def stopped(self) -> None:
+        self._generated.set()
 
     def progress(self) -> str:
         with self._lock:
@@ -235,41 +134,21 @@ class Prefetch:
                 f" {time.monotonic() - self._started:.0f}s"
             )
 
-    def wait_generated(self, every_s: float = PROGRESS_S, log: Any = None) -> None:
+    # -- what the stages call ----------------------------------------------------------------------
+
+    def start(self) -> Prefetch:
+        """Put every prompt in line (by id); returns at once."""
+        if not self.prompts:
+            self._generated.set()
+        for p in self.prompts:
+            self.submit("example", self._example, p)
+        self.watch()
+        return self
+
+    def wait_generated(self, log: Any = None) -> None:
         """Block until every prompt's generator call has answered (or failed, or the prefetch
-        stopped); a progress line every ``every_s`` seconds."""
-        while not self._generated.wait(every_s):
-            (log or self.log).info(self.progress())
-
-    def join(self, every_s: float = PROGRESS_S, log: Any = None) -> StreamReport:
-        """Wait for every example in line; returns the report (the pool is shut down)."""
-        with self._idle:
-            while self._pending > 0 and not self._halt.is_set():
-                if not self._idle.wait(every_s):
-                    (log or self.log).info(self.progress())
-        self._joined = True
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self.report.wall_s = time.monotonic() - self._started
-        if self.report.failed:
-            self.log.warning(
-                f"stream: {self.report.failed} example(s) failed in the prefetch"
-                f" ({'; '.join(self.report.errors)}); the stages send what it did not"
-            )
-        return self.report
-
-    def stop(self, why: str) -> None:
-        """Send nothing more (calls in flight finish); the pool winds down in the background."""
-        if self._halt.is_set():
-            return
-        self.report.stopped = why
-        self._halt.set()
-        self._generated.set()
-        with self._lock:
-            self._pending -= len(self._line)
-            self._line.clear()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._idle:  # a join waiting returns
-            self._idle.notify_all()
+        stopped); progress in the log."""
+        self.wait(self._generated, log=log)
 
 
 class _Responses:
@@ -318,19 +197,13 @@ def one_language(prompts: Sequence[RagPrompt]) -> str | None:
 
 
 # (run id, partition, chain) -> the prefetch ``rag_responses`` started in this process
-_RUNNING: dict[tuple[str, str, str], Prefetch] = {}
-_RUNNING_LOCK = threading.Lock()
+RUNNING: Registry[Prefetch] = Registry()
 
 
 def register(run_id: str, partition: str, chain: str, prefetch: Prefetch) -> None:
-    with _RUNNING_LOCK:
-        old = _RUNNING.pop((run_id, partition, chain), None)
-        _RUNNING[(run_id, partition, chain)] = prefetch
-    if old is not None:  # a retried step: the earlier attempt's prefetch stops
-        old.stop("its step was retried")
+    RUNNING.register((run_id, partition, chain), prefetch)
 
 
 def take(run_id: str, partition: str, chain: str) -> Prefetch | None:
-    """The prefetch this run started for ``partition`` and ``chain`` in this process (removed)."""
-    with _RUNNING_LOCK:
-        return _RUNNING.pop((run_id, partition, chain), None)
+    """The prefetch this run started for ``partition``'s ``chain`` in this process (removed), if any."""
+    return RUNNING.take((run_id, partition, chain))

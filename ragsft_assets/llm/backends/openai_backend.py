@@ -568,14 +568,6 @@ class OpenAIBackend:
         self.attempts = 0  # total HTTP attempts (tests check that retries are bounded)
         self.url_hits: dict[str, int] = {u: 0 for u in self.base_urls}
 
-    def window(self) -> int:
-        """Requests it lets in flight now over its URLs: the sum of their current windows (what
-        the probing found the servers take), ``concurrency`` per URL before its first batch."""
-        fleet = self._fleet
-        if fleet is None:
-            return self.concurrency * len(self.base_urls)
-        return max(1, sum(1 if u.aside else max(1, int(u.limit)) for u in fleet.urls))
-
     # ----- identity (/v1/models), synchronous, once ------------------------------------------
 
     def identity(self) -> dict[str, str]:
