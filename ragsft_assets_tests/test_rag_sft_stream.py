@@ -25,7 +25,7 @@ from ragsft_assets.rag_sft.hotpot_input import original_to_hf_table
 from ragsft_assets.rag_sft.recipes import resolve
 from ragsft_assets.resources.store import ArtifactStore
 from ragsft_assets_tests.fake_openai import FakeOpenAI, chat_payload
-from ragsft_assets_tests.test_multihop_stream import RoleBackend
+from ragsft_assets_tests.test_multihop_stream import RoleBackend, _cache, _metadata
 from ragsft_assets_tests.test_rag_sft_assets import PARTITION, RECORDS, generator_responder, judge_responder
 
 STAGES = ("rag_prompts", "rag_responses", "rag_verdicts", "rag_sft")
@@ -68,20 +68,6 @@ def _run(
 def _files(store: ArtifactStore) -> dict[str, bytes]:
     root = store.root / PARTITION
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def _cache(home: Path) -> dict[str, tuple[bytes, bytes]]:
-    cache = LLMCache(home / "llm_cache")
-    try:
-        rows = cache._conn().execute("SELECT key, request, response FROM calls").fetchall()
-    finally:
-        cache.close()
-    return {k: (bytes(q), bytes(r)) for k, q, r in rows}
-
-
-def _metadata(result: Any, asset: str) -> dict[str, Any]:
-    mats = result.asset_materializations_for_node(asset)
-    return {k: v.value for k, v in mats[0].metadata.items()}
 
 
 def _sent(backend: RoleBackend) -> Counter:

@@ -97,6 +97,18 @@ def op_config(run_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(((run_config.get("ops") or {}).get(name) or {}).get("config") or {})
 
 
+def run_finished(context: Any) -> Callable[[], bool]:
+    """A ``finished()`` for a stream a step of ``context``'s run starts: True once that run has
+    ended (or is gone), so that a stream whose run failed elsewhere stops."""
+    instance, run_id = context.instance, context.run_id
+
+    def finished() -> bool:
+        run = instance.get_run_by_id(run_id)
+        return run is None or run.is_finished
+
+    return finished
+
+
 class QuietLog:
     """The stage functions' log inside a stream: per-batch info lines dropped (its batches are
     many and small), warnings and errors kept."""

@@ -15,6 +15,7 @@ import dagster as dg
 import pyarrow as pa
 
 from ragsft_assets import recipes
+from ragsft_assets.defs import streaming as shared_streams
 from ragsft_assets.defs.metadata import funnel_metadata, model_metadata, table_metadata
 from ragsft_assets.defs.multihop import stream as streaming
 from ragsft_assets.defs.multihop.checks import invariant_check_results, invariant_check_specs
@@ -129,17 +130,7 @@ def question_drafts(
     prefetch = _start_prefetch(context, config, store, step, {"judge": judge, "annotator": annotator})
     if prefetch is not None:
         prefetch.wait_drafts()  # the drafts below then come from the cache
-    table, stats = generation.generate_drafts(
-        pairs,
-        by_id,
-        generator,
-        template,
-        recipe.drafts_per_pair,
-        params,
-        log=context.log,
-        max_words=recipe.answer_max_words,
-        max_chars=recipe.answer_max_chars,
-    )
+    table, stats = step.run(pairs, generator, context.log)
     streamed: dict[str, Any] = {}
     if prefetch is not None:
         if prefetch.cascade is None:  # nothing after the drafts streams: done with it here
@@ -352,12 +343,6 @@ def _prefetch(
         skipped = {"ablation_verdicts": why_not}
     if drafts is None and cascade is None:
         return why_not or "nothing to stream"
-    instance, run_id = context.instance, context.run_id
-
-    def finished() -> bool:
-        run = instance.get_run_by_id(run_id)
-        return run is None or run.is_finished
-
     prefetch = streaming.Prefetch(
         drafts=drafts,
         cascade=cascade,
@@ -368,7 +353,7 @@ def _prefetch(
         partition=partition,
         log=context.log,
         limit=config.stream_in_flight or streaming.in_flight(first),
-        finished=finished,
+        finished=shared_streams.run_finished(context),
     )
     prefetch.report.skipped.update(skipped)
     return prefetch

@@ -103,6 +103,20 @@ class DraftStep:
     max_words: int
     max_chars: int
 
+    def run(self, pairs: Sequence[generation.Pair], model: ChatModel, log: Any) -> tuple[pa.Table, Any]:
+        """``pairs``' drafts as ``question_drafts`` writes them, and the batch's stats."""
+        return generation.generate_drafts(
+            pairs,
+            self.docs,
+            model,
+            self.template,
+            self.per_pair,
+            self.params,
+            log=log,
+            max_words=self.max_words,
+            max_chars=self.max_chars,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class CapsStep:
@@ -342,17 +356,7 @@ class Prefetch(BackgroundStream[StreamReport]):
         found: list[Any] = []
         try:
             try:
-                table, _ = generation.generate_drafts(
-                    [pair],
-                    d.docs,
-                    self.flight(d.model),
-                    d.template,
-                    d.per_pair,
-                    d.params,
-                    log=self.quiet,
-                    max_words=d.max_words,
-                    max_chars=d.max_chars,
-                )
+                table, _ = d.run([pair], self.flight(d.model), self.quiet)
             finally:
                 drafted()
             if self._caps is not None and not self._halt.is_set():

@@ -230,12 +230,6 @@ def _start_stream(
         (generate_stage, recipe, config.seed),
         (judge_stage, verdicts_recipe, verdicts_config.seed),
     )
-    instance, run_id = context.instance, context.run_id
-
-    def finished() -> bool:
-        run = instance.get_run_by_id(run_id)
-        return run is None or run.is_finished
-
     prefetch = rag_stream.Prefetch(
         prompts=prompts,
         generator=generator,
@@ -244,9 +238,9 @@ def _start_stream(
         judge_examples=judge_examples,
         log=context.log,
         limit=config.stream_in_flight or streaming.in_flight(generator),
-        finished=finished,
+        finished=streaming.run_finished(context),
     ).start()
-    rag_stream.register(run_id, partition, chain, prefetch)
+    rag_stream.register(context.run_id, partition, chain, prefetch)
     context.log.info(
         f"stream: {len(prompts)} prompts through the generator and, as each answers, the verdict"
         f" judging, {prefetch.budget.limit} requests in flight at most; {chain} waits for it"
