@@ -60,7 +60,8 @@ class MultihopConfig(RecipeConfig):
     max_pairs: int | None = None
     max_judged: int | None = None  # per-stage limit on questions sent to the judge; None: no limit
     # search processes for distractors (forkserver, never fork); None: min(2, CPUs this process may
-    # use), the pool `ragsft bench distractors` times; the hits are the same for any value
+    # use; one fewer while a stream runs), the pool `ragsft bench distractors` times; the hits are
+    # the same for any value
     distractors_workers: int | None = None
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
     # question_drafts streams each pair in the background through its draft, its checks, the
@@ -69,7 +70,8 @@ class MultihopConfig(RecipeConfig):
     # streams the cascade and judges alone when the drafts did not). "auto" (the roles that have a
     # cache on an HTTP fleet), "on" (any cached role) or "off"
     stream: str = "off"
-    # requests the stream keeps in flight; None: the generator's per-URL limit times its URLs
+    # requests the stream keeps in flight; None: the generator's window ceiling (max_concurrency)
+    # times its URLs
     stream_in_flight: int | None = None
 
 
