@@ -147,6 +147,9 @@ def retry_after_s(value: str | None) -> float | None:
     return max(0.0, min(when.timestamp() - time.time(), MAX_RETRY_AFTER_S))
 
 
+_BATCH_DONE = object()  # what a batch's queue holds after its last answer
+
+
 @dataclass(slots=True)
 class _Url:
     """One base URL's slots and health, touched only from the backend's event loop."""
@@ -913,7 +916,7 @@ class OpenAIBackend:
         """Answer every request; ``on_result`` runs in the calling thread as each one ends."""
         if not requests:
             return TransportStats()
-        results: queue.SimpleQueue[tuple[int, Completion]] = queue.SimpleQueue()
+        results: queue.SimpleQueue[Any] = queue.SimpleQueue()  # (index, completion), then _BATCH_DONE
         kind = max(r.params.max_tokens for r in requests)  # the task, as a rule: same budget, same latency
         with self._lock:
             history = self._histories.setdefault(kind, _Latencies(STRAGGLER_HISTORY))
@@ -929,16 +932,18 @@ class OpenAIBackend:
             results.put((i, c))
 
         future = self._submit(self._run_many(len(requests), one, call))
+        # the batch's end comes through the queue too (after every answer it put): a caller waits
+        # without a timer. Polling every 0.5 s, a thousand streaming threads woke 2,000 times a
+        # second for the GIL and starved the stages' own thread
+        future.add_done_callback(lambda _f: results.put(_BATCH_DONE))
         reported = [False] * len(requests)
         left = len(requests)
         try:
             while left:
-                try:
-                    i, c = results.get(timeout=0.5)
-                except queue.Empty:
-                    if future.done():
-                        break
-                    continue
+                got = results.get()
+                if got is _BATCH_DONE:
+                    break
+                i, c = got
                 reported[i] = True
                 left -= 1
                 on_result(i, c)
@@ -949,7 +954,10 @@ class OpenAIBackend:
         if left:
             with contextlib.suppress(queue.Empty):
                 while True:
-                    i, c = results.get_nowait()
+                    got = results.get_nowait()
+                    if got is _BATCH_DONE:
+                        continue
+                    i, c = got
                     if not reported[i]:
                         reported[i], left = True, left - 1
                         on_result(i, c)
