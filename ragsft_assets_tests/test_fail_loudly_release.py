@@ -67,7 +67,9 @@ def test_a_failed_llm_stage_publishes_no_release(
         _role(monkeypatch, "generator", healthy.url)
         assert dg.materialize(
             [question_drafts],
-            resources={"store": store, "generator": llm_for_role("generator")},
+            # question_drafts also holds the judge and annotator roles (its stream, off here, sends
+            # the cascade and the judges' calls)
+            resources={"store": store, **{r: llm_for_role(r) for r in ("generator", "judge", "annotator")}},
             partition_key=PARTITION,
             instance=instance,
         ).success  # the judged stages' input

@@ -125,7 +125,9 @@ def test_no_credential_in_the_home_the_instance_or_stderr_after_failing_runs(
         _configure(monkeypatch, "generator", url, MAX_ERROR_SHARE="1")
         drafts = dg.materialize(
             [question_drafts],
-            resources={"store": store, "generator": llm_for_role("generator")},
+            # question_drafts also holds the judge and annotator roles (its stream, off here, sends
+            # the cascade and the judges' calls)
+            resources={"store": store, **{r: llm_for_role(r) for r in ("generator", "judge", "annotator")}},
             partition_key=PARTITION,
             instance=instance,
         )
