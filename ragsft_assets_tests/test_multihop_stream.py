@@ -135,6 +135,7 @@ def test_streamed_run_writes_what_the_stage_at_a_time_run_writes(runs):
     drafts_md = _metadata(result, "question_drafts")
     assert drafts_md["stream/pairs"] == md["stream/pairs"] > 4 and drafts_md["stream/in_flight"] == 4
     assert md["stream/questions"] > 4 and md["stream/failed"] == 0 and md["stream/calls"] > 0
+    assert "stream/stopped" not in md  # it ran to its end
     a, b = _files(plain), _files(streamed)
     assert sorted(a) == sorted(b)
     assert any(name.startswith("descriptor_check") for name in a)  # the chain's last judge wrote
@@ -395,3 +396,23 @@ def test_a_slow_draft_holds_only_the_questions_of_its_documents():
     waiting = 3 * len(pairs) - order.decided
     assert waiting >= 3  # the slow pair's own questions at least
     assert order.decided >= 0.9 * 3 * len(pairs)  # but nearly every other question went on
+
+
+def test_a_run_status_that_cannot_be_read_does_not_stop_the_stream(tmp_path, monkeypatch):
+    """The watcher reads the run's status from its own thread; an in-memory instance refuses that
+    (seen in CI under load: the stream stopped and the stages sent its calls). Not knowing is not
+    an ended run: the stream goes on."""
+    from ragsft_assets.defs import streaming as shared
+
+    monkeypatch.setattr(shared, "POLL_S", 0.02)
+
+    def unreadable() -> bool:
+        raise RuntimeError("SQLite objects created in a thread can only be used in that same thread")
+
+    prefetch, backend, pairs = _pairs_prefetch(tmp_path, finished=unreadable)
+    prefetch.start()
+    time.sleep(0.3)  # many polls, each failing
+    assert not prefetch.report.stopped
+    backend.gate.set()
+    report = prefetch.join()
+    assert not report.stopped and len(backend.sent) == len(pairs)  # every pair drafted

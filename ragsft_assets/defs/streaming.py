@@ -405,8 +405,11 @@ class BackgroundStream(Generic[ReportT]):
         while not self._halt.wait(POLL_S) and not self._joined:
             try:
                 ended = self.finished is not None and self.finished()
-            except Exception:  # the instance went away with its run
-                ended = True
+            except Exception:
+                # an instance this thread cannot read (an in-memory one, bound to the run's thread):
+                # not a sign the run ended. Stopping here once cut a live stream short under load;
+                # the stream then only runs to its end unwatched
+                ended = False
             if ended:
                 self.stop("its run ended")
                 return

@@ -154,6 +154,7 @@ class StreamReport(StreamCounts):
             "stream/speculative_calls": self.speculative_calls,
             "stream/cut_questions": self.cut,
             "stream/failed": self.failed,
+            **({"stream/stopped": self.stopped} if self.stopped else {}),
         }
 
 
