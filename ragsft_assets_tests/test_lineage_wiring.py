@@ -51,7 +51,14 @@ def _stage(deps: tuple[str, ...]) -> dg.AssetsDefinition:
 
 
 @pytest.mark.parametrize("declared", [True, False])
-def test_a_judged_stage_reads_its_deps_and_nothing_else(tmp_path: Path, declared: bool) -> None:
+def test_a_judged_stage_reads_its_deps_and_nothing_else(
+    tmp_path: Path, declared: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # judged_asset registers its stage by name (the multihop stream runs the registered stages):
+    # the test-only "first_hop" must not stay in place of the real one for later tests
+    from ragsft_assets.defs.multihop.judged import JUDGED_STAGES
+
+    monkeypatch.setitem(JUDGED_STAGES, "first_hop", JUDGED_STAGES["first_hop"])
     store = ArtifactStore(home=str(tmp_path))
     store.write(pa.table({"id": ["q1"], "question": ["Q ?"], "answer": ["A"]}), PARTITION, "question_drafts")
     asset = _stage(("question_drafts", "abstracts") if declared else ("abstracts",))
