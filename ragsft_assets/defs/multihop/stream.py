@@ -7,8 +7,8 @@ then its drafts' deterministic checks, then the ablation cascade (``ablations.ru
 every judge of the run downstream (``first_hop``, ``criteria_annotation``, ``bridge_judge``,
 ``language_judge``, ``publishability_score``, ``descriptor_check``: their ``JudgedStage.judge``)
 on the questions the stage before kept, each question on to its next call as soon as its own
-answer comes. Drafts go first (a draft waiting for a slot is served before any later call), so
-the draft phase ends as soon as stage at a time; the cascade and the judges then fill the fleet
+answer comes. Drafts go first (a draft task starts before any later stage's task), so the
+draft phase ends about as soon as stage at a time; the cascade and the judges then fill the fleet
 while ``question_drafts`` writes, and while ``question_checks`` and ``distractors`` run on the CPU.
 ``ablation_verdicts`` tells the prefetch which questions it judges (the caps and the distractor
 search drop a few: their calls still in line are not sent) and waits for it.
@@ -322,13 +322,11 @@ class Prefetch(BackgroundStream[StreamReport]):
         ``drafts`` table); returns at once."""
         if self.drafts is not None:
             self.report.pairs = len(self.drafts.pairs)
-            left = [len(self.drafts.pairs)]
 
             def drafted() -> None:
                 with self._lock:
-                    left[0] -= 1
                     self._drafts_done += 1
-                    done = left[0] <= 0
+                    done = self._drafts_done >= self.report.pairs
                 if done:
                     self.report.drafts_wall_s = time.monotonic() - self._started
                     self._drafted.set()
