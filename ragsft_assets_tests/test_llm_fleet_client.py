@@ -24,6 +24,7 @@ from ragsft_assets.llm.backends.openai_backend import (
     PROBE_HOLD_ANSWERS,
     OpenAIBackend,
     ServedModelError,
+    _HELD,
     _Fleet,
     retry_after_s,
 )
@@ -202,6 +203,91 @@ def test_a_429_while_ours_run_sets_the_window_to_what_runs_without_pausing() -> 
         u.outstanding = 1  # nothing else of ours runs there: a rate limit, so pause and halve
         assert not fleet.pushback(u, u.epoch, 2.0, 5.0)
         assert u.available_at == 7.0 and u.limit == pytest.approx(5.5, abs=0.05)
+
+    asyncio.run(scenario())
+
+
+def test_requests_waiting_in_line_sleep_until_a_slot_frees_or_a_pause_ends() -> None:
+    # A thousand requests in line (a stream, or a client over the gateway) must cost the loop
+    # nothing while they wait: each used to wake every second on its own timeout, half the HTTP
+    # loop's CPU in bench fleet. Now an answer, a grown window or the end of a pause wakes them.
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        fleet = _Fleet(["u"], cap=1, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        picks = 0
+        pick = fleet._pick
+
+        def counted(now: float, avoid: Any) -> Any:
+            nonlocal picks
+            picks += 1
+            return pick(now, avoid)
+
+        fleet._pick = counted  # type: ignore[method-assign]
+        first = await fleet.acquire()
+        waiting = [asyncio.ensure_future(fleet.acquire()) for _ in range(300)]
+        await asyncio.sleep(1.3)  # past the old per-waiter bound of 1 s
+        assert not any(w.done() for w in waiting)
+        assert picks <= 302  # each looked once when it came, none since
+        fleet.release(first)  # an answer: the head of the line gets the slot, in order
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert waiting[0].done() and not any(w.done() for w in waiting[1:])
+        waiting[1].cancel()  # a cancelled waiter leaves the line
+        await asyncio.sleep(0)
+        assert len(fleet.waiters) == 298
+        # A Retry-After pause with a free slot: the line moves when the pause ends, with no answer.
+        u = fleet.urls[0]
+        u.limit, u.available_at = 2.0, loop.time() + 0.3
+        fleet.wake()
+        fleet._arm(loop, loop.time())
+        t0 = loop.time()
+        while not waiting[2].done():
+            await asyncio.sleep(0.02)
+            assert loop.time() - t0 < 2.0, "the pause ended and nobody woke the line"
+        assert loop.time() - t0 >= 0.25
+        for w in waiting[3:]:
+            w.cancel()
+        await asyncio.gather(*waiting[3:], return_exceptions=True)
+        assert not fleet.waiters
+        fleet.release(waiting[0].result())
+        fleet.release(waiting[2].result())
+
+    asyncio.run(scenario())
+
+
+def test_a_server_full_of_our_other_roles_work_cuts_the_window_but_not_its_regrowth() -> None:
+    # A judge streaming behind the drafts meets a server the generator role fills. Halving per
+    # round trip, its window fell to one request and its slow-start threshold with it: once the
+    # drafts drained it grew by one per round trip (a minute of near-empty fleet in bench fleet).
+    async def scenario() -> None:
+        generator = _Fleet(["shared"], cap=128, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        judge = _Fleet(["shared"], cap=128, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        held = [await generator.acquire() for _ in range(100)]  # the generator fills the server
+        u = judge.urls[0]
+        try:
+            for now in range(20):  # the judge's lone probe, refused once a Retry-After
+                u.outstanding += 1
+                _HELD.add("shared", 1)
+                assert not judge.pushback(u, u.epoch, 1.0, float(now))
+                u.outstanding -= 1
+                _HELD.add("shared", -1)
+                assert u.available_at == now + 1.0  # it waits its Retry-After: no storm
+            assert u.limit == 1.0 and u.ssthresh >= 128.0
+            for g in held:  # the drafts drain
+                generator.release(g)
+            held = []
+            for _ in range(31):  # room again: slow start, +1 per answer (doubling per round trip)
+                judge.ok(u)
+            assert u.limit == 32.0
+            # With only its own requests there, a 429 is the capacity probe as before.
+            u.outstanding = 33
+            _HELD.add("shared", 33)
+            assert judge.pushback(u, u.epoch, 1.0, 30.0) and u.limit == 32.0 and u.ssthresh == 32.0
+            _HELD.add("shared", -33)
+        finally:
+            for g in held:
+                generator.release(g)
+        assert _HELD.get("shared") == 0
 
     asyncio.run(scenario())
 

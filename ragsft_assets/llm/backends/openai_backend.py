@@ -22,6 +22,14 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   by one per round trip (AIMD) up to ``concurrency`` (past it only while requests wait in line),
   so a provider's rate limit never turns into a retry storm. A 429 does not use up a request's
   ``max_retries`` (it is bounded apart).
+- Overload by our own other roles: each role has its own window, but the process counts its
+  requests in flight per URL over every role (``_HELD``). A 429 while other roles of this
+  process hold requests at that URL says the server is full of our own work, not that this role
+  sends too much: the window drops to what this role runs there (at least 1, the URL waiting its
+  ``Retry-After`` when that is none) and holds for ``PROBE_HOLD_ANSWERS`` answers, but its
+  slow-start threshold stays, so the window doubles back per round trip once the other roles'
+  work drains. (Halving per round trip instead, a judge streaming behind the drafts fell to one
+  request and then grew by one per round trip: a minute of near-empty fleet after the drafts.)
 - Failures (5xx, timeouts, resets, malformed bodies) are retried with exponential backoff and
   jitter, at most ``max_retries`` times per request, then the request ends with an ``error``
   result: every request ends with a result. A URL failing ``fail_threshold`` times in a row is
@@ -176,6 +184,24 @@ class _Url:
         return (1 if self.aside else max(1, int(self.limit))) - self.outstanding
 
 
+class _Held:
+    """This process's requests in flight per URL, every backend (role, event loop) together."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._n: dict[str, int] = {}
+
+    def add(self, url: str, n: int) -> None:
+        with self._lock:
+            self._n[url] = self._n.get(url, 0) + n
+
+    def get(self, url: str) -> int:
+        return self._n.get(url, 0)
+
+
+_HELD = _Held()
+
+
 class _Fleet:
     """Per-URL in-flight slots: least-outstanding choice, AIMD limits, cool-down of failing URLs."""
 
@@ -199,6 +225,8 @@ class _Fleet:
         self.set_asides = 0
         self.probed = 0  # 429s answered while ours ran there: the window was set to what ran
         self.dead = ""  # set once every URL kept failing for dead_after_s: why the fleet is down
+        self._timer: asyncio.TimerHandle | None = None  # wakes the line when a pause ends
+        self._timer_at = 0.0
 
     def capacity(self) -> int:
         """The most requests in flight over every URL (their ceilings: pools and gates must allow it)."""
@@ -215,7 +243,11 @@ class _Fleet:
         return best
 
     async def acquire(self, avoid: _Url | None = None) -> _Url:
-        """A slot on the best URL now, waiting (FIFO) while none has room or all are paused."""
+        """A slot on the best URL now, waiting (FIFO) while none has room or all are paused.
+
+        A waiter sleeps until an answer, a grown window or the end of a pause wakes it (one timer
+        for the earliest pause, not a timeout per waiter: with a thousand requests in line, a
+        bounded wait each woke the loop a thousand times a second and took half its CPU)."""
         loop = asyncio.get_running_loop()
         queued = False
         while True:
@@ -227,10 +259,8 @@ class _Fleet:
                 if u is not None:
                     u.outstanding += 1
                     u.hits += 1
+                    _HELD.add(u.url, 1)
                     return u
-            paused = [u.available_at for u in self.urls if u.available_at > now]
-            # A bounded wait as well as the wake-ups: a pause that ends frees a slot without an answer.
-            timeout = min([1.0, *(t - now for t in paused)])
             fut: asyncio.Future[None] = loop.create_future()
             if queued:
                 self.waiters.appendleft(fut)  # keep its place in line
@@ -238,13 +268,39 @@ class _Fleet:
                 self.waiters.append(fut)
                 self.wake()  # a slot may be free already (a limit that grew): serve the line in order
             queued = True
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(fut, max(timeout, 0.001))
-            if fut in self.waiters:
-                self.waiters.remove(fut)
+            self._arm(loop, now)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    self.wake()  # woken, then cancelled: the slot it was woken for goes to the next
+                else:
+                    with contextlib.suppress(ValueError):
+                        self.waiters.remove(fut)
+                raise
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, now: float) -> None:
+        """Wake the line when the earliest pause (a Retry-After, a cool-down) ends."""
+        paused = [u.available_at for u in self.urls if u.available_at > now]
+        if not paused:
+            return
+        at = min(paused)
+        if self._timer is not None and self._timer_at <= at and not self._timer.cancelled():
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = loop.call_at(at + 0.001, self._paused_ended)
+
+    def _paused_ended(self) -> None:
+        self._timer = None
+        self.wake()
+        if self.waiters:  # still paused elsewhere (or nothing free yet): the next pause's end
+            self._arm(asyncio.get_running_loop(), asyncio.get_running_loop().time())
 
     def release(self, u: _Url) -> None:
         u.outstanding -= 1
+        _HELD.add(u.url, -1)
         self.wake()
 
     def wake(self) -> None:
@@ -285,9 +341,22 @@ class _Fleet:
         one attempt per 40 + window is refused) and the URL is not paused,
         since each of our answers frees a slot there. With nothing of ours running (a rate limit,
         or a server full of other clients' work) the URL waits its ``Retry-After`` and the limit
-        halves, once per round trip.
+        halves, once per round trip. While other roles of this process hold requests there, the
+        server is full of our own work: the window drops to what this role runs (at least 1,
+        waiting the ``Retry-After`` when that is none) and its slow-start threshold stays at
+        least ``cap``, so it doubles back per round trip once their work drains.
         """
         held = u.outstanding - 1
+        if _HELD.get(u.url) - u.outstanding > 0:  # other roles of this process fill it
+            u.limit = max(1.0, min(u.limit, float(held)))
+            u.ssthresh = max(u.ssthresh, float(u.cap))  # room again: slow start, not one per round trip
+            u.full_at, u.hold = u.limit, (PROBE_HOLD_ANSWERS if held > 0 else 0)
+            if held > 0:
+                self.probed += 1
+                return True
+            if wait_s:
+                u.available_at = max(u.available_at, now + wait_s)
+            return False
         if held > 0:
             u.limit = max(1.0, min(u.limit, float(held)))
             u.ssthresh = u.limit  # from here additive: one more per round trip, after the hold
