@@ -21,10 +21,10 @@ import pytest
 from ragsft_assets.defs.resources import embedder_from_env, llm_for_role
 from ragsft_assets.llm.backends.base import Request
 from ragsft_assets.llm.backends.openai_backend import (
+    _HELD,
     PROBE_HOLD_ANSWERS,
     OpenAIBackend,
     ServedModelError,
-    _HELD,
     _Fleet,
     retry_after_s,
 )
