@@ -195,7 +195,7 @@ class _Gate(RoleBackend):
 
     def generate(self, requests: Sequence[Any], on_result: Callable[[int, Completion], None]) -> None:
         with self._lock:
-            self.started += 1
+            self.started += len(requests)  # requests, whatever batch they come in
         self.gate.wait(10)
         super().generate(requests, on_result)
 

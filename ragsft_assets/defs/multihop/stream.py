@@ -7,7 +7,10 @@ then its drafts' deterministic checks, then the ablation cascade (``ablations.ru
 every judge of the run downstream (``first_hop``, ``criteria_annotation``, ``bridge_judge``,
 ``language_judge``, ``publishability_score``, ``descriptor_check``: their ``JudgedStage.judge``)
 on the questions the stage before kept, each question on to its next call as soon as its own
-answer comes. Drafts go first (a draft task starts before any later stage's task), so the
+answer comes. Pairs and questions go in small batches (``BackgroundStream.batched``): a line's
+few workers each take every item waiting, up to 16, so a batch is one item while the stream keeps
+up and grows when items pile up (less CPU per request, a thread per batch, not per question;
+``defs/streaming.py`` says why). Drafts go first (a draft task starts before any later stage's task), so the
 draft phase ends about as soon as stage at a time; the cascade and the judges then fill the fleet
 while ``question_drafts`` writes, and while ``question_checks`` and ``distractors`` run on the CPU.
 ``ablation_verdicts`` tells the prefetch which questions it judges (the caps and the distractor
@@ -138,7 +141,9 @@ class StreamReport(StreamCounts):
     stages: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # judge -> why it does not stream
     drafts_wall_s: float = 0.0
-    speculative_calls: int = 0  # calls for questions the stage then did not judge
+    # calls for questions the stage then did not judge: an upper bound, since a batch's calls are
+    # not split by question (all count when one of its questions was not judged)
+    speculative_calls: int = 0
     cut: int = 0  # questions whose calls in line were not sent (not judged after all)
     speculative_ids: set[str] = field(default_factory=set)  # questions sent on, not judged after all
 
@@ -296,8 +301,11 @@ class Prefetch(BackgroundStream[StreamReport]):
     # -- per question ------------------------------------------------------------------------------
 
     def allowed(self, item: Any) -> bool:
+        """A question id, or a batch's (a tuple): whether any of them may still be sent."""
         allowed = self._allowed
-        return allowed is None or item in allowed
+        if allowed is None:
+            return True
+        return any(q in allowed for q in item) if isinstance(item, tuple) else item in allowed
 
     def counted(self, item: Any, calls: int) -> None:
         self._calls_of[item] = self._calls_of.get(item, 0) + calls
@@ -320,52 +328,57 @@ class Prefetch(BackgroundStream[StreamReport]):
     def start(self, items: Sequence[ablations.JudgeItem] = (), drafts: pa.Table | None = None) -> Prefetch:
         """Start drafting every pair (or, without drafts, chaining ``items``, whose rows are in the
         ``drafts`` table); returns at once."""
+        self.batched("draft", self._draft)
+        self.batched("chain", self._chain)
         if self.drafts is not None:
             self.report.pairs = len(self.drafts.pairs)
-
-            def drafted() -> None:
-                with self._lock:
-                    self._drafts_done += 1
-                    done = self._drafts_done >= self.report.pairs
-                if done:
-                    self.report.drafts_wall_s = time.monotonic() - self._started
-                    self._drafted.set()
-
             if not self.drafts.pairs:
-                drafted()
+                self._drafted_one(0)
             pairs = list(self.drafts.pairs)
             if self._caps is not None:  # the caps decide in their order: draft in it
                 pairs.sort(key=lambda p: self._caps.first_position[p.id])
             for pair in pairs:
-                self.submit("draft", self._draft, pair, drafted)
+                self.put("draft", pair)
         else:
             self._drafted.set()
             if self.cascade is not None and items:
                 if drafts is None:
                     raise ValueError("stream: questions to chain without their drafts table")
                 for item in sorted(items, key=lambda it: it.id):
-                    self.submit("chain", self._chain, item, drafts)
+                    self.put("chain", (item, drafts))
         self.watch()
         return self
 
-    def _draft(self, pair: generation.Pair, drafted: Callable[[], None]) -> None:
+    def _drafted_one(self, n: int) -> None:
+        with self._lock:
+            self._drafts_done += n
+            done = self._drafts_done >= self.report.pairs
+        if done:
+            self.report.drafts_wall_s = time.monotonic() - self._started
+            self._drafted.set()
+
+    def _draft(self, pairs: list[generation.Pair]) -> None:
+        """A batch of pairs: their draft calls, their checks, then the questions the caps now
+        decide go on (each pair's as :class:`_CapsOrder` allows)."""
         d = self.drafts
         assert d is not None
-        ids = [question_id(pair.a_id, pair.b_id, i) for i in range(d.per_pair)]
-        found: list[Any] = []
+        found: dict[tuple[str, str], list[Any]] = {}
         try:
             try:
-                table, _ = d.run([pair], self.flight(d.model), self.quiet)
+                table, _ = d.run(pairs, self.flight(d.model), self.quiet)
             finally:
-                drafted()
+                self._drafted_one(len(pairs))
             if self._caps is not None and not self._halt.is_set():
-                found = self._candidates(table)
+                for c in self._candidates(table):
+                    found.setdefault((c[0].a_id, c[0].b_id), []).append(c)
         finally:
-            # whatever happened, the pair is known now (a failure: no candidate), so the
-            # questions waiting on its documents go on
+            # whatever happened, the pairs are known now (a failure: no candidate), so the
+            # questions waiting on their documents go on
             if self._caps is not None and not self._halt.is_set():
-                for item, drafts_table in self._caps.add(ids, found):  # each question on its own
-                    self.submit("chain", self._chain, item, drafts_table)
+                for pair in pairs:
+                    ids = [question_id(pair.a_id, pair.b_id, i) for i in range(d.per_pair)]
+                    for item, drafts_table in self._caps.add(ids, found.get((pair.a_id, pair.b_id), [])):
+                        self.put("chain", (item, drafts_table))
 
     def _candidates(self, table: pa.Table) -> list[Any]:
         """The pair's drafts the checks keep, as caps candidates with their cascade items."""
@@ -390,17 +403,24 @@ class Prefetch(BackgroundStream[StreamReport]):
                 )
         return found
 
-    def _chain(self, item: ablations.JudgeItem, drafts: pa.Table) -> None:
+    def _chain(self, batch: list[tuple[ablations.JudgeItem, pa.Table]]) -> None:
+        """A batch of questions the caps kept: the cascade, then each judge on those it keeps."""
         assert self.cascade is not None and self._judge is not None
-        self.item = item.id
+        items = sorted((it for it, _ in batch if self.allowed(it.id)), key=lambda it: it.id)
+        if not items:
+            return
+        self.item = tuple(it.id for it in items)
         with self._lock:
-            self.report.questions += 1
-            self._chained.add(item.id)
+            self.report.questions += len(items)
+            self._chained.update(it.id for it in items)
         self.raise_if_stopped()
-        result = self.cascade([item], self.flight(self._judge), self.quiet)
-        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept")
+        result = self.cascade(items, self.flight(self._judge), self.quiet)
+        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept" and self.allowed(q))
         if not kept or not self.stages:
             return
+        self.item = tuple(kept)
+        tables_of = list({id(t): t for _, t in batch}.values())  # a pair's drafts, or the whole table
+        drafts = tables_of[0] if len(tables_of) == 1 else pa.concat_tables(tables_of)
         d = drafts.filter(pc.is_in(drafts["id"], value_set=pa.array(kept)))
         rows = d.select(["id", "question", "answer", "split", "a_id", "b_id"]).to_pylist()
         ids = sorted({r[k] for r in rows for k in ("a_id", "b_id")})
@@ -414,7 +434,7 @@ class Prefetch(BackgroundStream[StreamReport]):
         store = _Tables(tables)
         for s in self.stages:
             call = JudgeCall(
-                store=store,  # type: ignore[arg-type]  # a TableReader over the question's tables
+                store=store,  # type: ignore[arg-type]  # a TableReader over the batch's tables
                 partition=self.partition,
                 recipe=s.recipe,
                 config=s.config,
@@ -442,7 +462,12 @@ class Prefetch(BackgroundStream[StreamReport]):
         allowed = self._allowed
         with self._lock:
             if allowed is not None:
-                report.speculative_calls = sum(n for q, n in self._calls_of.items() if q not in allowed)
+                # a batch's calls are not split by question: all count when one was not judged
+                report.speculative_calls = sum(
+                    n
+                    for q, n in self._calls_of.items()
+                    if any(x not in allowed for x in (q if isinstance(q, tuple) else (q,)))
+                )
                 report.speculative_ids = self._chained - allowed
                 report.cut = len(report.speculative_ids)
         return report
