@@ -114,14 +114,16 @@ def test_a_failed_call_in_the_stream_costs_time_not_output(runs, tmp_path):
     (plain_home, _, plain, plain_sent), _ = runs
     result, store, backends = _run(tmp_path, "on", fail=("generator", "judge"))
     md = _metadata(result, "rag_verdicts")
-    assert md["stream/failed"] == 2  # one example's generator call, another's judge call
+    assert md["stream/failed"] == 2  # one batch's generator call, another's judge call
     assert _files(store) == _files(plain)
     assert _cache(tmp_path) == _cache(plain_home)
     for role in ("generator", "judge"):
         assert _sent(backends[role]) == _sent(plain_sent[role]), role
         # the failed calls were sent by the stages, after the stream
         assert _threads(backends[role]) == {"ragsft-stream", "MainThread"}, role
-    assert _metadata(result, "rag_responses")["llm/calls"] == 1
+    # the failed batch's prompts (every prompt waiting when it started, up to 16): not all of them
+    failed_batch = _metadata(result, "rag_responses")["llm/calls"]
+    assert 1 <= failed_batch <= min(16, md["stream/prompts"])
 
 
 def _http(server: FakeOpenAI) -> OpenAIBackend:

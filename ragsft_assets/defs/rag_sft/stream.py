@@ -4,15 +4,16 @@ Stage at a time, ``rag_responses`` sends every prompt's generator call as one ba
 ``rag_verdicts`` judges every response as another: the fleet idles at the generator batch's tail
 (its slowest calls), while ``rag_responses`` writes and between the two steps. Here
 ``rag_responses`` starts a :class:`Prefetch` in the background: per prompt, its generator call
-(the stage's own ``generate_stage`` on that one prompt) and, as soon as it answers, that example's
-verdict judging (``judge_stage`` on that one example, under ``rag_verdicts``' own config): the
+(the stage's own ``generate_stage`` on a small batch of prompts: every prompt waiting, up to 16,
+``BackgroundStream.batched``) and, as soon as they answer, those examples' verdict judging
+(``judge_stage`` on them, under ``rag_verdicts``' own config): the
 deterministic checks, then the factual, refusal or language judges it needs. ``rag_responses``
 waits for the generator calls, then runs as before and reads them from the cache;
 ``rag_verdicts`` waits for the judges, then runs as before and reads its calls from the cache.
 
 A call's cache key is its own request (messages, sampling, schema, template version), whatever
-batch it goes in: ``judge_examples`` on one example sends exactly the requests it sends for that
-example in the whole batch, and ``generate_responses`` on one prompt sends that prompt's request
+batch it goes in: ``judge_examples`` on some examples sends exactly the requests it sends for them
+in the whole batch, and ``generate_responses`` on some prompts sends their requests
 when every prompt has one language (the batch's template version is its first prompt's; a mixed
 batch does not stream). So every file, ledger row and cache entry is the stage-at-a-time run's, a
 crash resumes from the cache, nothing is speculative (every example streamed is one the stage
@@ -104,20 +105,21 @@ class Prefetch(BackgroundStream[StreamReport]):
         self._generator = self.flight(generator)
         self._judge = self.flight(judge) if judge is not None and judge_examples is not None else None
 
-    def _example(self, p: RagPrompt) -> None:
+    def _examples(self, prompts: list[RagPrompt]) -> None:
+        """A batch of prompts: their generator calls, then those examples' verdict judging."""
         try:
-            table = self.generate([p], self._generator, self.quiet)
+            table = self.generate(prompts, self._generator, self.quiet)
         finally:
-            self._generated_one()
+            self._generated_some(len(prompts))
         if self._judge is not None and self.judge_examples is not None:
             self.raise_if_stopped()
-            self.judge_examples(table, [p], self._judge, self.quiet)
+            self.judge_examples(table, prompts, self._judge, self.quiet)
             with self._lock:
-                self.report.judged += 1
+                self.report.judged += len(prompts)
 
-    def _generated_one(self) -> None:
+    def _generated_some(self, n: int) -> None:
         with self._lock:
-            self._left -= 1
+            self._left -= n
             done = self._left <= 0
         if done:
             self.report.generated_wall_s = time.monotonic() - self._started
@@ -140,8 +142,9 @@ class Prefetch(BackgroundStream[StreamReport]):
         """Put every prompt in line (by id); returns at once."""
         if not self.prompts:
             self._generated.set()
+        self.batched("example", self._examples)
         for p in self.prompts:
-            self.submit("example", self._example, p)
+            self.put("example", p)
         self.watch()
         return self
 
