@@ -350,7 +350,7 @@ class _Fleet:
         if _HELD.get(u.url) - u.outstanding > 0:  # other roles of this process fill it
             u.limit = max(1.0, min(u.limit, float(held)))
             u.ssthresh = max(u.ssthresh, float(u.cap))  # room again: slow start, not one per round trip
-            u.full_at, u.hold = u.limit, (PROBE_HOLD_ANSWERS if held > 0 else 0)
+            u.full_at, u.hold = u.limit, held  # a round trip of its own answers, then slow start
             if held > 0:
                 self.probed += 1
                 return True
