@@ -14,7 +14,7 @@ repeats nothing, at production volume. In one run:
    configs) then ``rag_sft_job``, materialized in this process with every LLM role on the real
    ``openai`` backend pointed at the fleet, a fresh LLM cache. ``stream`` is
    ``question_drafts``' setting: ``auto`` streams each pair from its draft through the cascade and
-   the judges after it, question by question (``defs/multihop/stream.py``), ``off`` runs them
+   the judges after it, in small batches of ready questions (``defs/multihop/stream.py``), ``off`` runs them
    stage at a time (the baseline).
 
 Closing line (``bench=fleet ...``), ending with ``regime``, ``utilization_e2e``, ``lost``,

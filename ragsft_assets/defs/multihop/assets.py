@@ -65,7 +65,7 @@ class MultihopConfig(RecipeConfig):
     distractors_workers: int | None = None
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
     # question_drafts streams each pair in the background through its draft, its checks, the
-    # ablation cascade and the judges after it, question by question, to fill the LLM cache the
+    # ablation cascade and the judges after it, in small batches of ready items, to fill the LLM cache the
     # stages then read (defs/multihop/stream.py); ablation_verdicts waits for it (its own setting
     # streams the cascade and judges alone when the drafts did not). "auto" (the roles that have a
     # cache on an HTTP fleet), "on" (any cached role) or "off"
@@ -379,7 +379,7 @@ def _start_prefetch(
         streaming.register(context.run_id, context.partition_key, prefetch)
     context.log.info(
         f"stream: {len(drafts.pairs)} pairs drafted, checked and sent on through the cascade and"
-        f" {len(prefetch.stages)} judge(s) question by question, {prefetch.budget.limit} requests"
+        f" {len(prefetch.stages)} judge(s) in small batches of ready questions, {prefetch.budget.limit} requests"
         " in flight at most; ablation_verdicts waits for it"
     )
     return prefetch

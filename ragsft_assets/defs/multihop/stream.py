@@ -1,4 +1,4 @@
-"""The multihop chain streamed question by question, from the drafts to the last judge.
+"""The multihop chain streamed from the drafts to the last judge, in small batches of ready items.
 
 Stage at a time, the fleet idles at every stage's tail (its slowest call), between the cascade's
 rounds and during the CPU stages between them (checks, distractor search, caps). Here

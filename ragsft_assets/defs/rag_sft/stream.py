@@ -1,4 +1,4 @@
-"""The rag_sft chain streamed example by example: its generator call, then its verdict judging.
+"""The rag_sft chain streamed in small batches: the generator calls, then the verdict judging.
 
 Stage at a time, ``rag_responses`` sends every prompt's generator call as one batch, then
 ``rag_verdicts`` judges every response as another: the fleet idles at the generator batch's tail
