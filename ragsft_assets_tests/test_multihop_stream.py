@@ -1,7 +1,7 @@
 """The streamed multihop chain (``defs/multihop/stream.py``) against the stage-at-a-time run.
 
 ``question_drafts`` streams each pair through its draft, checks, the cascade and the judges after
-it, question by question, to fill the LLM cache; the stages then read their calls from it. Every
+it, in small batches of ready items, to fill the LLM cache; the stages then read their calls from it. Every
 asset file, ledger and cache entry must be the stage-at-a-time run's, with the same requests sent,
 each once; the only extra calls are the speculative ones (questions the caps then dropped).
 """
@@ -271,6 +271,41 @@ def test_the_budget_holds_its_limit_and_a_release_lets_the_next_in():
     for t in waiting:
         t.join(5)
     assert sorted(order) == ["call0", "call1", "call2"] and budget.used == 1
+
+
+def test_a_batched_line_takes_what_waits_up_to_a_batch_in_few_workers():
+    # A thread and an HTTP batch per question cost 5-6 ms of client CPU per request and a thread per
+    # question in flight (2.3 GB): a batched line's workers each take every item waiting.
+    from ragsft_assets.defs import streaming as shared
+
+    class _Lines(shared.BackgroundStream[shared.StreamCounts]):
+        def progress(self) -> str:
+            return "lines"
+
+    stream = _Lines(shared.StreamCounts(), lines=("x",), log=logging.getLogger("t"), limit=32)
+    gate, batches, busy, most = threading.Event(), [], [0], [0]
+    lock = threading.Lock()
+
+    def work(items: list[int]) -> None:
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        gate.wait(10)
+        with lock:
+            busy[0] -= 1
+            batches.append(list(items))
+
+    stream.batched("x", work, items=8)  # workers: max(4, 2 x 32 / 8) = 8
+    for i in range(200):
+        stream.put("x", i)
+    time.sleep(0.2)
+    gate.set()
+    stream.join()
+    assert sorted(i for b in batches for i in b) == list(range(200))  # each item once
+    assert max(len(b) for b in batches) == 8  # never more than a batch
+    assert most[0] <= 8  # never more workers than the line's
+    assert len(batches) <= 200 // 8 + 8  # items that piled up went together
+    assert sum(len(b) == 8 for b in batches) >= 15
 
 
 def test_auto_streams_only_cached_roles_on_an_http_fleet(tmp_path):
