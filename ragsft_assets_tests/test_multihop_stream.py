@@ -308,6 +308,21 @@ def test_a_batched_line_takes_what_waits_up_to_a_batch_in_few_workers():
     assert sum(len(b) == 8 for b in batches) >= 15
 
 
+def test_a_stream_keeps_twice_the_roles_window_in_flight():
+    # A batch holds its share of the budget until its slowest call answers: at exactly the window
+    # (bench fleet, client at half the slots) the answered calls' slots stayed empty meanwhile.
+    from ragsft_assets.defs import streaming as shared
+
+    class _Http:
+        base_urls = ["http://a/v1", "http://b/v1"]
+
+        def window_ceiling(self) -> int:
+            return 128
+
+    assert shared.in_flight(_Http()) == 2 * 128 * 2
+    assert shared.in_flight(object()) == shared.IN_FLIGHT  # no per-URL limit: the default
+
+
 def test_auto_streams_only_cached_roles_on_an_http_fleet(tmp_path):
     double = ScriptedChatModel(mh.judge_responder)
     assert streaming.usable(double, "auto") == "model without a cache on an HTTP backend"

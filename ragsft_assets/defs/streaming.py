@@ -91,14 +91,16 @@ def usable(model: Any, mode: str) -> str | None:
 
 
 def in_flight(model: Any) -> int:
-    """Requests a stream keeps in flight for ``model``: an HTTP role's most in flight over its
-    URLs (its window's ceiling, ``LLMResource.window_ceiling``, as it probes past
-    ``concurrency``), else :data:`IN_FLIGHT`."""
+    """Requests a stream keeps in flight for ``model``: twice an HTTP role's most in flight over
+    its URLs (its window's ceiling, ``LLMResource.window_ceiling``, as it probes past
+    ``concurrency``), else :data:`IN_FLIGHT`. Twice, because a batch holds its share until its
+    slowest call answers: at exactly the ceiling, the slots of a batch's answered calls stayed
+    empty while it waited (the client's own window still bounds what reaches a server)."""
     urls = getattr(model, "base_urls", None) or []
     ceiling = getattr(model, "window_ceiling", None)
     per_url = ceiling() if callable(ceiling) else getattr(model, "concurrency", None)
     if isinstance(per_url, int) and per_url > 0 and urls:
-        return per_url * len(urls)
+        return 2 * per_url * len(urls)
     return IN_FLIGHT
 
 

@@ -70,8 +70,8 @@ class MultihopConfig(RecipeConfig):
     # streams the cascade and judges alone when the drafts did not). "auto" (the roles that have a
     # cache on an HTTP fleet), "on" (any cached role) or "off"
     stream: str = "off"
-    # requests the stream keeps in flight; None: the generator's window ceiling (max_concurrency)
-    # times its URLs
+    # requests the stream keeps in flight; None: twice the generator's window ceiling
+    # (max_concurrency) times its URLs
     stream_in_flight: int | None = None
 
 

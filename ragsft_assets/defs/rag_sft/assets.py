@@ -86,7 +86,7 @@ class RagSftConfig(dg.Config):
     # cache both stages then read (defs/rag_sft/stream.py); rag_verdicts waits for it. "auto" (both
     # roles have a cache on an HTTP fleet), "on" (both have a cache) or "off"
     stream: str = "off"
-    # requests the stream keeps in flight; None: the generator's per-URL limit times its URLs
+    # requests the stream keeps in flight; None: twice the generator's window ceiling times its URLs
     stream_in_flight: int | None = None
 
 
