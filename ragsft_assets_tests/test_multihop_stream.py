@@ -308,6 +308,42 @@ def test_a_batched_line_takes_what_waits_up_to_a_batch_in_few_workers():
     assert sum(len(b) == 8 for b in batches) >= 15
 
 
+def test_a_later_batched_line_waits_while_an_earlier_line_has_items_waiting():
+    # Drafts first: the CPU stages after the drafts (checks, distractor search) then run while the
+    # cascade and judges still fill the fleet, not at the stream's end.
+    from ragsft_assets.defs import streaming as shared
+
+    class _Lines(shared.BackgroundStream[shared.StreamCounts]):
+        def progress(self) -> str:
+            return "lines"
+
+    stream = _Lines(shared.StreamCounts(), lines=("a", "b"), log=logging.getLogger("t"), limit=8)
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def work_a(items: list[int]) -> None:
+        time.sleep(0.01)
+        with lock:
+            order.extend("a" for _ in items)
+        for i in items:
+            stream.put("b", i)  # each a item makes a b item, as a draft makes questions
+
+    def work_b(items: list[int]) -> None:
+        with lock:
+            order.extend("b" for _ in items)
+
+    stream.batched("a", work_a, items=4)
+    stream.batched("b", work_b, items=4)
+    for i in range(200):
+        stream.put("a", i)
+    stream.join()
+    assert order.count("a") == order.count("b") == 200  # nothing stranded
+    # no b batch started while a items waited in line: only the a batches already running
+    # when the last a items were taken finish after the first b
+    first_b = order.index("b")
+    assert order[:first_b].count("a") >= 200 - 4 * stream._batches["a"].workers
+
+
 def test_a_stream_keeps_twice_the_roles_window_in_flight():
     # A batch holds its share of the budget until its slowest call answers: at exactly the window
     # (bench fleet, client at half the slots) the answered calls' slots stayed empty meanwhile.

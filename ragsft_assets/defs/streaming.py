@@ -368,32 +368,55 @@ class BackgroundStream(Generic[ReportT]):
 
     def put(self, line: str, item: Any) -> None:
         """Put ``item`` in batched ``line``: a worker of the line takes it with every item waiting
-        (up to the batch); a worker is started when the line has fewer than its workers."""
+        (up to the batch); a worker is started when the line has fewer than its workers and no
+        earlier line has items waiting (earlier lines go first, as with :meth:`submit`)."""
         b = self._batches[line]
         with self._lock:
             if self._halt.is_set():
                 return
             b.items.append(item)
             self._pending += 1
-            if b.active >= b.workers:
-                return
+            self._start(line, 1)
+        self._feed()
+
+    def _earlier_waiting(self, line: str) -> bool:
+        for k in self._order:
+            if k == line:
+                return False
+            if self._lines[k] or (k in self._batches and self._batches[k].items):
+                return True
+        return False
+
+    def _start(self, line: str, n: int) -> None:
+        """Up to ``n`` more workers for batched ``line`` (under the lock)."""
+        b = self._batches[line]
+        while n > 0 and b.items and b.active < b.workers and not self._earlier_waiting(line):
             b.active += 1
             self._pending += 1
             self._lines[line].append((self._drain, (line,)))
-        self._feed()
+            n -= 1
 
     def _drain(self, line: str) -> None:
         """One batch of ``line``: every item waiting, up to the batch; then the worker goes back in
-        line (so earlier lines keep their turn) while items wait, or ends."""
+        line while items wait, or ends. A worker whose earlier lines have items waiting takes
+        nothing and ends: the earlier line starts it again once its own items are all taken."""
         b = self._batches[line]
         with self._lock:
-            taken = [b.items.popleft() for _ in range(min(b.size, len(b.items)))]
+            if self._earlier_waiting(line):
+                taken: list[Any] = []
+            else:
+                taken = [b.items.popleft() for _ in range(min(b.size, len(b.items)))]
+                if not b.items:  # all taken: the later lines' turn (drafts first, then the rest)
+                    later = self._order[self._order.index(line) + 1 :]
+                    for k in later:
+                        if k in self._batches:
+                            self._start(k, -(-len(self._batches[k].items) // self._batches[k].size))
         try:
             if taken and not self._halt.is_set():
                 b.fn(taken)
         finally:
             with self._lock:
-                if b.items and not self._halt.is_set():
+                if b.items and not self._halt.is_set() and not self._earlier_waiting(line):
                     self._pending += 1
                     self._lines[line].append((self._drain, (line,)))
                 else:
