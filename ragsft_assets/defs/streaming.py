@@ -287,8 +287,9 @@ class BackgroundStream(Generic[ReportT]):
     """Tasks in named lines (served in ``lines``' order), run in one pool of threads, at most
     :meth:`tasks_cap` at once; every model call through one :class:`Budget` (``limit`` requests
     in flight) and :class:`SingleFlight` (:meth:`flight`). ``finished()``: True once the run that
-    started it has ended (it then stops). Subclasses put tasks in line (:meth:`submit`), say how
-    far they are (:meth:`progress`) and may refuse an item's calls (:meth:`allowed`)."""
+    started it has ended (it then stops). Subclasses make their lines batched (:meth:`batched`),
+    put items in them (:meth:`put`), say how far they are (:meth:`progress`) and may refuse an
+    item's calls (:meth:`allowed`)."""
 
     def __init__(
         self,
@@ -350,15 +351,6 @@ class BackgroundStream(Generic[ReportT]):
     def counted(self, item: Hashable, calls: int) -> None:
         """``calls`` sent for ``item`` (a subclass keeps them per item)."""
 
-    def submit(self, line: str, fn: Callable[..., None], *args: Any) -> None:
-        """Put a task in its line; it runs when a thread is free under :meth:`tasks_cap`."""
-        with self._lock:
-            if self._halt.is_set():
-                return
-            self._pending += 1
-            self._lines[line].append((fn, args))
-        self._feed()
-
     def batched(self, line: str, fn: Callable[[list[Any]], None], items: int = BATCH_ITEMS) -> None:
         """Make ``line`` a batched line: :meth:`put` items in it and ``fn`` runs on lists of them,
         at most ``items`` each (and no more than the requests in flight), in at most
@@ -369,7 +361,7 @@ class BackgroundStream(Generic[ReportT]):
     def put(self, line: str, item: Any) -> None:
         """Put ``item`` in batched ``line``: a worker of the line takes it with every item waiting
         (up to the batch); a worker is started when the line has fewer than its workers and no
-        earlier line has items waiting (earlier lines go first, as with :meth:`submit`)."""
+        earlier line has items waiting (earlier lines go first)."""
         b = self._batches[line]
         with self._lock:
             if self._halt.is_set():
