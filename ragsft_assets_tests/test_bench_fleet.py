@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -265,6 +266,37 @@ def test_a_stalled_request_is_aborted_when_its_client_times_out() -> None:
         s = f.stats()
     assert s["aborted"] == 1 and s["in_flight"] == 0 and s["ok"] == 0
     assert s["slot_seconds"] < 1.0  # held until the client went away, not for the stall's 2.5 s
+
+
+def test_an_answer_ready_as_its_client_hangs_up_is_not_an_answer() -> None:
+    # A straggler cut (or a timeout) racing the answer: the fleet has it ready just as the client
+    # closes the connection. It never reaches the client, which sends the request again; counting
+    # it as answered made that retry a "duplicate" (1 in 84,000 requests at 20,000 pairs, under).
+    import asyncio
+
+    from ragsft_assets.bench.fleet_sim import _Fleet
+
+    async def scenario() -> tuple[Any, dict[str, Any]]:
+        fleet = _Fleet({"replicas": 1, "slots": 4, "error_rate": 0.0, "time_scale": 1e-6, "jitter": 0.0})
+        body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4})
+        ready = asyncio.Event()
+
+        class _Closed:
+            async def read(self, n: int) -> bytes:
+                await ready.wait()
+                return b""  # the client hung up as the answer became ready
+
+        async def answered_at_once() -> Any:
+            reply = await fleet.complete(0, body, True)
+            ready.set()
+            return reply
+
+        reply = await fleet._watched(answered_at_once(), _Closed())
+        return reply, fleet.stats()
+
+    reply, s = asyncio.run(scenario())
+    assert reply is not None and not isinstance(reply, tuple)  # nothing to write: the client left
+    assert s["hung_up"] == 1 and s["ok"] == 0 and s["distinct_ok"] == 0 and s["duplicated"] == 0
 
 
 def test_every_cached_answer_is_checked_against_its_own_request(tmp_path: Path) -> None:

@@ -42,6 +42,9 @@ Closing line (``bench=fleet ...``), ending with ``regime``, ``utilization_e2e``,
   ``duplicated``: 200 answers beyond the first to one body (a request sent again after it was
   answered), plus bodies held by two entries. Bar: both 0, and ``swapped`` 0.
 - ``gave_up``: results the client ended as ``error`` (the stages' ``*/errors`` metadata).
+- ``hung_up``: answers the fleet had ready just as their client hung up (a straggler cut or a
+  timeout racing the answer): never delivered, so not answers, and the client's retry of the
+  request is not a duplicate; ``aborted`` counts the sequences stopped before their answer.
 
 Latencies default to a 24B-35B model on one GPU per replica under full batching: 500 prompt
 tokens/s prefill and 30 tokens/s decode per sequence (an ablation call about 1.5 s, a draft
@@ -359,6 +362,7 @@ def run(
         "rejected_share_steady": round(steady, 4),
         "e2e_wall_s": round(stats["e2e_wall_s"], 1),
         "aborted": stats["aborted"],
+        "hung_up": stats.get("hung_up", 0),
         "utilization": round(stats["utilization"], 3),
         "max_in_flight": stats["max_in_flight"],
         "slots": stats["slots"],

@@ -503,6 +503,10 @@ class _Fleet:
         self.slot_seconds = 0.0
         self.attempts_by_body: dict[bytes, int] = {}
         self.ok_bodies: dict[bytes, int] = {}
+        # answers computed while their client may be gone: (body digest, stage) per handler task,
+        # taken back when the connection turns out closed (``_watched``)
+        self._unsent: dict[Any, tuple[bytes, Any]] = {}
+        self.hung_up = 0  # answers ready after their client had hung up: not delivered, not counted
         self.stages: dict[str, _Stage] = {}
         self.occupied: list[float] = []  # busy slot-seconds per OCCUPANCY_S window since the reset
 
@@ -532,6 +536,7 @@ class _Fleet:
         return {
             **c,
             "aborted": self.aborted,
+            "hung_up": self.hung_up,
             "first_s": round(self.first or 0.0, 3),
             "last_s": round(self.last or 0.0, 3),
             "e2e_wall_s": round(e2e, 3),
@@ -616,12 +621,27 @@ class _Fleet:
         try:
             await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            closed = gone.done() and not gone.cancelled()  # the client hung up (read before the cancel)
             if not gone.done():
                 gone.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await gone  # its reader wait must end before the next request is read
-        if task.done():
+        unsent = self._unsent.pop(task, None)
+        if task.done() and not closed:
             return task.result()
+        if task.done():
+            # ready as the client hung up (its straggler cut or timeout): the answer never reaches
+            # it and the client sends the request again, so it is not an answer (nor a duplicate
+            # when the retry is answered); the slot was busy all the same
+            if unsent is not None and self.ok_bodies.get(unsent[0]):  # (not one from before a reset)
+                digest, st = unsent
+                self.counts["ok"] -= 1
+                st.ok -= 1
+                self.ok_bodies[digest] -= 1
+                if not self.ok_bodies[digest]:
+                    del self.ok_bodies[digest]
+                self.hung_up += 1
+            return _GONE
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -724,6 +744,9 @@ class _Fleet:
         st.completion_tokens += completion_tokens
         c["ok"] += 1
         self.ok_bodies[digest] = self.ok_bodies.get(digest, 0) + 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._unsent[task] = (digest, st)
         self.answers[digest] = hashlib.sha256(text.encode()).hexdigest()
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
