@@ -6,12 +6,12 @@ rounds and during the CPU stages between them (checks, distractor search, caps).
 then its drafts' deterministic checks, then the ablation cascade (``ablations.run_cascade``) and
 every judge of the run downstream (``first_hop``, ``criteria_annotation``, ``bridge_judge``,
 ``language_judge``, ``publishability_score``, ``descriptor_check``: their ``JudgedStage.judge``)
-on the questions the stage before kept, each question on to its next call as soon as its own
-answer comes. Pairs and questions go in small batches (``BackgroundStream.batched``): a line's
+on the questions the stage before kept, each batch on to its next call as soon as its own
+answers come. Pairs and questions go in small batches (``BackgroundStream.batched``): a line's
 few workers each take every item waiting, up to 16, so a batch is one item while the stream keeps
 up and grows when items pile up (less CPU per request, a thread per batch, not per question;
-``defs/streaming.py`` says why). Drafts go first (a draft task starts before any later stage's task), so the
-draft phase ends about as soon as stage at a time; the cascade and the judges then fill the fleet
+``defs/streaming.py`` says why). Drafts go first (the chain's workers start once every pair is
+taken), so the draft phase ends about as soon as stage at a time; the cascade and the judges then fill the fleet
 while ``question_drafts`` writes, and while ``question_checks`` and ``distractors`` run on the CPU.
 ``ablation_verdicts`` tells the prefetch which questions it judges (the caps and the distractor
 search drop a few: their calls still in line are not sent) and waits for it.
@@ -286,7 +286,7 @@ class Prefetch(BackgroundStream[StreamReport]):
         self.abstracts, self.partition = abstracts, partition
         self._allowed: set[str] | None = None
         self._drafted = threading.Event()
-        self._calls_of: dict[str, int] = {}
+        self._calls_of: dict[tuple[str, ...], int] = {}  # a batch's question ids -> its calls
         self._chained: set[str] = set()
         self._drafts_done = 0
         self._doc_rows = _index(abstracts, "id")
@@ -301,11 +301,12 @@ class Prefetch(BackgroundStream[StreamReport]):
     # -- per question ------------------------------------------------------------------------------
 
     def allowed(self, item: Any) -> bool:
-        """A question id, or a batch's (a tuple): whether any of them may still be sent."""
+        """``item``: a batch's question ids (a tuple); whether any of them may still be sent."""
+        return any(self._judged(q) for q in item)
+
+    def _judged(self, qid: str) -> bool:
         allowed = self._allowed
-        if allowed is None:
-            return True
-        return any(q in allowed for q in item) if isinstance(item, tuple) else item in allowed
+        return allowed is None or qid in allowed
 
     def counted(self, item: Any, calls: int) -> None:
         self._calls_of[item] = self._calls_of.get(item, 0) + calls
@@ -406,7 +407,7 @@ class Prefetch(BackgroundStream[StreamReport]):
     def _chain(self, batch: list[tuple[ablations.JudgeItem, pa.Table]]) -> None:
         """A batch of questions the caps kept: the cascade, then each judge on those it keeps."""
         assert self.cascade is not None and self._judge is not None
-        items = sorted((it for it, _ in batch if self.allowed(it.id)), key=lambda it: it.id)
+        items = sorted((it for it, _ in batch if self._judged(it.id)), key=lambda it: it.id)
         if not items:
             return
         self.item = tuple(it.id for it in items)
@@ -415,7 +416,7 @@ class Prefetch(BackgroundStream[StreamReport]):
             self._chained.update(it.id for it in items)
         self.raise_if_stopped()
         result = self.cascade(items, self.flight(self._judge), self.quiet)
-        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept" and self.allowed(q))
+        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept" and self._judged(q))
         if not kept or not self.stages:
             return
         self.item = tuple(kept)
@@ -464,9 +465,7 @@ class Prefetch(BackgroundStream[StreamReport]):
             if allowed is not None:
                 # a batch's calls are not split by question: all count when one was not judged
                 report.speculative_calls = sum(
-                    n
-                    for q, n in self._calls_of.items()
-                    if any(x not in allowed for x in (q if isinstance(q, tuple) else (q,)))
+                    n for batch, n in self._calls_of.items() if any(q not in allowed for q in batch)
                 )
                 report.speculative_ids = self._chained - allowed
                 report.cut = len(report.speculative_ids)

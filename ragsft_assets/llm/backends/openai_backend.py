@@ -26,7 +26,7 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   requests in flight per URL over every role (``_HELD``). A 429 while other roles of this
   process hold requests at that URL says the server is full of our own work, not that this role
   sends too much: the window drops to what this role runs there (at least 1, the URL waiting its
-  ``Retry-After`` when that is none) and holds for ``PROBE_HOLD_ANSWERS`` answers, but its
+  ``Retry-After`` when that is none) and holds for one round trip of its own answers, but its
   slow-start threshold stays, so the window doubles back per round trip once the other roles'
   work drains. (Halving per round trip instead, a judge streaming behind the drafts fell to one
   request and then grew by one per round trip: a minute of near-empty fleet after the drafts.)
@@ -226,7 +226,6 @@ class _Fleet:
         self.probed = 0  # 429s answered while ours ran there: the window was set to what ran
         self.dead = ""  # set once every URL kept failing for dead_after_s: why the fleet is down
         self._timer: asyncio.TimerHandle | None = None  # wakes the line when a pause ends
-        self._timer_at = 0.0
 
     def capacity(self) -> int:
         """The most requests in flight over every URL (their ceilings: pools and gates must allow it)."""
@@ -284,19 +283,19 @@ class _Fleet:
         paused = [u.available_at for u in self.urls if u.available_at > now]
         if not paused:
             return
-        at = min(paused)
-        if self._timer is not None and self._timer_at <= at and not self._timer.cancelled():
-            return
+        at = min(paused) + 0.001
         if self._timer is not None:
+            if self._timer.when() <= at:
+                return  # an earlier (or the same) pause's end wakes the line first
             self._timer.cancel()
-        self._timer_at = at
-        self._timer = loop.call_at(at + 0.001, self._paused_ended)
+        self._timer = loop.call_at(at, self._paused_ended)
 
     def _paused_ended(self) -> None:
         self._timer = None
         self.wake()
         if self.waiters:  # still paused elsewhere (or nothing free yet): the next pause's end
-            self._arm(asyncio.get_running_loop(), asyncio.get_running_loop().time())
+            loop = asyncio.get_running_loop()
+            self._arm(loop, loop.time())
 
     def release(self, u: _Url) -> None:
         u.outstanding -= 1
