@@ -168,3 +168,35 @@ def test_unknown_backend_is_a_clear_error(tmp_path: Path) -> None:
         LLMResource(backend="nope", cache_dir=str(tmp_path)).chat(_convs(1), SamplingParams())
     with pytest.raises(ValueError, match="base_urls"):
         LLMResource(backend="openai", cache_dir=str(tmp_path)).chat(_convs(1), SamplingParams())
+
+
+def test_each_answer_tells_the_requests_that_stop_being_in_flight_as_they_do(tmp_path: Path) -> None:
+    # A stream's budget counts the requests really in flight: the cache hits settle at once, each
+    # call as it answers (its duplicates in the batch with it), a failed call too.
+    from ragsft_assets.llm.client import each_answer
+
+    backend = ScriptBackend({"a": "A", "b": "B"})
+    # (one failed call in three passes the share a batch may lose: allowed here)
+    client = ChatClient(backend, LLMCache(tmp_path / "cache"), max_error_share=1.0)
+    client.chat([[{"role": "user", "content": "a"}]], SamplingParams())  # "a" is cached now
+    settled: list[int] = []
+    seen_at: list[int] = []
+    inner = backend.generate
+
+    def generate(requests: Sequence[Request], on_result: OnResult) -> None:
+        def told(i: int, c: Completion) -> None:
+            seen_at.append(sum(settled))  # what had settled when this answer came
+            on_result(i, c)
+
+        inner(requests, told)
+
+    backend.generate = generate  # type: ignore[method-assign]
+    convs = [[{"role": "user", "content": t}] for t in ("a", "b", "b", "missing", "a")]
+    with each_answer(settled.append):
+        batch = client.chat(convs, SamplingParams())
+    assert [r.status for r in batch.results] == [STATUS_OK, STATUS_OK, STATUS_OK, STATUS_ERROR, STATUS_OK]
+    # the two hits of "a" at once, then "b" with its duplicate, then the failed call
+    assert settled == [2, 2, 1] and seen_at == [2, 4]
+    settled.clear()
+    client.chat(convs[:1], SamplingParams())  # outside the block: nobody is told
+    assert settled == []

@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 import pyarrow as pa
 
+from ragsft_assets.llm.client import each_answer
 from ragsft_assets.llm.types import BatchResult, ChatModel, ChatResult, Request
 
 MODES = ("auto", "on", "off")
@@ -237,8 +238,27 @@ class Stopped(Exception):
     """The stream was stopped (its run ended, its step was retried), or the item was cut."""
 
 
+class _Holding:
+    """A call's share of the budget, given back request by request as they settle (thread-safe:
+    the HTTP loop's thread settles them)."""
+
+    def __init__(self, budget: Budget, held: int) -> None:
+        self.budget, self.left = budget, held
+        self._lock = threading.Lock()
+
+    def settle(self, n: int) -> None:
+        with self._lock:
+            n = min(n, self.left)
+            self.left -= n
+        if n:
+            self.budget.release(n)
+
+
 class Metered(ChatModel):
-    """A model's calls through a stream's :class:`Budget`, each counted by the stream."""
+    """A model's calls through a stream's :class:`Budget`, each counted by the stream. A request
+    holds its budget while it is in flight, not until its call's slowest request answers
+    (``llm.client.each_answer``): a batch of 16 waiting on one straggler held 16 slots, and the
+    fleet ran at 0.8 in ``bench fleet``'s cascade phase with its budget all held."""
 
     def __init__(self, model: ChatModel, stream: BackgroundStream[Any]) -> None:
         self.model, self.stream = model, stream
@@ -248,12 +268,13 @@ class Metered(ChatModel):
 
     def run(self, requests: Sequence[Request], *, template_version: str = "", log: Any = None) -> BatchResult:
         self.stream.raise_if_stopped()
-        held = self.stream.budget.acquire(len(requests))
+        holding = _Holding(self.stream.budget, self.stream.budget.acquire(len(requests)))
         try:
             self.stream.raise_if_stopped()  # it may have stopped while this call waited its turn
-            batch = self.model.run(requests, template_version=template_version, log=log)
+            with each_answer(holding.settle):
+                batch = self.model.run(requests, template_version=template_version, log=log)
         finally:
-            self.stream.budget.release(held)
+            holding.settle(holding.left)
         self.stream.count(batch.stats.calls)
         return batch
 
@@ -351,12 +372,17 @@ class BackgroundStream(Generic[ReportT]):
     def counted(self, item: Hashable, calls: int) -> None:
         """``calls`` sent for ``item`` (a subclass keeps them per item)."""
 
-    def batched(self, line: str, fn: Callable[[list[Any]], None], items: int = BATCH_ITEMS) -> None:
+    def batched(
+        self, line: str, fn: Callable[[list[Any]], None], items: int = BATCH_ITEMS, workers_factor: int = 1
+    ) -> None:
         """Make ``line`` a batched line: :meth:`put` items in it and ``fn`` runs on lists of them,
         at most ``items`` each (and no more than the requests in flight), in at most
-        ``max(4, 2 x limit / items)`` tasks at once."""
+        ``max(4, 2 x workers_factor x limit / items)`` tasks at once. ``workers_factor`` > 1 for a
+        line whose batch makes rounds of calls one after another on fewer and fewer of its items
+        (a funnel), each round waiting for its slowest answer: such a batch has few requests in
+        flight on average, so the line needs more workers to keep the budget's in flight."""
         size = max(1, min(items, self.budget.limit))
-        self._batches[line] = _Batching(fn, size, max(4, 2 * self.budget.limit // size))
+        self._batches[line] = _Batching(fn, size, max(4, 2 * workers_factor * self.budget.limit // size))
 
     def put(self, line: str, item: Any) -> None:
         """Put ``item`` in batched ``line``: a worker of the line takes it with every item waiting

@@ -30,10 +30,12 @@ nothing); each ``ChatResult`` carries its own counts either way.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,6 +62,26 @@ from ragsft_assets.recipes import MAX_TRANSPORT_ERROR_SHARE
 _log = logging.getLogger(__name__)
 
 CHARS_PER_TOKEN = 3.0  # a deliberately low ratio: the budget estimate errs on the expensive side
+
+
+# what is told, as the requests of a ``run`` on this thread stop being in flight (see ``each_answer``)
+_SETTLED: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "ragsft_settled", default=None
+)
+
+
+@contextlib.contextmanager
+def each_answer(settled: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, every ``ChatClient.run`` this thread makes calls ``settled(n)`` as ``n``
+    of its requests stop being in flight: the cache hits at once, then each call as it answers
+    or fails, its duplicates in the batch with it, from the thread the backend reports answers
+    on: ``settled`` must be thread-safe and quick. A stream's budget uses it to count the
+    requests that really are in flight, not a batch's until its slowest call answers."""
+    token = _SETTLED.set(settled)
+    try:
+        yield
+    finally:
+        _SETTLED.reset(token)
 
 
 class BudgetExceeded(RuntimeError):
@@ -300,6 +322,9 @@ class ChatClient(ChatModel, CompletionModel):
                 todo.setdefault(key, []).append(i)
         misses = [idx[0] for idx in todo.values()]
         self._check_budget([requests[i] for i in misses])
+        settled = _SETTLED.get()
+        if settled is not None and stats.cache_hits:
+            settled(stats.cache_hits)
 
         if misses:
             unknown = (
@@ -342,6 +367,8 @@ class ChatClient(ChatModel, CompletionModel):
                     self.spent_calls += 1
                     self.spent_tokens += completion.prompt_tokens + completion.completion_tokens
                     progress.step(completion.completion_tokens)
+                if settled is not None:
+                    settled(len(todo[key]))
 
             transport = TransportStats()
             size = self.slice_size or len(misses)
