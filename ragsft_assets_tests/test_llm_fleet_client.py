@@ -717,3 +717,27 @@ def test_the_straggler_ticker_leaves_an_expiring_timeout_alone():
 
     expiring, live = asyncio.run(main())
     assert expiring.moved is None and live.moved == ob.STRAGGLER_FACTOR * 1.0
+
+
+def test_a_fleet_waiting_on_its_last_answers_cuts_stragglers_sooner() -> None:
+    # At the end of bench fleet's streams one stall held an idle fleet for 10-20 s: 5 x a p99
+    # measured at load. With nothing in line and the process's requests under TAIL_SHARE of the
+    # windows, a first attempt is cut at TAIL_STRAGGLER_FACTOR x the p99.
+    import asyncio
+
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    async def scenario() -> None:
+        fleet = ob._Fleet(["tail-a", "tail-b"], cap=64, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        call = ob._Call(in_tail=fleet.in_tail)
+        for _ in range(ob.STRAGGLER_SAMPLES):
+            call.answered(1.0)
+        ob._HELD.add("tail-a", 40)  # 40 of 128: the fleet is busy
+        assert not fleet.in_tail() and call.straggler_s(120.0) == ob.STRAGGLER_FACTOR * 1.0
+        ob._HELD.add("tail-a", -30)  # 10 of 128 (every role's): a tail
+        assert fleet.in_tail() and call.straggler_s(120.0) == ob.TAIL_STRAGGLER_FACTOR * 1.0
+        fleet.waiters.append(asyncio.get_running_loop().create_future())  # work in line: no tail
+        assert not fleet.in_tail()
+        ob._HELD.add("tail-a", -10)
+
+    asyncio.run(scenario())

@@ -97,6 +97,12 @@ UNKNOWN_WEIGHTS = "unknown"
 # a long but real answer costs one extra attempt, never a failure.
 STRAGGLER_FACTOR = 5.0
 STRAGGLER_MIN_S = 2.0
+# ours: in a tail (nothing waits in line and this process's requests fill under TAIL_SHARE of the
+# URLs' windows, every role together) the fleet idles until the last answers come: a first attempt
+# is cut at TAIL_STRAGGLER_FACTOR x the p99 instead. At the end of bench fleet's streams, one stall
+# held an idle fleet for 10-20 s (5 x a p99 measured at load).
+TAIL_STRAGGLER_FACTOR = 2.0
+TAIL_SHARE = 0.125
 STRAGGLER_SAMPLES = 50
 # ours: a batch with fewer answers than that (a small batch: a streamed chunk's round) takes the p99
 # from the backend's recent answers to requests of the same max_tokens (the same task, as a rule).
@@ -230,6 +236,14 @@ class _Fleet:
     def capacity(self) -> int:
         """The most requests in flight over every URL (their ceilings: pools and gates must allow it)."""
         return sum(u.ceiling for u in self.urls)
+
+    def in_tail(self) -> bool:
+        """Whether the fleet waits on its last answers: nothing in line, and this process's
+        requests at these URLs (every role's) under ``TAIL_SHARE`` of their windows (loop only)."""
+        if self.waiters:
+            return False
+        held = sum(_HELD.get(u.url) for u in self.urls)
+        return held <= TAIL_SHARE * sum(max(1.0, u.limit) for u in self.urls)
 
     def _pick(self, now: float, avoid: _Url | None) -> _Url | None:
         best, best_key = None, None
@@ -428,8 +442,9 @@ class _Latencies:
 class _Call:
     """Transport numbers of one ``generate`` / ``embed`` call (touched only from the loop)."""
 
-    def __init__(self, history: _Latencies | None = None) -> None:
+    def __init__(self, history: _Latencies | None = None, in_tail: Callable[[], bool] | None = None) -> None:
         self.stats = TransportStats()
+        self.in_tail = in_tail  # whether the fleet waits on its last answers (a shorter cut)
         self.in_flight = 0
         self.first = self.last = None  # type: float | None
         self.latencies = _Latencies()  # of this call's answers, for the straggler cut
@@ -468,16 +483,18 @@ class _Call:
 
     def straggler_s(self, timeout_s: float) -> float | None:
         """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
-        x the p99 of this call's answers so far (at least ``STRAGGLER_MIN_S``), once
-        ``STRAGGLER_SAMPLES`` answers have come (before that, of the backend's recent answers of
-        the same kind, when it has that many); None before, or when that is not under
-        ``timeout_s``. One call holds one task's requests, so its answers say how long they take."""
+        x the p99 of this call's answers so far (``TAIL_STRAGGLER_FACTOR`` x while the fleet is in
+        a tail, :meth:`_Fleet.in_tail`; at least ``STRAGGLER_MIN_S``), once ``STRAGGLER_SAMPLES``
+        answers have come (before that, of the backend's recent answers of the same kind, when it
+        has that many); None before, or when that is not under ``timeout_s``. One call holds one
+        task's requests, so its answers say how long they take."""
         source = self.latencies
         if len(source.values) < STRAGGLER_SAMPLES:
             if self.history is None or len(self.history.values) < STRAGGLER_SAMPLES:
                 return None
             source = self.history
-        cut = max(STRAGGLER_MIN_S, STRAGGLER_FACTOR * source.p99())
+        tail = self.in_tail is not None and self.in_tail()
+        cut = max(STRAGGLER_MIN_S, (TAIL_STRAGGLER_FACTOR if tail else STRAGGLER_FACTOR) * source.p99())
         return cut if cut < timeout_s else None
 
     def enter(self, now: float) -> None:
@@ -780,6 +797,10 @@ class OpenAIBackend:
     def _submit(self, coro: Awaitable[T]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())  # type: ignore[arg-type]
 
+    def _in_tail(self) -> bool:
+        """Whether this backend's fleet waits on its last answers (loop only; see ``_Fleet.in_tail``)."""
+        return self._fleet is not None and self._fleet.in_tail()
+
     async def _ready(self) -> _Fleet:
         if self._fleet is None:
             import aiohttp
@@ -988,7 +1009,7 @@ class OpenAIBackend:
         kind = max(r.params.max_tokens for r in requests)  # the task, as a rule: same budget, same latency
         with self._lock:
             history = self._histories.setdefault(kind, _Latencies(STRAGGLER_HISTORY))
-        call = _Call(history)
+        call = _Call(history, self._in_tail)
 
         async def one(i: int) -> None:
             try:
