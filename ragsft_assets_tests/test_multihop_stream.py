@@ -347,9 +347,9 @@ def test_a_batched_line_takes_what_waits_up_to_a_batch_in_few_workers():
     assert sum(len(b) == 8 for b in batches) >= 15
 
 
-def test_a_funnel_line_has_more_workers_and_the_chain_is_one():
-    # A chain batch makes the cascade's rounds then a round per judge, each on fewer questions:
-    # with as many workers as the draft line, the fleet ran at 0.75-0.8 after the drafts.
+def test_a_funnel_line_has_more_workers_and_the_cascade_is_one():
+    # A cascade batch makes rounds on fewer and fewer questions: with as many workers as the draft
+    # line, the fleet ran at 0.75-0.8 after the drafts.
     from ragsft_assets.defs import streaming as shared
 
     class _Lines(shared.BackgroundStream[shared.StreamCounts]):
@@ -371,8 +371,8 @@ def test_a_funnel_line_has_more_workers_and_the_chain_is_one():
         limit=64,
     ).start()
     prefetch.join()
-    assert prefetch._batches["chain"].workers == streaming.CHAIN_WORKERS_FACTOR * prefetch._batches["draft"].workers
-    assert streaming.CHAIN_WORKERS_FACTOR >= 2
+    workers = {line: b.workers for line, b in prefetch._batches.items()}
+    assert workers["cascade"] == streaming.CASCADE_WORKERS_FACTOR * workers["draft"] == 2 * workers["judges"]
 
 
 def test_a_later_batched_line_waits_while_an_earlier_line_has_items_waiting():

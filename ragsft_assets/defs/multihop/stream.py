@@ -7,12 +7,14 @@ then its drafts' deterministic checks, then the ablation cascade (``ablations.ru
 every judge of the run downstream (``first_hop``, ``criteria_annotation``, ``bridge_judge``,
 ``language_judge``, ``publishability_score``, ``descriptor_check``: their ``JudgedStage.judge``)
 on the questions the stage before kept, each batch on to its next call as soon as its own
-answers come. Pairs and questions go in small batches (``BackgroundStream.batched``): a line's
-few workers each take every item waiting, up to 16, so a batch is one item while the stream keeps
-up and grows when items pile up (less CPU per request, a thread per batch, not per question;
-``defs/streaming.py`` says why). Drafts go first (the chain's workers start once every pair is
-taken), so the draft phase ends about as soon as stage at a time; the cascade and the judges then fill the fleet
-while ``question_drafts`` writes, and while ``question_checks`` and ``distractors`` run on the CPU.
+answers come. Pairs and questions go in small batches (``BackgroundStream.batched``), in three
+lines (:data:`LINES`: the drafts, the cascade, the judges after it): a line's few workers each
+take every item waiting, up to 16, so a batch is one item while the stream keeps up and grows when
+items pile up (less CPU per request, a thread per batch, not per question; ``defs/streaming.py``
+says why). Drafts go first (the cascade's workers start once every pair is taken, the judges'
+once every question the caps kept is), so the draft phase ends about as soon as stage at a time;
+the cascade and the judges then fill the fleet while ``question_drafts`` writes, and while
+``question_checks`` and ``distractors`` run on the CPU.
 ``ablation_verdicts`` tells the prefetch which questions it judges (the caps and the distractor
 search drop a few: their calls still in line are not sent) and waits for it.
 
@@ -77,13 +79,17 @@ CHAIN = (
 )
 BASE_INPUTS = frozenset({"multihop_questions", "question_drafts", "abstracts"})
 # ours: drafts start before any later stage's task (the questions then wait for the fleet, which
-# the drafts fill); the later stages then fill the draft phase's tail and the CPU stages after it
-LINES = ("draft", "chain")
-# ours: a chain batch makes the cascade's rounds then a round per judge, each on the questions the
-# one before kept: about 4 requests in flight per batch on average, against 16 for a draft batch.
-# With as many workers as the draft line, the fleet ran at 0.75-0.8 after the drafts (bench fleet,
-# under), with twice as many at 0.9-1.0
-CHAIN_WORKERS_FACTOR = 2
+# the drafts fill); the cascade then fills the draft phase's tail and the CPU stages after it, and
+# the judges take the questions the cascade kept once its own line has none waiting
+LINES = ("draft", "cascade", "judges")
+# ours: a cascade batch makes rounds on fewer and fewer questions (AB, then B, then A on those each
+# kept), each round waiting for its slowest answer: few requests in flight per batch on average,
+# against 16 for a draft batch. With as many workers as the draft line and the judges in the same
+# batch after the cascade, the fleet ran at 0.75-0.8 after the drafts (bench fleet, under); with
+# twice as many, at 0.9-1.0 but in waves: the workers' batches went through their judges' rounds
+# on a few kept questions together, every 30 s. The judges now take the kept questions of several
+# cascade batches together (a batch of up to 16, a round per judge).
+CASCADE_WORKERS_FACTOR = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +341,8 @@ class Prefetch(BackgroundStream[StreamReport]):
         """Start drafting every pair (or, without drafts, chaining ``items``, whose rows are in the
         ``drafts`` table); returns at once."""
         self.batched("draft", self._draft)
-        self.batched("chain", self._chain, workers_factor=CHAIN_WORKERS_FACTOR)
+        self.batched("cascade", self._cascade, workers_factor=CASCADE_WORKERS_FACTOR)
+        self.batched("judges", self._judges)
         if self.drafts is not None:
             self.report.pairs = len(self.drafts.pairs)
             if not self.drafts.pairs:
@@ -351,7 +358,7 @@ class Prefetch(BackgroundStream[StreamReport]):
                 if drafts is None:
                     raise ValueError("stream: questions to chain without their drafts table")
                 for item in sorted(items, key=lambda it: it.id):
-                    self.put("chain", (item, drafts))
+                    self.put("cascade", (item, drafts))
         self.watch()
         return self
 
@@ -384,7 +391,7 @@ class Prefetch(BackgroundStream[StreamReport]):
                 for pair in pairs:
                     ids = [question_id(pair.a_id, pair.b_id, i) for i in range(d.per_pair)]
                     for item, drafts_table in self._caps.add(ids, found.get((pair.a_id, pair.b_id), [])):
-                        self.put("chain", (item, drafts_table))
+                        self.put("cascade", (item, drafts_table))
 
     def _candidates(self, table: pa.Table) -> list[Any]:
         """The pair's drafts the checks keep, as caps candidates with their cascade items."""
@@ -409,8 +416,8 @@ class Prefetch(BackgroundStream[StreamReport]):
                 )
         return found
 
-    def _chain(self, batch: list[tuple[ablations.JudgeItem, pa.Table]]) -> None:
-        """A batch of questions the caps kept: the cascade, then each judge on those it keeps."""
+    def _cascade(self, batch: list[tuple[ablations.JudgeItem, pa.Table]]) -> None:
+        """A batch of questions the caps kept: the cascade; those it keeps go on to the judges."""
         assert self.cascade is not None and self._judge is not None
         items = sorted((it for it, _ in batch if self._judged(it.id)), key=lambda it: it.id)
         if not items:
@@ -421,10 +428,19 @@ class Prefetch(BackgroundStream[StreamReport]):
             self._chained.update(it.id for it in items)
         self.raise_if_stopped()
         result = self.cascade(items, self.flight(self._judge), self.quiet)
-        kept = sorted(q for q, o in result.outcome.items() if o.verdict == "kept" and self._judged(q))
-        if not kept or not self.stages:
+        if not self.stages:
+            return
+        table_of = {it.id: t for it, t in batch}
+        for q in sorted(q for q, o in result.outcome.items() if o.verdict == "kept"):
+            self.put("judges", (q, table_of[q]))
+
+    def _judges(self, batch: list[tuple[str, pa.Table]]) -> None:
+        """A batch of questions the cascade kept: each judge after it, in :data:`CHAIN`'s order."""
+        kept = sorted(q for q, _ in batch if self._judged(q))
+        if not kept:
             return
         self.item = tuple(kept)
+        self.raise_if_stopped()
         tables_of = list({id(t): t for _, t in batch}.values())  # a pair's drafts, or the whole table
         drafts = tables_of[0] if len(tables_of) == 1 else pa.concat_tables(tables_of)
         d = drafts.filter(pc.is_in(drafts["id"], value_set=pa.array(kept)))
