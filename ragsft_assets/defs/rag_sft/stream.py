@@ -142,7 +142,9 @@ class Prefetch(BackgroundStream[StreamReport]):
         """Put every prompt in line (by id); returns at once."""
         if not self.prompts:
             self._generated.set()
-        self.batched("example", self._examples)
+        # two rounds per batch (the generator's, then the judges' on what it answered): twice the
+        # workers of a one-round line keep the budget's requests in flight (``workers_factor``)
+        self.batched("example", self._examples, workers_factor=2)
         for p in self.prompts:
             self.put("example", p)
         self.watch()
