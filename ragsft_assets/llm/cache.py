@@ -155,10 +155,13 @@ class SQLiteCache:
         """(key, column value) of the keys present, each key once."""
         keys = list(dict.fromkeys(keys))
         conn = self._conn()
-        for start in range(0, len(keys), 500):  # SQLite caps bound parameters
-            part = keys[start : start + 500]
-            marks = ",".join("?" * len(part))
-            yield from conn.execute(f"SELECT key, {column} FROM {self.TABLE} WHERE key IN ({marks})", part)
+        # one statement whatever the number of keys (a JSON list as its one parameter): an IN list
+        # of as many ``?`` as keys was a new prepared statement per count, and each connection
+        # caches 128 of them, about 4 MB; with a stream's hundreds of threads (a connection each)
+        # that was a gigabyte of bench fleet's peak RSS at 20,000 pairs. As fast (tested).
+        sql = f"SELECT key, {column} FROM {self.TABLE} WHERE key IN (SELECT value FROM json_each(?))"
+        for start in range(0, len(keys), 5000):
+            yield from conn.execute(sql, (orjson.dumps(keys[start : start + 5000]).decode(),))
 
     def __len__(self) -> int:
         return self._conn().execute(f"SELECT count(*) FROM {self.TABLE}").fetchone()[0]
