@@ -360,6 +360,9 @@ def test_a_funnel_line_has_more_workers_and_the_cascade_is_one():
     stream.batched("x", lambda items: None)
     stream.batched("y", lambda items: None, workers_factor=2)
     assert stream._batches["x"].workers == 8 and stream._batches["y"].workers == 16  # 2 x 64 / 16 x 1, x 2
+    stream.budget.limit = 100_000  # a limit far past any fleet's slots: the workers stay capped
+    stream.batched("z", lambda items: None, workers_factor=2)
+    assert stream._batches["z"].workers == shared.MAX_LINE_WORKERS
     prefetch = streaming.Prefetch(
         drafts=None,
         cascade=None,

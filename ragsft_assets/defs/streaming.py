@@ -48,6 +48,10 @@ POLL_S = 1.0  # how often a stream looks whether its run has ended
 # ours: a batched line's workers and the most items one takes (batched): workers x batch is about
 # twice the requests in flight, so the fleet stays full while a batch waits for its slowest call
 BATCH_ITEMS = 16
+# ours: the most workers a batched line has, whatever its budget: 128 batches of up to 16 items
+# fill a fleet of 1,024 slots with one-round batches (bench fleet's 256 slots with the cascade's);
+# a thread costs memory, and at twice the slots (over) the lines had 1,024 workers
+MAX_LINE_WORKERS = 128
 PROGRESS_S = 30.0  # a progress line while a stage waits for the stream
 
 
@@ -377,12 +381,15 @@ class BackgroundStream(Generic[ReportT]):
     ) -> None:
         """Make ``line`` a batched line: :meth:`put` items in it and ``fn`` runs on lists of them,
         at most ``items`` each (and no more than the requests in flight), in at most
-        ``max(4, 2 x workers_factor x limit / items)`` tasks at once. ``workers_factor`` > 1 for a
-        line whose batch makes rounds of calls one after another on fewer and fewer of its items
-        (a funnel), each round waiting for its slowest answer: such a batch has few requests in
-        flight on average, so the line needs more workers to keep the budget's in flight."""
+        ``max(4, 2 x workers_factor x limit / items)`` tasks at once, and no more than
+        :data:`MAX_LINE_WORKERS` (a limit set far past the fleet's slots then costs no memory).
+        ``workers_factor`` > 1 for a line whose batch makes rounds of calls one after another on
+        fewer and fewer of its items (a funnel), each round waiting for its slowest answer: such a
+        batch has few requests in flight on average, so the line needs more workers to keep the
+        budget's in flight."""
         size = max(1, min(items, self.budget.limit))
-        self._batches[line] = _Batching(fn, size, max(4, 2 * workers_factor * self.budget.limit // size))
+        workers = max(4, min(MAX_LINE_WORKERS, 2 * workers_factor * self.budget.limit // size))
+        self._batches[line] = _Batching(fn, size, workers)
 
     def put(self, line: str, item: Any) -> None:
         """Put ``item`` in batched ``line``: a worker of the line takes it with every item waiting
