@@ -371,3 +371,38 @@ def test_drafts_and_ablations_run_without_thinking_by_default() -> None:
 
     assert generation.GENERATION_PARAMS.enable_thinking is False
     assert ablations.JUDGE_PARAMS.enable_thinking is False
+
+
+def test_normalize_text_per_character_is_the_rule_on_the_whole_text():
+    # normalize_text maps each character through a cached table (str.translate): the rule as
+    # written on the whole text is the oracle, over real sample text and random code points
+    # (accents, combining runs, Hangul, full-width and mathematical forms, punctuation, symbols).
+    import unicodedata
+
+    from ragsft_assets.multihop.normalize import ARTICLES
+
+    def rule(text: str, drop_articles: bool) -> str:
+        text = "".join(c for c in unicodedata.normalize("NFKD", text.lower()) if not unicodedata.combining(c))
+        text = "".join(" " if unicodedata.category(c)[0] in "PS" else c for c in text)
+        return " ".join(t for t in text.split() if not (drop_articles and t in ARTICLES))
+
+    rng = random.Random(7)
+    ranges = [
+        (0x20, 0x250),
+        (0x300, 0x370),
+        (0x370, 0x3000),
+        (0xAC00, 0xD7A4),
+        (0xFF00, 0xFFEF),
+        (0x1D400, 0x1D800),
+    ]
+    texts = [
+        "L'Été à Málaga — « İstanbul », ﬁn, Ⅻ, ½, x², Œuvre; l'an 2000!",
+        "e\u0301\u0327 a\u0308\u0301 \u1100\u1161\u11a8 한국어 ＡＢＣ１２３ 𝐀𝐁𝐂",
+        *(
+            "".join(chr(rng.randrange(*rng.choice(ranges))) for _ in range(rng.randrange(1, 30)))
+            for _ in range(3000)
+        ),
+    ]
+    for text in texts:
+        for drop in (True, False):
+            assert normalize_text(text, drop) == rule(text, drop), text
