@@ -244,7 +244,7 @@ class Stopped(Exception):
 
 class _Holding:
     """A call's share of the budget, given back request by request as they settle (thread-safe:
-    the HTTP loop's thread settles them)."""
+    they settle on whichever thread the backend reports answers on)."""
 
     def __init__(self, budget: Budget, held: int) -> None:
         self.budget, self.left = budget, held

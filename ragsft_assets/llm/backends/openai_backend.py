@@ -40,7 +40,8 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
 - Stragglers: once a batch has 50 answers, a first attempt running 5 x their p99 (at least 2 s,
   under ``timeout_s``) is cut, which makes vLLM abort it, and sent again with the full
   ``timeout_s``; it counts as a retry, not as a failure of the URL. A hung request then holds
-  its batch seconds, not ``timeout_s``; a long real answer costs one extra attempt.
+  its batch seconds, not ``timeout_s``; a long real answer costs one extra attempt. While the
+  fleet waits on its last answers (``_Fleet.in_tail``) the cut is 2 x the p99.
 - A dead fleet: once every URL has kept failing for ``dead_after_s`` (default
   ``max(2 x timeout_s, 60 s)``) with no answer in between, the batch stops with ``FleetDown``
   (requests in flight are abandoned); the requests answered before are reported, so the client
