@@ -741,3 +741,31 @@ def test_a_fleet_waiting_on_its_last_answers_cuts_stragglers_sooner() -> None:
         ob._HELD.add("tail-a", -10)
 
     asyncio.run(scenario())
+
+
+def test_the_last_request_of_an_idle_fleet_is_cut_at_twice_the_p99(tmp_path: Path) -> None:
+    # The backend hands its calls the tail test: 60 answers of 1 s make a p99 of about 1 s; a lone
+    # hung request (1 in flight of a window of 64: a tail) is cut at about 2 x 1 s, not at 5 s,
+    # and answered by its second attempt.
+    hung: set[str] = set()
+
+    def slow(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        if content == "last0" and content not in hung:
+            hung.add(content)
+            time.sleep(8.0)
+        else:
+            time.sleep(1.0)
+        return echo(path, body)
+
+    with FakeOpenAI(slow).running() as srv:
+        backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))  # the history
+        t0 = time.monotonic()
+        batch = client.chat(_convs(1, "last"), SamplingParams(max_tokens=16))
+        elapsed = time.monotonic() - t0
+        cut = backend.stragglers_cut
+        backend.close()
+    assert batch.results[0].status == STATUS_OK and cut == 1
+    assert elapsed < 4.5  # cut at about 2 s, then 1 s: not at 5 s (5 x the p99), then 1 s
