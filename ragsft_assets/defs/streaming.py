@@ -98,9 +98,12 @@ def usable(model: Any, mode: str) -> str | None:
 def in_flight(model: Any) -> int:
     """Requests a stream keeps in flight for ``model``: twice an HTTP role's most in flight over
     its URLs (its window's ceiling, ``LLMResource.window_ceiling``, as it probes past
-    ``concurrency``), else :data:`IN_FLIGHT`. Twice, because a batch holds its share until its
-    slowest call answers: at exactly the ceiling, the slots of a batch's answered calls stayed
-    empty while it waited (the client's own window still bounds what reaches a server)."""
+    ``concurrency``), else :data:`IN_FLIGHT`. Twice: the requests past the window wait in the
+    client's line, so a freed slot is refilled at once, not when a worker has built its next
+    batch (the client's own window still bounds what reaches a server). Twice was measured
+    when a batch held its share until its slowest call answered (at exactly the ceiling, ``under``
+    kept the fleet at about 0.58); each request now gives its share back as it answers
+    (:class:`Metered`), and 1x has not been measured since. It is also what peak RSS grows with."""
     urls = getattr(model, "base_urls", None) or []
     ceiling = getattr(model, "window_ceiling", None)
     per_url = ceiling() if callable(ceiling) else getattr(model, "concurrency", None)
