@@ -406,3 +406,22 @@ def test_normalize_text_per_character_is_the_rule_on_the_whole_text():
     for text in texts:
         for drop in (True, False):
             assert normalize_text(text, drop) == rule(text, drop), text
+
+
+def test_paragraph_densities_are_the_per_character_rule():
+    # digit_density and punct_density count through str methods mapped over the text: the rule
+    # per character (a digit; neither alphanumeric nor a space) is the oracle.
+    texts = ["Né en 1984 à Lyon, il « gagne » 3 prix !", "x² ½ ٣ — 𝟙 ok", "   ", ""]
+    row = {
+        "id": "q",
+        "answer": "x",
+        "split": "train",
+        "supporting_facts": {"title": ["A", "B"], "sent_id": [0, 0]},
+        "context": {"title": ["A", "B", "C", "D"], "sentences": [[t] for t in texts]},
+    }
+    x, _, _ = audit.paragraph_features([row])
+    digit, punct = audit.FEATURES.index("digit_density"), audit.FEATURES.index("punct_density")
+    for i, t in enumerate(texts):
+        n = max(len(t), 1)
+        assert x[i, digit] == pytest.approx(sum(c.isdigit() for c in t) / n)
+        assert x[i, punct] == pytest.approx(sum((not c.isalnum()) and not c.isspace() for c in t) / n)
