@@ -311,11 +311,11 @@ def test_a_new_batchs_fast_failures_do_not_set_a_busy_url_aside() -> None:
     asyncio.run(scenario())
 
 
-def test_a_hung_request_is_cut_as_a_straggler_and_sent_again(tmp_path: Path) -> None:
+def test_a_hung_request_is_hedged_as_a_straggler(tmp_path: Path) -> None:
     # Two requests hang on their first attempt, one sent in the first window (before any answer)
     # and one later. Once the batch has 50 answers, a first attempt that has run 5 x their p99 (at
-    # least 2 s) is cut and sent again: the batch waits seconds, not timeout_s, and the URL is not
-    # counted as failing.
+    # least 2 s) is hedged (sent again beside it): the batch waits seconds, not timeout_s, and the
+    # URL is not counted as failing.
     seen: set[str] = set()
     lock = threading.Lock()
 
@@ -333,15 +333,15 @@ def test_a_hung_request_is_cut_as_a_straggler_and_sent_again(tmp_path: Path) -> 
         t0 = time.monotonic()
         batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(120), SamplingParams())
         elapsed = time.monotonic() - t0
-        cut, fails = backend.stragglers_cut, backend._fleet.urls[0].fails if backend._fleet else -1
+        cut, fails = backend.stragglers_hedged, backend._fleet.urls[0].fails if backend._fleet else -1
         backend.close()
     assert all(r.status == STATUS_OK for r in batch.results)
     assert cut == 2 and fails == 0 and batch.stats.retries == 2 and batch.stats.errors == 0
-    assert elapsed < 7.0  # cut at about 2 s, not after the hang (8 s) or timeout_s (30 s)
+    assert elapsed < 7.0  # hedged at about 2 s, not after the hang (8 s) or timeout_s (30 s)
 
 
-def test_a_small_batch_cuts_its_straggler_from_the_backends_recent_answers(tmp_path: Path) -> None:
-    # A streamed chunk's batch has fewer than 50 answers of its own: its hung request is cut at 5 x
+def test_a_small_batch_hedges_its_straggler_from_the_backends_recent_answers(tmp_path: Path) -> None:
+    # A streamed chunk's batch has fewer than 50 answers of its own: its hung request is hedged at 5 x
     # the p99 of the backend's recent answers to requests of the same max_tokens (at least 2 s).
     hung: set[str] = set()
 
@@ -360,11 +360,11 @@ def test_a_small_batch_cuts_its_straggler_from_the_backends_recent_answers(tmp_p
         batch = client.chat(_convs(5, "small"), SamplingParams(max_tokens=16))
         elapsed = time.monotonic() - t0
         other = client.chat(_convs(3, "other"), SamplingParams(max_tokens=17))  # no history at 17
-        cut = backend.stragglers_cut
+        cut = backend.stragglers_hedged
         backend.close()
     assert all(r.status == STATUS_OK for r in [*batch.results, *other.results])
     assert cut == 1 and batch.stats.retries == 1
-    assert elapsed < 7.0  # cut at about 2 s, not after the hang (8 s) or timeout_s (30 s)
+    assert elapsed < 7.0  # hedged at about 2 s, not after the hang (8 s) or timeout_s (30 s)
 
 
 def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
@@ -679,47 +679,38 @@ def test_a_reasoning_model_role_sends_max_completion_tokens_and_no_temperature(t
     assert not {"max_tokens", "temperature", "top_p", "chat_template_kwargs"} & set(sent)
 
 
-def test_the_straggler_ticker_leaves_an_expiring_timeout_alone():
-    """Under load the event loop runs late: a first attempt's timeout can be expiring when the
-    ticker moves deadlines. Rescheduling it raised ``Cannot change state of expiring Timeout``
-    (seen in bench fleet at load 360); the ticker must skip it and move the others."""
+def test_the_straggler_ticker_moves_live_deadlines_and_leaves_passed_ones_alone():
+    """Under load the event loop runs late: a deadline can have passed when the ticker moves
+    deadlines (asyncio's Timeout raised ``Cannot change state of expiring Timeout`` there, seen in
+    bench fleet at load 360). A passed deadline stays passed; a live one moves to sent + cut."""
     import asyncio
 
     from ragsft_assets.llm.backends import openai_backend as ob
 
-    class FakeTimeout:
-        def __init__(self, expiring: bool) -> None:
-            self.expiring, self.moved = expiring, None
-
-        def when(self) -> float:
-            return 1e9
-
-        def expired(self) -> bool:
-            return self.expiring
-
-        def reschedule(self, when: float) -> None:
-            if self.expiring:
-                raise RuntimeError("Cannot change state of expiring Timeout")
-            self.moved = when
-
-    async def main() -> tuple[FakeTimeout, FakeTimeout]:
+    async def main() -> tuple[ob._Deadline, ob._Deadline, float]:
+        loop = asyncio.get_running_loop()
         call = ob._Call()
+        sent = loop.time()
+        passed, live = (
+            call.watch(ob._Deadline(loop, sent), 120.0),
+            call.watch(ob._Deadline(loop, sent), 120.0),
+        )
+        passed.reschedule(sent)  # before the call has 50 answers: a deadline of its own
+        await asyncio.sleep(0.01)
+        assert passed.expired() and live.when() is None and not live.expired()
         for _ in range(ob.STRAGGLER_SAMPLES):
             call.answered(1.0)
-        expiring, live = FakeTimeout(True), FakeTimeout(False)
-        call.watch(0.0, expiring, 120.0)  # type: ignore[arg-type]
-        call.watch(0.0, live, 120.0)  # type: ignore[arg-type]
         await asyncio.sleep(0.7)  # one tick
         ticker = call._ticker
-        assert ticker is not None and not ticker.done()  # it did not die on the expiring one
+        assert ticker is not None and not ticker.done()
         ticker.cancel()
-        return expiring, live
+        return passed, live, sent
 
-    expiring, live = asyncio.run(main())
-    assert expiring.moved is None and live.moved == ob.STRAGGLER_FACTOR * 1.0
+    passed, live, sent = asyncio.run(main())
+    assert passed.expired() and live.when() == sent + ob.STRAGGLER_FACTOR * 1.0 and not live.expired()
 
 
-def test_a_fleet_waiting_on_its_last_answers_cuts_stragglers_sooner() -> None:
+def test_a_fleet_waiting_on_its_last_answers_hedges_stragglers_sooner() -> None:
     # At the end of bench fleet's streams one stall held an idle fleet for 10-20 s: 5 x a p99
     # measured at load. With nothing in line and the process's requests under TAIL_SHARE of the
     # windows, a first attempt is cut at TAIL_STRAGGLER_FACTOR x the p99.
@@ -743,10 +734,10 @@ def test_a_fleet_waiting_on_its_last_answers_cuts_stragglers_sooner() -> None:
     asyncio.run(scenario())
 
 
-def test_the_last_request_of_an_idle_fleet_is_cut_at_twice_the_p99(tmp_path: Path) -> None:
+def test_the_last_request_of_an_idle_fleet_is_hedged_at_twice_the_p99(tmp_path: Path) -> None:
     # The backend hands its calls the tail test: 60 answers of 1 s make a p99 of about 1 s; a lone
-    # hung request (1 in flight of a window of 64: a tail) is cut at about 2 x 1 s, not at 5 s,
-    # and answered by its second attempt.
+    # hung request (1 in flight of a window of 64: a tail) is hedged at about 2 x 1 s, not at 5
+    # s, and answered by its second attempt.
     hung: set[str] = set()
 
     def slow(path: str, body: dict) -> tuple[int, dict, Any]:
@@ -765,7 +756,76 @@ def test_the_last_request_of_an_idle_fleet_is_cut_at_twice_the_p99(tmp_path: Pat
         t0 = time.monotonic()
         batch = client.chat(_convs(1, "last"), SamplingParams(max_tokens=16))
         elapsed = time.monotonic() - t0
-        cut = backend.stragglers_cut
+        cut = backend.stragglers_hedged
         backend.close()
     assert batch.results[0].status == STATUS_OK and cut == 1
-    assert elapsed < 4.5  # cut at about 2 s, then 1 s: not at 5 s (5 x the p99), then 1 s
+    assert elapsed < 4.5  # hedged at about 2 s, then 1 s: not at 5 s (5 x the p99), then 1 s
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
+    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench fleet's duplicated=2 at 20,000 pairs over: the answer and the straggler deadline ready
+    # in one loop iteration (a loop held by the GIL). Cutting the attempt there dropped an answer
+    # the server had sent, and sent the request again. Here the loop is held from 1.2 s to 2.6 s;
+    # the first attempt is answered at 1.6 s, its deadline is 2 s: the first answer must be kept,
+    # whichever of the two the loop sees first (uvloop runs timers before I/O, asyncio after).
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    if loop_kind == "asyncio":
+        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
+    else:
+        pytest.importorskip("uvloop")
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            n = attempts[content] = attempts.get(content, 0) + 1
+        if content.startswith("race"):
+            time.sleep(1.6 if n == 1 else 3.0)
+            return 200, {}, chat_payload(f"attempt {n}")
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
+        loop = backend._ensure_loop()
+        hold = threading.Timer(1.2, lambda: loop.call_soon_threadsafe(time.sleep, 1.4))
+        t0 = time.monotonic()
+        hold.start()
+        batch = client.chat(_convs(1, "race"), SamplingParams(max_tokens=16))
+        elapsed = time.monotonic() - t0
+        backend.close()
+    assert batch.results[0].status == STATUS_OK
+    assert batch.results[0].text == "attempt 1"  # a cut gave "attempt 2", 3 s after the hedge
+    assert elapsed < 3.2
+
+
+def test_a_straggler_that_fails_after_its_hedge_left_leaves_the_request_to_the_hedge(tmp_path: Path) -> None:
+    # The first attempt straggles past its 2-s deadline, then fails (500 at 2.5 s) while its hedge
+    # runs: the hedge's answer (at about 2 + 1.5 s) is the result, and no third attempt is sent.
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            n = attempts[content] = attempts.get(content, 0) + 1
+        if content.startswith("fail"):
+            time.sleep(2.5 if n == 1 else 1.5)
+            return (500, {}, {"error": "boom"}) if n == 1 else (200, {}, chat_payload(f"attempt {n}"))
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))
+        batch = client.chat(_convs(1, "fail"), SamplingParams(max_tokens=16))
+        hedged = backend.stragglers_hedged
+        backend.close()
+    assert batch.results[0].status == STATUS_OK and batch.results[0].text == "attempt 2"
+    assert attempts["fail0"] == 2 and hedged == 1 and batch.stats.retries == 1
