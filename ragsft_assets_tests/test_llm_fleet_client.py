@@ -378,7 +378,6 @@ def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
         backend = _backend(f.base_urls, concurrency=64, max_retries=4)
         batch = ChatClient(backend, LLMCache(tmp_path)).chat(_convs(640, "Question : q"), SamplingParams())
         window = backend._fleet.urls[0].limit if backend._fleet else 0
-        found = backend.found_capacity()  # what a stream's budget is sized by (found_in_flight)
         backend.close()
         s = f.stats()
     assert all(r.status == STATUS_OK for r in batch.results)
@@ -388,7 +387,6 @@ def test_a_gateway_with_fewer_slots_is_found_fast(tmp_path: Path) -> None:
     assert steady <= 0.05, s
     assert 28 <= window <= 40  # found, not halved to 16
     assert s["max_in_flight"] == 32
-    assert found is not None and 32 <= found <= 40  # not the window's ceiling (128)
 
 
 def test_a_server_that_pushes_back_gets_fewer_requests_not_a_storm(tmp_path: Path) -> None:

@@ -63,11 +63,7 @@ class RoleBackend:
 
 
 def _run(
-    home: Path,
-    stream: str,
-    fail_stream: bool = False,
-    where: str = "question_drafts",
-    in_flight: int | None = 4,
+    home: Path, stream: str, fail_stream: bool = False, where: str = "question_drafts"
 ) -> tuple[Any, ArtifactStore, dict[str, RoleBackend]]:
     store = ArtifactStore(home=str(home))
     mh.write_corpus(store)
@@ -86,7 +82,7 @@ def _run(
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("snapshot", [mh.PARTITION])
     # 4 requests in flight: questions at different stages at once, drafts waiting beside judges
-    config: dict[str, Any] = {"stream": stream} | ({"stream_in_flight": in_flight} if in_flight else {})
+    config = {"stream": stream, "stream_in_flight": 4}
     result = dg.materialize(
         [*multihop_assets, *(dg.AssetSpec(k) for k in ("abstracts", "bridge_pairs", "link_graph"))],
         resources={"store": store, "snapshots": SnapshotSource(home=str(home)), **models},
@@ -431,88 +427,6 @@ def test_a_stream_keeps_twice_the_roles_window_in_flight():
 
     assert shared.in_flight(_Http()) == 2 * 128 * 2
     assert shared.in_flight(object()) == shared.IN_FLIGHT  # no per-URL limit: the default
-
-
-def test_a_streams_budget_follows_what_the_fleet_was_found_to_run(monkeypatch):
-    # bench fleet's equal and over: the window's ceiling is twice and four times the slots, and a
-    # budget of twice the ceilings held 1,024 and 2,048 requests for 256 slots (peak RSS 2,332 and
-    # 2,383 MB at 20,000 pairs against 1,944 in under). Once the fleet has said it is full, the
-    # budget is twice what ran there; never above the ceilings' budget, nor under IN_FLIGHT.
-    from ragsft_assets.defs import streaming as shared
-
-    class _Found:
-        def __init__(self) -> None:
-            self.capacity: int | None = None
-
-        def found_capacity(self) -> int | None:
-            return self.capacity
-
-    model = _Found()
-    sizer = shared.found_in_flight(model)
-    assert sizer is not None and sizer() is None  # before its first call: nothing said
-    assert shared.found_in_flight(object()) is None
-    model.capacity = 256
-    assert sizer() == 512
-
-    monkeypatch.setattr(shared, "POLL_S", 0.02)
-    stream = shared.BackgroundStream(
-        shared.StreamCounts(), lines=("a",), log=logging.getLogger("t"), limit=2048, sizer=sizer
-    )
-    stream.watch()
-    try:
-        for capacity, limit in ((256, 512), (10, shared.IN_FLIGHT), (4096, 2048), (None, 2048)):
-            model.capacity = capacity
-            deadline = time.monotonic() + 5
-            while stream.budget.limit != limit and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert stream.budget.limit == limit, (capacity, stream.budget.limit)
-    finally:
-        stream.stop("test over")
-
-
-def test_a_budget_that_grows_lets_its_waiters_in():
-    budget = streaming.Budget(1)
-    taken = budget.acquire(1)
-    got: list[int] = []
-    waiters = [threading.Thread(target=lambda: got.append(budget.acquire(1))) for _ in range(3)]
-    for t in waiters:
-        t.start()
-    time.sleep(0.05)
-    assert got == []
-    budget.resize(3)  # two more slots: two of the three get in
-    time.sleep(0.1)
-    assert len(got) == 2 and budget.used == 3
-    budget.resize(2)  # lower than what is taken: nobody else gets in until two are released
-    budget.release(taken)
-    time.sleep(0.05)
-    assert len(got) == 2
-    budget.release(1)
-    for t in waiters:
-        t.join(5)
-    assert len(got) == 3 and budget.used == 2
-
-
-def test_the_multihop_stream_is_sized_by_its_first_role(tmp_path, monkeypatch):
-    # Wiring: with no stream_in_flight set, the stream's budget follows found_in_flight of the
-    # drafting role (the model that first calls); a set stream_in_flight stays as set.
-    from ragsft_assets.defs import streaming as shared
-
-    asked: list[Any] = []
-    polled = threading.Event()
-
-    def found(model: Any) -> Any:
-        asked.append(model)
-
-        def sizer() -> int:
-            polled.set()
-            return 4
-
-        return sizer
-
-    monkeypatch.setattr(shared, "POLL_S", 0.02)
-    monkeypatch.setattr(shared, "found_in_flight", found)
-    _run(tmp_path, "on", in_flight=None)
-    assert [getattr(m, "name", None) for m in asked] == ["generator"] and polled.is_set()
 
 
 def test_auto_streams_only_cached_roles_on_an_http_fleet(tmp_path):

@@ -8,7 +8,6 @@ the same requests sent, each once, all by the stream's threads.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,6 @@ def _run(
     fail: tuple[str, ...] = (),
     models: dict[str, Any] | None = None,
     assets: tuple[dg.AssetsDefinition, ...] = (rag_prompts, rag_responses, rag_verdicts, rag_sft),
-    in_flight: int | None = 4,
 ) -> tuple[Any, ArtifactStore, dict[str, RoleBackend]]:
     store = ArtifactStore(home=str(home))
     store.write_splits(original_to_hf_table(RECORDS), PARTITION, "multihop_questions")
@@ -54,9 +52,7 @@ def _run(
     instance.add_dynamic_partitions("snapshot", [PARTITION])
     ops: dict[str, Any] = {n: {"config": {"tokenizer": "whitespace"}} for n in STAGES}
     # 4 requests in flight: generator calls and judges of earlier examples at once
-    ops["rag_responses"]["config"] |= {"stream": stream} | (
-        {"stream_in_flight": in_flight} if in_flight else {}
-    )
+    ops["rag_responses"]["config"] |= {"stream": stream, "stream_in_flight": 4}
     ops["rag_verdicts"]["config"] |= {"overrides": VERDICTS_OVERRIDES}
     result = dg.materialize(
         list(assets),
@@ -234,26 +230,3 @@ def test_an_example_batch_makes_two_rounds_so_its_line_has_twice_the_workers():
     ).start()
     prefetch.join()
     assert prefetch._batches["example"].workers == 2 * 2 * 64 // BATCH_ITEMS
-
-
-def test_the_rag_stream_is_sized_by_its_generator(tmp_path, monkeypatch):
-    # Wiring: with no stream_in_flight set, the stream's budget follows found_in_flight of the
-    # generator role (twice what its URLs were found to run at once), read every POLL_S.
-    from ragsft_assets.defs import streaming as shared
-
-    asked: list[Any] = []
-    polled = threading.Event()
-
-    def found(model: Any) -> Any:
-        asked.append(model)
-
-        def sizer() -> int:
-            polled.set()
-            return 4
-
-        return sizer
-
-    monkeypatch.setattr(shared, "POLL_S", 0.02)
-    monkeypatch.setattr(shared, "found_in_flight", found)
-    _run(tmp_path, "on", in_flight=None)
-    assert [getattr(m, "name", None) for m in asked] == ["generator"] and polled.is_set()

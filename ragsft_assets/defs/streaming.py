@@ -112,24 +112,6 @@ def in_flight(model: Any) -> int:
     return IN_FLIGHT
 
 
-def found_in_flight(model: Any) -> Callable[[], int | None] | None:
-    """What a stream keeps in flight for ``model`` as it runs: twice what its URLs were found to
-    run at once (``LLMResource.found_capacity``: what ran at each URL's last 429, else its
-    window's ceiling), where :func:`in_flight` takes the ceilings. In ``bench fleet``'s ``equal``
-    and ``over`` the ceilings are twice and four times the slots: the stream held two and four
-    times the slots in requests, and peak RSS was 2,332 and 2,383 MB at 20,000 pairs against
-    1,944 MB in ``under``. None for a model that does not say."""
-    found = getattr(model, "found_capacity", None)
-    if not callable(found):
-        return None
-
-    def now() -> int | None:
-        n = found()
-        return 2 * n if n else None
-
-    return now
-
-
 def op_config(run_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The config a run gives op ``name`` (empty when none)."""
     return dict(((run_config.get("ops") or {}).get(name) or {}).get("config") or {})
@@ -258,14 +240,6 @@ class Budget:
             self.used -= n
             self._cond.notify(self.limit - self.used)
 
-    def resize(self, limit: int) -> None:
-        """Set the limit (at least 1); room it makes wakes as many waiters. Slots taken past a
-        lower limit stay taken until released."""
-        with self._cond:
-            self.limit = max(1, limit)
-            if self.used < self.limit:
-                self._cond.notify(self.limit - self.used)
-
 
 class Stopped(Exception):
     """The stream was stopped (its run ended, its step was retried), or the item was cut."""
@@ -354,12 +328,9 @@ class BackgroundStream(Generic[ReportT]):
         limit: int,
         finished: Callable[[], bool] | None = None,
         noun: str = "item",
-        sizer: Callable[[], int | None] | None = None,
     ) -> None:
         self.report, self.log, self.finished, self.noun = report, log, finished, noun
         self.budget = Budget(limit)
-        self.most = self.budget.limit  # the budget's limit at most, whatever ``sizer`` says
-        self.sizer = sizer  # the budget as the run goes (found_in_flight), read every POLL_S
         self.quiet = QuietLog(log)
         self._order = tuple(lines)
         self._lines: dict[str, deque[tuple[Callable[..., None], tuple[Any, ...]]]] = {
@@ -487,17 +458,9 @@ class BackgroundStream(Generic[ReportT]):
         raise NotImplementedError
 
     def watch(self) -> None:
-        """Stop when the run that started the stream has ended (``finished``), and size the budget
-        as ``sizer`` says, every :data:`POLL_S`."""
-        if self.finished is not None or self.sizer is not None:
+        """Stop when the run that started the stream has ended (``finished``)."""
+        if self.finished is not None:
             threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True).start()
-
-    def resize(self) -> None:
-        """The budget to what ``sizer`` says now, within ``min(most, IN_FLIGHT)`` .. ``most``
-        (unchanged while it says nothing)."""
-        n = self.sizer() if self.sizer is not None else None
-        if n:
-            self.budget.resize(min(self.most, max(min(self.most, IN_FLIGHT), n)))
 
     # -- what the metered calls use ----------------------------------------------------------------
 
@@ -559,7 +522,6 @@ class BackgroundStream(Generic[ReportT]):
 
     def _watch_run(self) -> None:
         while not self._halt.wait(POLL_S) and not self._joined:
-            self.resize()
             try:
                 ended = self.finished is not None and self.finished()
             except Exception:

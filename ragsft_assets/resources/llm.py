@@ -106,7 +106,7 @@ class ModelEndpoint(dg.ConfigurableResource):
 # Twice reaches a gateway with twice the configured slots (bench fleet's ``under`` regime), and
 # 256 from the default 128 (vLLM's long-standing default --max-num-seqs). Against a server that
 # only queues (a plain ``vllm serve`` already full at ``concurrency``) it at most doubles each
-# answer's latency: the straggler hedge (5 x the batch's own p99) absorbs that, and so does a
+# answer's latency: the straggler cut (5 x the batch's own p99) absorbs that, and so does a
 # timeout_s of more than twice the usual answer. The local ``vllm serve`` the project starts
 # (``serve=True``) keeps the hard limit: it only queues, and nothing else shares it.
 MAX_CONCURRENCY_FACTOR = 2
@@ -245,13 +245,6 @@ class LLMResource(ModelEndpoint):
 
     def model_identity(self) -> dict[str, str]:
         return self.client().model_identity()
-
-    def found_capacity(self) -> int | None:
-        """The requests the role's URLs run at once, as its client has found them
-        (``OpenAIBackend.found_capacity``: what ran at each URL's last 429, else its window's
-        ceiling); None before its first call, or for a backend that does not say."""
-        found = getattr(getattr(self._client, "backend", None), "found_capacity", None)
-        return found() if callable(found) else None
 
     # The protocols' chat and complete (one batch of Requests through ``run``, as ChatClient's): a
     # Dagster resource cannot subclass a Protocol (their metaclasses conflict), so it takes them.

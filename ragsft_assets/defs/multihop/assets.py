@@ -71,8 +71,8 @@ class MultihopConfig(RecipeConfig):
     # streams the cascade and judges alone when the drafts did not). "auto" (the roles that have a
     # cache on an HTTP fleet), "on" (any cached role) or "off"
     stream: str = "off"
-    # requests the stream keeps in flight; None: twice what the drafting role's URLs were found to
-    # run at once (at their last 429), at most twice its window ceiling (max_concurrency) x its URLs
+    # requests the stream keeps in flight; None: twice the generator's window ceiling
+    # (max_concurrency) times its URLs
     stream_in_flight: int | None = None
 
 
@@ -356,7 +356,6 @@ def _prefetch(
         partition=partition,
         log=context.log,
         limit=config.stream_in_flight or streaming.in_flight(first),
-        sizer=None if config.stream_in_flight else shared_streams.found_in_flight(first),
         finished=shared_streams.run_finished(context),
     )
     prefetch.report.skipped.update(skipped)

@@ -285,11 +285,10 @@ class Prefetch(BackgroundStream[StreamReport]):
         log: Any,
         limit: int,
         finished: Callable[[], bool] | None = None,
-        sizer: Callable[[], int | None] | None = None,
     ) -> None:
         report = StreamReport(stages=[s.stage.name for s in stages] if cascade else [])
         super().__init__(
-            report, lines=LINES, log=log, limit=limit, finished=finished, noun="pair or question", sizer=sizer
+            report, lines=LINES, log=log, limit=limit, finished=finished, noun="pair or question"
         )
         self.drafts, self.cascade, self.stages = drafts, cascade, list(stages)
         if drafts is not None and cascade is not None and cap is None:

@@ -86,8 +86,7 @@ class RagSftConfig(dg.Config):
     # cache both stages then read (defs/rag_sft/stream.py); rag_verdicts waits for it. "auto" (both
     # roles have a cache on an HTTP fleet), "on" (both have a cache) or "off"
     stream: str = "off"
-    # requests the stream keeps in flight; None: twice what the generator's URLs were found to run at
-    # once (at their last 429), at most twice its window ceiling times its URLs
+    # requests the stream keeps in flight; None: twice the generator's window ceiling times its URLs
     stream_in_flight: int | None = None
 
 
@@ -239,7 +238,6 @@ def _start_stream(
         judge_examples=judge_examples,
         log=context.log,
         limit=config.stream_in_flight or streaming.in_flight(generator),
-        sizer=None if config.stream_in_flight else streaming.found_in_flight(generator),
         finished=streaming.run_finished(context),
     ).start()
     rag_stream.register(context.run_id, partition, chain, prefetch)

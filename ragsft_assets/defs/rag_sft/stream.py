@@ -89,7 +89,6 @@ class Prefetch(BackgroundStream[StreamReport]):
         log: Any,
         limit: int,
         finished: Callable[[], bool] | None = None,
-        sizer: Callable[[], int | None] | None = None,
     ) -> None:
         self.prompts = sorted(prompts, key=lambda p: p.id)
         super().__init__(
@@ -99,7 +98,6 @@ class Prefetch(BackgroundStream[StreamReport]):
             limit=limit,
             finished=finished,
             noun="example",
-            sizer=sizer,
         )
         self.generate, self.judge_examples = generate, judge_examples
         self._generated = threading.Event()

@@ -200,7 +200,6 @@ class _Held:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._n: dict[str, int] = {}
-        self._full: dict[str, int] = {}  # what ran there, every role's, at its last 429
 
     def add(self, url: str, n: int) -> None:
         with self._lock:
@@ -208,18 +207,6 @@ class _Held:
 
     def get(self, url: str) -> int:
         return self._n.get(url, 0)
-
-    def refused(self, url: str) -> None:
-        """A 429 from ``url`` with one of the requests counted here refused: the server was full at
-        the others (when there are any)."""
-        with self._lock:
-            ran = self._n.get(url, 0) - 1
-            if ran > 0:
-                self._full[url] = ran
-
-    def full_at(self, url: str) -> int | None:
-        """The process's requests in flight at ``url`` when it last refused one, if it has."""
-        return self._full.get(url)
 
 
 _HELD = _Held()
@@ -377,7 +364,6 @@ class _Fleet:
         least ``cap``, so it doubles back per round trip once their work drains.
         """
         held = u.outstanding - 1
-        _HELD.refused(u.url)
         if _HELD.get(u.url) - u.outstanding > 0:  # other roles of this process fill it
             u.limit = max(1.0, min(u.limit, float(held)))
             u.ssthresh = max(u.ssthresh, float(u.cap))  # room again: slow start, not one per round trip
@@ -863,15 +849,6 @@ class OpenAIBackend:
 
     def _submit(self, coro: Awaitable[T]) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())  # type: ignore[arg-type]
-
-    def found_capacity(self) -> int | None:
-        """The requests this role's URLs run at once, as found so far: per URL, what this process
-        (every role) had in flight there at its last 429, else its window's ceiling; None before
-        the first call. Read from any thread: a snapshot."""
-        fleet = self._fleet
-        if fleet is None:
-            return None
-        return sum(_HELD.full_at(u.url) or u.ceiling for u in list(fleet.urls))
 
     def _in_tail(self) -> bool:
         """Whether this backend's fleet waits on its last answers (loop only; see ``_Fleet.in_tail``)."""
