@@ -42,8 +42,8 @@ Closing line (``bench=fleet ...``), ending with ``regime``, ``utilization_e2e``,
   ``duplicated``: 200 answers beyond the first to one body (a request sent again after it was
   answered), plus bodies held by two entries. Bar: both 0, and ``swapped`` 0.
 - ``gave_up``: results the client ended as ``error`` (the stages' ``*/errors`` metadata).
-- ``hung_up``: answers the fleet had ready just as their client hung up (the losing attempt of
-  a straggler's hedge, or a timeout, racing the answer): never delivered, so not answers, and the client's retry of the
+- ``hung_up``: answers the fleet had ready just as their client hung up (a straggler cut or a
+  timeout racing the answer): never delivered, so not answers, and the client's retry of the
   request is not a duplicate; ``aborted`` counts the sequences stopped before their answer.
 
 Latencies default to a 24B-35B model on one GPU per replica under full batching: 500 prompt

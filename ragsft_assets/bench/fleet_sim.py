@@ -630,7 +630,7 @@ class _Fleet:
         if task.done() and not closed:
             return task.result()
         if task.done():
-            # ready as the client hung up (a hedge's loser, a timeout): the answer never reaches
+            # ready as the client hung up (its straggler cut or timeout): the answer never reaches
             # it and the client sends the request again, so it is not an answer (nor a duplicate
             # when the retry is answered); the slot was busy all the same
             if unsent is not None and self.ok_bodies.get(unsent[0]):  # (not one from before a reset)

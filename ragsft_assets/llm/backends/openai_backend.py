@@ -38,13 +38,12 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   start). The last URL that answers is never set aside, so a failing URL never fails a run
   while others answer.
 - Stragglers: once a batch has 50 answers, a first attempt running 5 x their p99 (at least 2 s,
-  under ``timeout_s``) is hedged: sent again, to another URL when there is one, with the full
-  ``timeout_s``, while it keeps running. The first answer of the two is kept and the other
-  attempt closed, which makes vLLM abort it; the hedge counts as a retry, not as a failure of
-  the URL. A hung request then holds its batch seconds, not ``timeout_s``; a long real answer
-  costs part of one extra attempt, and an answer already on its way when the deadline passes is
-  never dropped (a cut did drop it: a duplicate). While the fleet waits on its last answers
-  (``_Fleet.in_tail``) the deadline is 2 x the p99.
+  under ``timeout_s``) is cut, which makes vLLM abort it, and sent again with the full
+  ``timeout_s``; it counts as a retry, not as a failure of the URL. A hung request then holds
+  its batch seconds, not ``timeout_s``; a long real answer costs one extra attempt. The cut
+  waits a few turns of the loop, each reading the sockets, and is dropped once the answer's
+  first bytes have come: an answer that arrived with the deadline is kept. While the fleet
+  waits on its last answers (``_Fleet.in_tail``) the cut is 2 x the p99.
 - A dead fleet: once every URL has kept failing for ``dead_after_s`` (default
   ``max(2 x timeout_s, 60 s)``) with no answer in between, the batch stops with ``FleetDown``
   (requests in flight are abandoned); the requests answered before are reported, so the client
@@ -97,13 +96,19 @@ MAX_RETRY_AFTER_S = 600.0  # a server asking for more is believed only this far
 UNKNOWN_WEIGHTS = "unknown"
 # ours: a hung request (a stuck sequence, a lost answer) would hold its batch for the whole
 # timeout_s. A first attempt that runs STRAGGLER_FACTOR x the p99 of its batch's answers so far
-# is hedged (sent again beside it, with the full timeout_s; the loser's connection is closed, which
-# makes vLLM abort it), so a long but real answer costs part of one extra attempt, never a failure.
+# is cut (closing the connection makes vLLM abort it) and sent again with the full timeout_s, so
+# a long but real answer costs one extra attempt, never a failure.
 STRAGGLER_FACTOR = 5.0
 STRAGGLER_MIN_S = 2.0
+# ours: turns of the event loop between a straggler's deadline and its cut, each polling the
+# sockets; the cut is dropped once the answer's first bytes are read. Cutting at the deadline
+# itself dropped answers that came in the same turn (a loop held by the GIL sees both at once:
+# bench fleet's duplicated=2 at 20,000 pairs over). One turn sufficed in the test (the loop held
+# over both), under uvloop (timers before I/O) and asyncio (after); three leave a margin.
+CUT_DRAIN_ITERATIONS = 3
 # ours: in a tail (nothing waits in line and this process's requests fill under TAIL_SHARE of the
 # URLs' windows, every role together) the fleet idles until the last answers come: a first attempt
-# is hedged at TAIL_STRAGGLER_FACTOR x the p99 instead. At the end of bench fleet's streams, one stall
+# is cut at TAIL_STRAGGLER_FACTOR x the p99 instead. At the end of bench fleet's streams, one stall
 # held an idle fleet for 10-20 s (5 x a p99 measured at load).
 TAIL_STRAGGLER_FACTOR = 2.0
 TAIL_SHARE = 0.125
@@ -444,24 +449,28 @@ class _Latencies:
 
 
 class _Deadline:
-    """When a first attempt, sent at ``sent``, straggles: ``fired`` is done from then on."""
+    """When a first attempt, sent at ``sent``, straggles: ``on_fire`` runs then, once (a timer;
+    no future or task per attempt, which cost client CPU on every request)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sent: float) -> None:
+    __slots__ = ("sent", "_on_fire", "_loop", "_when", "_timer", "_fired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sent: float, on_fire: Callable[[], None]) -> None:
         self.sent = sent
-        self.fired: asyncio.Future[None] = loop.create_future()
+        self._on_fire = on_fire
         self._loop = loop
         self._when: float | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._fired = False
 
     def when(self) -> float | None:
         return self._when
 
     def expired(self) -> bool:
-        return self.fired.done()
+        return self._fired
 
     def reschedule(self, when: float) -> None:
         """Move the deadline (not once it has passed)."""
-        if self.fired.done():
+        if self._fired:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -470,8 +479,9 @@ class _Deadline:
 
     def _fire(self) -> None:
         self._timer = None
-        if not self.fired.done():
-            self.fired.set_result(None)
+        if not self._fired:
+            self._fired = True
+            self._on_fire()
 
     def close(self) -> None:
         if self._timer is not None:
@@ -479,19 +489,12 @@ class _Deadline:
             self._timer = None
 
 
-def _retrieved(task: asyncio.Task[Any]) -> None:
-    """A hedge's outcome is read here too, so that one nobody awaited (its first attempt answered
-    as it failed) is not logged as never retrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
 class _Call:
     """Transport numbers of one ``generate`` / ``embed`` call (touched only from the loop)."""
 
     def __init__(self, history: _Latencies | None = None, in_tail: Callable[[], bool] | None = None) -> None:
         self.stats = TransportStats()
-        self.in_tail = in_tail  # whether the fleet waits on its last answers (a sooner hedge)
+        self.in_tail = in_tail  # whether the fleet waits on its last answers (a shorter cut)
         self.in_flight = 0
         self.first = self.last = None  # type: float | None
         self.latencies = _Latencies()  # of this call's answers, for the straggler deadline
@@ -531,11 +534,11 @@ class _Call:
             for d in list(self.watched):
                 when = d.when()
                 if d.expired() or (when is not None and when <= d.sent + cut):
-                    continue  # passed already (a late loop under load): its attempt is being hedged
+                    continue  # passed already (a late loop under load): its attempt is being cut
                 d.reschedule(d.sent + cut)
 
     def straggler_s(self, timeout_s: float) -> float | None:
-        """How long a first attempt may run before it is hedged (sent again): ``STRAGGLER_FACTOR``
+        """How long a first attempt may run before it is cut and sent again: ``STRAGGLER_FACTOR``
         x the p99 of this call's answers so far (``TAIL_STRAGGLER_FACTOR`` x while the fleet is in
         a tail, :meth:`_Fleet.in_tail`; at least ``STRAGGLER_MIN_S``), once ``STRAGGLER_SAMPLES``
         answers have come (before that, of the backend's recent answers of the same kind, when it
@@ -694,7 +697,7 @@ class OpenAIBackend:
         self.fail_threshold = fail_threshold
         self.max_throttled = max(1, max_throttled)
         self.dead_after_s = dead_after_s if dead_after_s is not None else max(2 * timeout_s, 60.0)
-        self.stragglers_hedged = 0  # straggling attempts sent again beside themselves (STRAGGLER_FACTOR)
+        self.stragglers_cut = 0  # first attempts cut as stragglers and sent again (see STRAGGLER_FACTOR)
         self._histories: dict[int, _Latencies] = {}  # max_tokens -> recent answers (STRAGGLER_HISTORY)
         self._client: httpx.Client | None = None  # /v1/models only (once, before any call)
         self._identity: dict[str, str] | None = None
@@ -880,137 +883,130 @@ class OpenAIBackend:
             )
         return self._fleet
 
-    async def _post(
-        self, u: _Url, path: str, body: bytes, headers: dict[str, str]
-    ) -> tuple[int, bytes, float | None, str]:
-        """One attempt: ``(status, body, Retry-After, "")``, or ``(0, b"", None, why)`` when it
-        failed below HTTP (reset, aiohttp's ``timeout_s``)."""
-        import aiohttp
-
-        try:
-            async with self._session.post(endpoint(u.url, path), data=body, headers=headers) as resp:
-                content = await resp.read()
-                return resp.status, content, retry_after_s(resp.headers.get("Retry-After")), ""
-        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return 0, b"", None, f"{type(exc).__name__} from {u.shown}"
-
-    async def _send(
-        self,
-        path: str,
-        body: bytes,
-        call: _Call,
-        parse: Callable[[bytes], T],
-        hedge_of: _Url | None = None,
-    ) -> T:
+    async def _send(self, path: str, body: bytes, call: _Call, parse: Callable[[bytes], T]) -> T:
         """POST ``body`` to ``path`` of the best URL until it answers, retrying as the module says.
 
-        An attempt that straggles (:meth:`_Call.straggler_s`) keeps running while the request is
-        sent again beside it (a hedge: ``hedge_of`` is the straggler's URL, avoided); the first
-        answer is kept and the other attempt closed, which makes vLLM abort it.
+        A first attempt that straggles (:meth:`_Call.straggler_s`) is cut and sent again, unless
+        the first bytes of its answer have come (read after :data:`CUT_DRAIN_ITERATIONS` more
+        turns of the loop).
 
         Raises:
             GiveUp: retries (or the 429 allowance) used up.
             Refused: a 4xx other than 429.
         """
+        import aiohttp
+
         fleet = await self._ready()
         loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
         headers = {"Content-Type": "application/json", **self._headers()}
         failures = throttled = 0
-        avoid = hedge_of
+        avoid: _Url | None = None
         last = ""
-        watched = hedge_of is None  # a hedge, and the attempts after one, have the full timeout_s
-        other: asyncio.Task[T] | None = None  # this request, sent again beside a straggling attempt
-        try:
-            while True:
-                u = await fleet.acquire(avoid)
-                epoch = u.epoch
-                sent = loop.time()
-                call.enter(sent)
-                self.attempts += 1
-                self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
-                post = asyncio.ensure_future(self._post(u, path, body, headers))
-                left = False
+        was_cut = False
+        waiting = cut = False  # the attempt in flight waits for its answer; it was cut
+
+        def cut_unless_answered(turns: int) -> None:
+            # ours: the deadline and the answer can be ready in one turn of the loop (a loop held by
+            # the GIL). Cutting at once there dropped an answer the server had sent, and the request
+            # went again (bench fleet: duplicated=2 at 20,000 pairs over). So the loop first reads
+            # what has come: the cut waits CUT_DRAIN_ITERATIONS turns, each polling for I/O
+            nonlocal cut
+            if not waiting or me is None:
+                return  # its answer began to come, or the attempt ended
+            if turns > 0:
+                loop.call_soon(cut_unless_answered, turns - 1)
+                return
+            cut = True
+            me.cancel()
+
+        while True:
+            u = await fleet.acquire(avoid)
+            epoch = u.epoch
+            sent = loop.time()
+            call.enter(sent)
+            self.attempts += 1
+            self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
+            status, content, wait_s = 0, b"", None
+            left = windowed = cut = False
+            deadline = None
+            if not was_cut:
+                deadline = call.watch(
+                    _Deadline(loop, sent, lambda: cut_unless_answered(CUT_DRAIN_ITERATIONS)), self.timeout_s
+                )
+            try:
                 try:
-                    if watched:
-                        deadline = call.watch(_Deadline(loop, sent), self.timeout_s)
-                        try:
-                            await asyncio.wait({post, deadline.fired}, return_when=asyncio.FIRST_COMPLETED)
-                        finally:
-                            call.unwatch(deadline)
-                        if not post.done():
-                            # ours: a straggler is hedged, not cut. Cutting it dropped answers already
-                            # on their way (the deadline and the answer ready in one loop iteration:
-                            # bench fleet's duplicated=2 at 20,000 pairs over); now the first answer of
-                            # the two attempts is kept, whichever it is
-                            watched = False
-                            call.stats.retries += 1
-                            self.stragglers_hedged += 1
-                            other = asyncio.ensure_future(self._send(path, body, call, parse, hedge_of=u))
-                            other.add_done_callback(_retrieved)
-                            await asyncio.wait({post, other}, return_when=asyncio.FIRST_COMPLETED)
-                            if not post.done() and other.exception() is None:
-                                return other.result()  # the hedge answered first: this attempt is closed
-                    status, content, wait_s, why = await post
-                    last = why or last
-                    now = loop.time()
-                    call.leave(now, sent)
-                    left = True
-                    if 200 <= status < 300:
-                        try:
-                            value = parse(content)
-                        except _Malformed:
-                            last = f"malformed response body from {u.shown}"
-                        else:
-                            fleet.ok(u)
-                            call.answered(now - sent)
-                            return value
-                    windowed = False
-                    if status == 429 or (status == 503 and wait_s is not None):
-                        windowed = fleet.pushback(u, epoch, wait_s, now)
-                        last = f"HTTP {status} from {u.shown}"
-                    else:
-                        if 200 <= status < 300:
-                            pass  # a malformed body: a failure of the URL (``last`` says so)
-                        elif status and status not in RETRY_STATUS and status < 500:
-                            # it answered: the request is wrong, not the server
-                            u.fails, u.failing_since = 0, None
-                            text = mask_text(content[:300].decode("utf-8", "replace"))
-                            raise Refused(f"HTTP {status} from {u.shown}: {text}")
-                        elif status:
-                            last = f"HTTP {status} from {u.shown}"
-                        fleet.failure(u, now, sent, last)
+                    waiting = True
+                    async with self._session.post(endpoint(u.url, path), data=body, headers=headers) as resp:
+                        waiting = False  # its answer has begun to come: it is not cut from here
+                        status = resp.status
+                        content = await resp.read()
+                        wait_s = retry_after_s(resp.headers.get("Retry-After"))
+                except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+                    last = f"{type(exc).__name__} from {u.shown}"
+                except asyncio.CancelledError:
+                    if not cut or me is None:
+                        raise  # the batch was cancelled
+                    me.uncancel()  # our straggler cut
                 finally:
-                    if not post.done():  # the hedge answered, or the batch was cancelled
-                        post.cancel()
-                    if not left:
-                        call.leave(loop.time(), sent)
-                    fleet.release(u)
-                if other is not None:
-                    return await other  # this attempt failed: the hedge carries the request on
-                if status == 429:
-                    throttled += 1
-                    call.stats.http_429 += 1
-                    if throttled > self.max_throttled:
-                        raise GiveUp(
-                            f"gave up after {failures + throttled} attempts ({throttled} answered 429): {last}"
-                        )
-                else:
-                    failures += 1
-                    if failures > self.max_retries:
-                        raise GiveUp(f"gave up after {failures + throttled} attempts: {last}")
-                if fleet.dead:
-                    raise FleetDown(fleet.dead)
+                    waiting = False
+                    if deadline is not None:
+                        call.unwatch(deadline)
+                now = loop.time()
+                call.leave(now, sent)
+                left = True
+                if 200 <= status < 300:
+                    try:
+                        value = parse(content)
+                    except _Malformed:
+                        last = f"malformed response body from {u.shown}"
+                    else:
+                        fleet.ok(u)
+                        call.answered(now - sent)
+                        return value
+                elif status == 429 or (status == 503 and wait_s is not None):
+                    windowed = fleet.pushback(u, epoch, wait_s, now)
+                    last = f"HTTP {status} from {u.shown}"
+                elif status and status not in RETRY_STATUS and status < 500:
+                    u.fails, u.failing_since = 0, None  # it answered: the request is wrong, not the server
+                    text = mask_text(content[:300].decode("utf-8", "replace"))
+                    raise Refused(f"HTTP {status} from {u.shown}: {text}")
+                elif status:
+                    last = f"HTTP {status} from {u.shown}"
+                if cut:  # a straggler, not a failing URL: sent again at once, with the full timeout
+                    pass
+                elif status != 429 and not (status == 503 and wait_s is not None):
+                    fleet.failure(u, now, sent, last)
+            finally:
+                if not left:  # cancelled mid-flight
+                    call.leave(loop.time(), sent)
+                fleet.release(u)
+            if cut:
+                was_cut = True
                 call.stats.retries += 1
-                avoid = u
-                if windowed:
-                    continue  # the window was set to what the server runs: the retry waits for our next answer
-                if not wait_s:  # a Retry-After pauses the URL itself; otherwise (or "0") back off here
-                    n = failures + throttled
-                    delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
-                    await asyncio.sleep(delay * (0.5 + random.random() / 2))  # jitter: no lockstep
-        finally:
-            if other is not None and not other.done():
-                other.cancel()  # answered by the first attempt (or cancelled): the hedge is closed
+                self.stragglers_cut += 1
+                continue
+            if status == 429:
+                throttled += 1
+                call.stats.http_429 += 1
+                if throttled > self.max_throttled:
+                    raise GiveUp(
+                        f"gave up after {failures + throttled} attempts ({throttled} answered 429): {last}"
+                    )
+            else:
+                failures += 1
+                if failures > self.max_retries:
+                    raise GiveUp(f"gave up after {failures + throttled} attempts: {last}")
+            if fleet.dead:
+                raise FleetDown(fleet.dead)
+            call.stats.retries += 1
+            avoid = u
+            if windowed:
+                continue  # the window was set to what the server runs: the retry waits for our next answer
+            if not wait_s:  # a Retry-After pauses the URL itself; otherwise (or "0") back off here
+                n = failures + throttled
+                delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))  # jitter: no lockstep
 
     async def _run_many(self, n: int, make: Callable[[int], Awaitable[None]], call: _Call) -> TransportStats:
         """Run ``make(i)`` for i < n, starting each as the fleet has room (few idle tasks)."""
