@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 import pyarrow as pa
 
+from ragsft_assets import heap
 from ragsft_assets.llm.client import each_answer
 from ragsft_assets.llm.types import BatchResult, ChatModel, ChatResult, Request
 
@@ -45,6 +46,10 @@ MODES = ("auto", "on", "off")
 IN_FLIGHT = 64
 RAMP_PER_S = 256  # tasks a stream may add per second from its start (64 at once)
 POLL_S = 1.0  # how often a stream looks whether its run has ended
+# ours: how often a running stream gives the C heap's free pages back (heap.release_free_memory).
+# The stream's threads free large blocks that glibc keeps: bench fleet at 20,000 pairs peaked at
+# 2,424 MB resident with 1,304 MB of it free in the arenas
+TRIM_EVERY_S = 5.0
 # ours: a batched line's workers and the most items one takes (batched): workers x batch is about
 # twice the requests in flight, so the fleet stays full while a batch waits for its slowest call
 BATCH_ITEMS = 16
@@ -339,6 +344,7 @@ class BackgroundStream(Generic[ReportT]):
         self._lock = threading.RLock()  # progress() reads under it while join waits on _idle
         self._idle = threading.Condition(self._lock)
         self._halt = threading.Event()  # stopped early: send nothing more
+        self.trims, self.trim_s = 0, 0.0  # heap trims while it ran, and their seconds (TRIM_EVERY_S)
         self._pending = 0  # tasks not finished, in line or running
         self._running = 0
         self._joined = False
@@ -458,9 +464,9 @@ class BackgroundStream(Generic[ReportT]):
         raise NotImplementedError
 
     def watch(self) -> None:
-        """Stop when the run that started the stream has ended (``finished``)."""
-        if self.finished is not None:
-            threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True).start()
+        """Stop when the run that started the stream has ended (``finished``), and give the C
+        heap's free pages back every :data:`TRIM_EVERY_S` while it runs."""
+        threading.Thread(target=self._watch_run, name="ragsft-stream-watch", daemon=True).start()
 
     # -- what the metered calls use ----------------------------------------------------------------
 
@@ -521,7 +527,14 @@ class BackgroundStream(Generic[ReportT]):
                     self._idle.notify_all()
 
     def _watch_run(self) -> None:
+        trimmed = time.monotonic()
         while not self._halt.wait(POLL_S) and not self._joined:
+            if time.monotonic() - trimmed >= TRIM_EVERY_S:
+                t0 = time.monotonic()
+                heap.release_free_memory()
+                trimmed = time.monotonic()
+                self.trims += 1
+                self.trim_s += trimmed - t0
             try:
                 ended = self.finished is not None and self.finished()
             except Exception:
@@ -549,6 +562,8 @@ class BackgroundStream(Generic[ReportT]):
         self._joined = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.report.wall_s = time.monotonic() - self._started
+        heap.release_free_memory()  # what the stream's threads freed, before the stages go on
+        self.log.debug(f"stream: {self.trims} heap trims while it ran, {self.trim_s:.2f}s in all")
         if self.report.failed:
             self.log.warning(
                 f"stream: {self.report.failed} {self.noun}(s) failed in the stream"
