@@ -449,8 +449,8 @@ class _Latencies:
 
 
 class _Deadline:
-    """When a first attempt, sent at ``sent``, straggles: ``on_fire`` runs then, once (a timer;
-    no future or task per attempt, which cost client CPU on every request)."""
+    """When a first attempt, sent at ``sent``, straggles: ``on_fire`` runs then, once (a timer
+    handle and a callback, which the call's ticker moves as answers come)."""
 
     __slots__ = ("sent", "_on_fire", "_loop", "_when", "_timer", "_fired")
 
