@@ -905,17 +905,18 @@ class OpenAIBackend:
         last = ""
         was_cut = False
         waiting = cut = False  # the attempt in flight waits for its answer; it was cut
+        attempt = 0  # which attempt is in flight: a cut waiting its turns belongs to one
 
-        def cut_unless_answered(turns: int) -> None:
+        def cut_unless_answered(of: int, turns: int) -> None:
             # ours: the deadline and the answer can be ready in one turn of the loop (a loop held by
             # the GIL). Cutting at once there dropped an answer the server had sent, and the request
             # went again (bench fleet: duplicated=2 at 20,000 pairs over). So the loop first reads
             # what has come: the cut waits CUT_DRAIN_ITERATIONS turns, each polling for I/O
             nonlocal cut
-            if not waiting or me is None:
-                return  # its answer began to come, or the attempt ended
+            if of != attempt or not waiting or me is None:
+                return  # its answer began to come, or the attempt ended (a later one may be in flight)
             if turns > 0:
-                loop.call_soon(cut_unless_answered, turns - 1)
+                loop.call_soon(cut_unless_answered, of, turns - 1)
                 return
             cut = True
             me.cancel()
@@ -929,10 +930,12 @@ class OpenAIBackend:
             self.url_hits[u.url] = self.url_hits.get(u.url, 0) + 1
             status, content, wait_s = 0, b"", None
             left = windowed = cut = False
+            attempt += 1
             deadline = None
             if not was_cut:
                 deadline = call.watch(
-                    _Deadline(loop, sent, lambda: cut_unless_answered(CUT_DRAIN_ITERATIONS)), self.timeout_s
+                    _Deadline(loop, sent, lambda a=attempt: cut_unless_answered(a, CUT_DRAIN_ITERATIONS)),
+                    self.timeout_s,
                 )
             try:
                 try:
