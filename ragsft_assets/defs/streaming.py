@@ -108,7 +108,8 @@ def in_flight(model: Any) -> int:
     batch (the client's own window still bounds what reaches a server). Twice was measured
     when a batch held its share until its slowest call answered (at exactly the ceiling, ``under``
     kept the fleet at about 0.58); each request now gives its share back as it answers
-    (:class:`Metered`), and 1x has not been measured since. It is also what peak RSS grows with."""
+    (:class:`Metered`), and 1x has not been measured since. (Sizing it to the capacity the fleet
+    was found to have moved peak RSS little: the memory was glibc's free pages, see ``heap``.)"""
     urls = getattr(model, "base_urls", None) or []
     ceiling = getattr(model, "window_ceiling", None)
     per_url = ceiling() if callable(ceiling) else getattr(model, "concurrency", None)
