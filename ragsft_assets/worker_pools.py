@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from multiprocessing.pool import Pool
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # What this process's fork server imports when it starts: the union of what every stage asked for
 # before that (one fork server serves the whole process; it cannot import more once it runs).
@@ -59,7 +62,10 @@ def raise_mmap_threshold(threshold: int) -> bool:
 
 
 def _init_worker(
-    initializer: Callable[..., Any] | None, initargs: tuple[Any, ...], mmap_threshold: int | None = None
+    initializer: Callable[..., Any] | None,
+    initargs: tuple[Any, ...],
+    mmap_threshold: int | None = None,
+    nice: int = 0,
 ) -> None:
     # A worker inherits the ignored signals of the process that started it (they survive exec): started
     # from a process that ignores SIGTERM (a background job of a non-interactive shell, under nohup), it
@@ -67,6 +73,8 @@ def _init_worker(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if mmap_threshold is not None:
         raise_mmap_threshold(mmap_threshold)
+    if nice:
+        os.nice(nice)
     if initializer is not None:
         initializer(*initargs)
 
@@ -77,13 +85,28 @@ def start_pool(
     initializer: Callable[..., Any] | None = None,
     initargs: tuple[Any, ...] = (),
     mmap_threshold: int | None = None,
+    nice: int = 0,
 ) -> Pool:
     """A pool of ``workers`` processes of ``ctx`` whose workers die on SIGTERM, whatever the caller ignores.
 
     ``mmap_threshold``: glibc's mmap threshold in the workers (see :func:`raise_mmap_threshold`), for
     workers that allocate and free large arrays over and over; None keeps malloc's default.
+    ``nice``: added to the workers' niceness (``os.nice``), so that the system runs this process
+    first when both want a core.
     """
-    return ctx.Pool(workers, initializer=_init_worker, initargs=(initializer, initargs, mmap_threshold))
+    return ctx.Pool(workers, initializer=_init_worker, initargs=(initializer, initargs, mmap_threshold, nice))
+
+
+def run_apart(fn: Callable[..., T], *args: Any, nice: int = 0, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in one worker process (:func:`worker_context`), ``nice`` added to its
+    niceness; its result. ``fn``, its arguments and its result travel pickled (``fn`` a module-level
+    function). An exception in ``fn`` is raised here.
+
+    For CPU work beside threads of this process that must not wait for it: Python code holds this
+    process's GIL while it runs, and a worker has its own (and, niced, yields its core first).
+    """
+    with closing_pool(start_pool(worker_context(), 1, nice=nice)) as pool:
+        return pool.apply(fn, args, kwargs)
 
 
 TERMINATE_GRACE_S = 10.0

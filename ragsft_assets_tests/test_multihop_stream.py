@@ -137,6 +137,9 @@ def test_streamed_run_writes_what_the_stage_at_a_time_run_writes(runs):
     assert drafts_md["stream/pairs"] == md["stream/pairs"] > 4 and drafts_md["stream/in_flight"] == 4
     assert md["stream/questions"] > 4 and md["stream/failed"] == 0 and md["stream/calls"] > 0
     assert "stream/stopped" not in md  # it ran to its end
+    # beside the stream the distractor search ran in a worker process of its own, and found the same
+    assert _metadata(result, "distractors")["search_apart"] is True
+    assert _metadata(runs[0][1], "distractors")["search_apart"] is False
     a, b = _files(plain), _files(streamed)
     assert sorted(a) == sorted(b)
     assert any(name.startswith("descriptor_check") for name in a)  # the chain's last judge wrote

@@ -4,6 +4,7 @@ SIGTERM even when the process that started them ignores it (the cause of a hung 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ragsft_assets.worker_pools import closing_pool, start_pool
+from ragsft_assets.worker_pools import closing_pool, run_apart, start_pool
 
 
 def _square(x: int) -> int:
@@ -152,3 +153,24 @@ def test_a_pool_can_start_its_workers_with_a_raised_mmap_threshold() -> None:
         with closing_pool(start_pool(multiprocessing.get_context("spawn"), 1, mmap_threshold=threshold)) as p:
             kept[threshold] = p.map(_rss_kept_after_a_100mb_array, [0])[0]
     assert kept[None] < 20 and kept[256 << 20] > 80, kept
+
+
+def _where_and_how_nice(tag: str) -> tuple[str, int, int]:
+    return tag, os.getpid(), os.nice(0)
+
+
+def _fails() -> None:
+    raise ValueError("the search found nothing to search")
+
+
+def test_run_apart_runs_the_function_in_another_process_niced_and_returns_its_result() -> None:
+    # the distractor search beside a stream: another process (its own GIL), yielding its core first
+    tag, pid, niceness = run_apart(_where_and_how_nice, "searched", nice=5)
+    assert tag == "searched"
+    assert pid != os.getpid()
+    assert niceness == os.nice(0) + 5
+
+
+def test_run_apart_raises_what_the_function_raised() -> None:
+    with pytest.raises(ValueError, match="nothing to search"):
+        run_apart(_fails)

@@ -48,6 +48,11 @@ from ragsft_assets.multihop.recipes import MultihopRecipe
 from ragsft_assets.prompts import PromptTemplate, load_prompt
 from ragsft_assets.resources.snapshots import SnapshotSource
 from ragsft_assets.resources.store import ArtifactStore
+from ragsft_assets.worker_pools import run_apart
+
+# ours: the niceness added to the distractor search's worker while a stream runs: the system runs
+# the stream's client first when both want a core
+SEARCH_NICE = 10
 
 
 class MultihopConfig(RecipeConfig):
@@ -61,8 +66,8 @@ class MultihopConfig(RecipeConfig):
     max_pairs: int | None = None
     max_judged: int | None = None  # per-stage limit on questions sent to the judge; None: no limit
     # search processes for distractors (forkserver, never fork); None: min(2, CPUs this process may
-    # use; one fewer while a stream runs), the pool `ragsft bench distractors` times; the hits are
-    # the same for any value
+    # use; one fewer while a stream runs, and then in a niced process apart), the pool `ragsft bench
+    # distractors` times; the hits are the same for any value
     distractors_workers: int | None = None
     language: str | None = None  # prompt language; None: the partition key's (20240916.fr -> fr)
     # question_drafts streams each pair in the background through its draft, its checks, the
@@ -228,12 +233,17 @@ def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactS
         for d in drafts
     ]
     # while the stream runs, the search leaves a core to its client: on 2 cores, two search
-    # processes starved it and the fleet emptied for the search's length
-    cores = len(os.sched_getaffinity(0)) - (1 if streaming.running(context.run_id, partition) else 0)
+    # processes starved it and the fleet emptied for the search's length. It also runs apart, in
+    # a niced worker: in this process its Python code held the GIL the stream's client needs
+    # (bench fleet, 5,000 pairs over: the fleet fell to 0.2-0.6 busy during the search)
+    beside_stream = streaming.running(context.run_id, partition)
+    cores = len(os.sched_getaffinity(0)) - (1 if beside_stream else 0)
     workers = config.distractors_workers or max(1, min(2, cores))
-    found = distractors.select_distractors(
-        queries, docs(store, partition), recipe.retrieval, recipe.distractors_k, workers=workers
-    )
+    search = (queries, docs(store, partition), recipe.retrieval, recipe.distractors_k)
+    if beside_stream:
+        found = run_apart(distractors.select_distractors, *search, workers=workers, nice=SEARCH_NICE)
+    else:
+        found = distractors.select_distractors(*search, workers=workers)
     ready = {r["id"] for r in found.select(["id", "verdict"]).to_pylist() if r["verdict"] == "kept"}
     capped = caps.apply_caps(
         [
@@ -261,6 +271,7 @@ def distractors_asset(context: Context, config: MultihopConfig, store: ArtifactS
             "k": recipe.distractors_k,
             "queries": len(queries),
             "workers": workers,
+            "search_apart": beside_stream,
             distractors.TOO_FEW: reasons.count(distractors.TOO_FEW),
             **{reason: reasons.count(reason) for reason in caps.CAP_REASONS},
             "to_judge": sum(v == "kept" for v in table["verdict"].to_pylist()),
