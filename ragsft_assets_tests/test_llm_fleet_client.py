@@ -292,6 +292,53 @@ def test_a_server_full_of_our_other_roles_work_cuts_the_window_but_not_its_regro
     asyncio.run(scenario())
 
 
+def test_a_role_with_requests_in_line_takes_the_room_its_other_roles_left_at_once() -> None:
+    # bench fleet, 5,000 pairs over: the annotator's window was cut to 2 while the judge's cascade
+    # filled the server; once the judge drained, doubling per round trip took 10 s to refill the
+    # fleet. The capacity the 429 found (every role's requests there) is the room to take, half
+    # of what is left per answer (another role may take it at the same time).
+    async def scenario(url: str, refused: bool) -> tuple[float, int]:
+        judge = _Fleet([url], cap=128, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        annotator = _Fleet([url], cap=128, cooldown_s=1.0, fail_threshold=3, cooldown_max_s=10.0)
+        held = [await judge.acquire() for _ in range(100)]  # the judge fills the server
+        u = annotator.urls[0]
+        first = await annotator.acquire()
+        second = await annotator.acquire()
+        if refused:  # the annotator's third request: refused, the server full at 102 of ours
+            third = await annotator.acquire()
+            assert annotator.pushback(u, u.epoch, 1.0, 0.0)  # the window holds it back
+            annotator.release(third)
+            assert u.limit == 2.0
+        else:
+            u.limit = 2.0  # the same window, with no 429 that found the server's room
+        line = [asyncio.ensure_future(annotator.acquire()) for _ in range(80)]
+        await asyncio.sleep(0)
+        for h in held:  # the judge's work drains
+            judge.release(h)
+        annotator.ok(u)  # one answer of the annotator's: half the room, at once
+        annotator.release(first)
+        await asyncio.sleep(0)
+        served = sum(w.done() for w in line)
+        limit = u.limit
+        if refused:
+            assert (limit, served) == (52.0, 51)  # 102 found, 2 running: 2 + 100 // 2; 1 left after
+            annotator.ok(u)  # the next answer: half of what is left (102 - 52 running = 50)
+            assert u.limit == 52.0 + 25
+        for w in line:
+            w.cancel()
+        await asyncio.gather(*line, return_exceptions=True)
+        for w in line:
+            if not w.cancelled():
+                annotator.release(w.result())
+        annotator.release(second)
+        assert _HELD.get(url) == 0
+        return limit, served
+
+    asyncio.run(scenario("room-found", refused=True))
+    limit, served = asyncio.run(scenario("room-unknown", refused=False))
+    assert limit == 3.0 and served == 2  # no 429 said how much room: slow start, +1 per answer
+
+
 def test_a_new_batchs_fast_failures_do_not_set_a_busy_url_aside() -> None:
     # A batch opens with a full window; its first answers are the fast failures (a 500, a reset),
     # long before any success. Three of them while 100 requests still run there prove nothing.
