@@ -118,7 +118,11 @@ def test_slot_accounting_follows_the_latency_model() -> None:
         assert 0 < s["utilization"] <= 1.0
         assert s["duplicated"] == 0 and s["distinct_ok"] == 8
         _chat(f.base_urls[0], "Question : q0\nIMPOSSIBLE ")  # the same body again: a duplicate
-        assert f.stats()["duplicated"] == 1
+        again = f.stats()
+        assert again["duplicated"] == 1
+        # where it came from: the stage, and how long after its answer it was sent again
+        [(stage, gap)] = again["admitted_again"]
+        assert stage == "ablation" and 0.0 <= gap < 30.0
         f.reset_stats()
         s = f.stats()
         assert s["requests"] == 0 and s["slot_seconds"] == 0 and s["stages"] == {}

@@ -328,6 +328,12 @@ def run(
                     f" {st['prompt_tokens'] // max(1, st['ok'])} prompt and"
                     f" {st['completion_tokens'] // max(1, st['ok'])} completion tokens per call"
                 )
+            again = stats.get("admitted_again") or []
+            if again:  # where a duplicate came from: a gap of milliseconds is a cut racing the answer
+                _print(
+                    "admitted again after their answer (stage, seconds after it): "
+                    + ", ".join(f"{st} {gap:.3f}" for st, gap in again)
+                )
             occupancy = stats.get("occupancy") or []
             _print(
                 "occupancy per 5 s (busy slots / slots, first request to last answer): "

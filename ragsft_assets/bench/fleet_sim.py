@@ -44,7 +44,8 @@ on purpose; a question it never drafted is answered ``IMPOSSIBLE`` / refused (us
 ``stats()`` keys: ``requests`` (HTTP attempts at the chat/completion routes), ``ok``,
 ``rejected_429``, ``errors_500``, ``resets``, ``retries`` (= 429 + 500 + resets: each one makes
 the client try again), ``distinct_ok`` (distinct request bodies answered 200), ``duplicated``
-(200 answers beyond the first for the same body), ``max_in_flight`` (over the fleet) and
+(200 answers beyond the first for the same body), ``admitted_again`` (up to 100 requests
+admitted after their body had been answered 200: [stage, seconds since that answer]), ``max_in_flight`` (over the fleet) and
 ``max_in_flight_per_replica``, ``slots`` (all replicas), ``slot_seconds`` (busy),
 ``stage_wall_s`` (union of the stages' spans, first arrival to last answer), ``utilization``,
 ``first_s`` / ``last_s`` (first admitted request, last answer), ``e2e_wall_s`` (their
@@ -503,6 +504,10 @@ class _Fleet:
         self.slot_seconds = 0.0
         self.attempts_by_body: dict[bytes, int] = {}
         self.ok_bodies: dict[bytes, int] = {}
+        self.answered_at: dict[bytes, float] = {}  # body digest -> when its last 200 was ready
+        # a request admitted again after its body's 200 (stage, seconds since that 200): what a
+        # duplicate answer looks like from here (a gap of milliseconds: a cut racing the answer)
+        self.again: list[tuple[str, float]] = []
         # answers computed while their client may be gone: (body digest, stage) per handler task,
         # taken back when the connection turns out closed (``_watched``)
         self._unsent: dict[Any, tuple[bytes, Any]] = {}
@@ -544,6 +549,7 @@ class _Fleet:
             "retries": c["rejected_429"] + c["errors_500"] + c["resets"],
             "distinct_ok": distinct,
             "duplicated": c["ok"] - distinct,
+            "admitted_again": [list(x) for x in self.again],
             "max_in_flight": self.max_in_flight,
             "max_in_flight_per_replica": list(self.max_per_replica),
             "in_flight": sum(self.in_flight),
@@ -722,6 +728,8 @@ class _Fleet:
         completion_tokens = min(estimate_tokens(text), int(req.get("max_tokens") or 1 << 30))
         work = self.work_s(prompt_tokens, completion_tokens, digest, attempt)
         st = self.stages.setdefault(stage, _Stage())
+        if self.ok_bodies.get(digest) and len(self.again) < 100:
+            self.again.append((stage, round(now - self.answered_at.get(digest, now), 4)))
         st.requests += 1
         st.first = now if st.first is None else st.first
         self.first = now if self.first is None else self.first
@@ -744,6 +752,7 @@ class _Fleet:
         st.completion_tokens += completion_tokens
         c["ok"] += 1
         self.ok_bodies[digest] = self.ok_bodies.get(digest, 0) + 1
+        self.answered_at[digest] = st.last
         task = asyncio.current_task()
         if task is not None:
             self._unsent[task] = (digest, st)
