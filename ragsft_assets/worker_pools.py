@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -12,6 +11,8 @@ from contextlib import contextmanager
 from multiprocessing.context import BaseContext
 from multiprocessing.pool import Pool
 from typing import Any, TypeVar
+
+from ragsft_assets.heap import raise_mmap_threshold
 
 T = TypeVar("T")
 
@@ -34,31 +35,6 @@ def worker_context(preload: Sequence[str] = ()) -> BaseContext:
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))
     return ctx
-
-
-# glibc's malloc serves blocks above its mmap threshold (128 KiB in a new process) with a fresh mmap
-# each, page-faulted in and unmapped again on free; it raises the threshold (up to 32 MiB) only as such
-# blocks are freed. The retrieval workers allocate arrays of 16-150 MB per query batch (a ~4M-term
-# bigram vocabulary, the product's output bound), and in fresh workers their sparse product ran
-# 2.3-4x slower than the same code in the parent: two workers searched slower than one process.
-# A stage whose workers allocate so passes ``mmap_threshold`` to start_pool (measured, 20,000 queries
-# over 100,000 documents: 8.85 s in one process; two workers 10.8 s at the default, 9.8 s at 64 MiB,
-# 5.3 s at 256 MiB).
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
-
-
-def raise_mmap_threshold(threshold: int) -> bool:
-    """Set glibc's mmap threshold to ``threshold`` (and the trim threshold to twice it) in this process.
-
-    Returns False where the C library is not glibc (nothing changes there).
-    """
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # pragma: no cover - not glibc
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, 2 * threshold))
 
 
 def _init_worker(
