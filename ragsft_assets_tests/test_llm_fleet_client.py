@@ -850,3 +850,54 @@ def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
     assert batch.results[0].status == STATUS_OK
     assert batch.results[0].text == "attempt 1"  # a cut at the deadline gave "attempt 2", 3 s later
     assert elapsed < 3.2
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_an_answer_that_arrives_while_the_cut_waits_its_turns_is_kept(
+    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench fleet, 20,000 pairs under: an answer sent again 0.22 s after it was ready. The cut
+    # waits a few turns of the loop, here 0.1 s each (a loop held by the GIL), and the answer
+    # comes during them: a turn's callbacks run before its I/O, so the last check ran before
+    # the loop had read it. The check must see the bytes waiting on the request's socket.
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    if loop_kind == "asyncio":
+        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
+    else:
+        pytest.importorskip("uvloop")
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            n = attempts[content] = attempts.get(content, 0) + 1
+        if content.startswith("race"):
+            time.sleep(2.25 if n == 1 else 3.0)  # the deadline is at 2 s; the cut's turns end at 2.3
+            return 200, {}, chat_payload(f"attempt {n}")
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as srv:
+        backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
+        loop = backend._ensure_loop()
+        slow_until = [0.0]
+
+        def slow_turn() -> None:  # each turn of the loop takes 0.1 s until slow_until
+            if time.monotonic() < slow_until[0]:
+                time.sleep(0.1)
+                loop.call_soon(slow_turn)
+
+        def start_slow_turns() -> None:
+            slow_until[0] = time.monotonic() + 1.2
+            slow_turn()
+
+        slow = threading.Timer(1.9, lambda: loop.call_soon_threadsafe(start_slow_turns))
+        slow.start()
+        batch = client.chat(_convs(1, "race"), SamplingParams(max_tokens=16))
+        backend.close()
+        slow.cancel()
+    assert batch.results[0].status == STATUS_OK
+    assert batch.results[0].text == "attempt 1"  # cut, it would be "attempt 2", 3 s later

@@ -46,7 +46,9 @@ thread, one aiohttp connection pool, and its own in-flight limit **per base URL*
   ``timeout_s``; it counts as a retry, not as a failure of the URL. A hung request then holds
   its batch seconds, not ``timeout_s``; a long real answer costs one extra attempt. The cut
   waits a few turns of the loop, each reading the sockets, and is dropped once the answer's
-  first bytes have come: an answer that arrived with the deadline is kept. While the fleet
+  first bytes have come; its last turns wait while bytes wait on the request's own socket (a
+  turn's callbacks run before its I/O): an answer that arrived with the deadline, or during the
+  cut's turns, is kept. While the fleet
   waits on its last answers (``_Fleet.in_tail``) the cut is 2 x the p99.
 - A dead fleet: once every URL has kept failing for ``dead_after_s`` (default
   ``max(2 x timeout_s, 60 s)``) with no answer in between, the batch stops with ``FleetDown``
@@ -76,6 +78,7 @@ import logging
 import os
 import queue
 import random
+import select
 import threading
 import time
 from collections import deque
@@ -110,6 +113,9 @@ STRAGGLER_MIN_S = 2.0
 # bench fleet's duplicated=2 at 20,000 pairs over). One turn sufficed in the test (the loop held
 # over both), under uvloop (timers before I/O) and asyncio (after); three leave a margin.
 CUT_DRAIN_ITERATIONS = 3
+# ours: turns more a cut may wait while its answer is arriving (bytes on its socket, or read and
+# not yet taken by the task): bounded, so a connection that only ever trickles is still cut
+CUT_ARRIVING_TURNS = 16
 # ours: in a tail (nothing waits in line and this process's requests fill under TAIL_SHARE of the
 # URLs' windows, every role together) the fleet idles until the last answers come: a first attempt
 # is cut at TAIL_STRAGGLER_FACTOR x the p99 instead. At the end of bench fleet's streams, one stall
@@ -456,6 +462,43 @@ class _Fleet:
                 fut.set_result(None)
 
 
+def _answer_arriving(task: asyncio.Task[Any], conn: Any) -> bool:
+    """Whether the answer of ``task``'s request (on connection ``conn``) has begun to arrive:
+    bytes wait on its socket, or they were read and ``task`` (not running now) is about to take
+    them (what it awaits is done, read from the task's ``_fut_waiter``)."""
+    waiter = getattr(task, "_fut_waiter", None)
+    if waiter is not None and waiter.done():
+        return True
+    transport = getattr(getattr(conn, "protocol", None), "transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    except (OSError, ValueError):  # closed meanwhile
+        return False
+    return bool(readable)
+
+
+def _connector_class(aiohttp: Any) -> Any:
+    """A ``TCPConnector`` that records each task's connection (``conn_of``): a straggler cut looks
+    at the socket of the request it would cut."""
+
+    class _Connector(aiohttp.TCPConnector):  # type: ignore[misc,name-defined]
+        def __init__(self, *args: Any, conn_of: dict[Any, Any], **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.conn_of = conn_of
+
+        async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+            conn = await super().connect(req, traces, timeout)
+            task = asyncio.current_task()
+            if task is not None:
+                self.conn_of[task] = conn
+            return conn
+
+    return _Connector
+
+
 class _Latencies:
     """Answer latencies with a p99 re-sorted now and then, not per answer (loop only)."""
 
@@ -736,6 +779,7 @@ class OpenAIBackend:
         self._thread: threading.Thread | None = None
         self._session: Any = None
         self._fleet: _Fleet | None = None
+        self._conn_of: dict[Any, Any] = {}  # a sending task -> its request's connection (loop only)
         self._pid = os.getpid()
         self.attempts = 0  # total HTTP attempts (tests check that retries are bounded)
         self.url_hits: dict[str, int] = {u: 0 for u in self.base_urls}
@@ -903,8 +947,12 @@ class OpenAIBackend:
                 if u.url in self._unlisted and len(self._unlisted) < len(self.base_urls):
                     u.aside, u.cooldown, u.available_at = True, self.cooldown_s, now + self.cooldown_s
                     u.failing_since, u.last_error = now, "did not list its models"
-            connector = aiohttp.TCPConnector(
-                limit=self._fleet.capacity() + 8, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300
+            connector = _connector_class(aiohttp)(
+                limit=self._fleet.capacity() + 8,
+                limit_per_host=0,
+                keepalive_timeout=60,
+                ttl_dns_cache=300,
+                conn_of=self._conn_of,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s)
@@ -943,7 +991,12 @@ class OpenAIBackend:
             nonlocal cut
             if of != attempt or not waiting or me is None:
                 return  # its answer began to come, or the attempt ended (a later one may be in flight)
-            if turns > 0:
+            # ours: a turn's callbacks queued before it run before its I/O (asyncio and uvloop), so
+            # a check sees the sockets as they were a turn earlier: an answer that came during the
+            # last turn was then dropped (bench fleet, 20,000 pairs under: sent again 0.22 s after
+            # it was ready). So the cut also looks at the request's own socket
+            arriving = turns > -CUT_ARRIVING_TURNS and _answer_arriving(me, self._conn_of.get(me))
+            if turns > 0 or arriving:
                 loop.call_soon(cut_unless_answered, of, turns - 1)
                 return
             cut = True
@@ -1012,6 +1065,8 @@ class OpenAIBackend:
                 if not left:  # cancelled mid-flight
                     call.leave(loop.time(), sent)
                 fleet.release(u)
+                if me is not None:
+                    self._conn_of.pop(me, None)
             if cut:
                 was_cut = True
                 call.stats.retries += 1
