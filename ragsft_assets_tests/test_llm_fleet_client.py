@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
@@ -809,15 +810,17 @@ def test_the_last_request_of_an_idle_fleet_is_cut_at_twice_the_p99(tmp_path: Pat
     assert elapsed < 4.5  # cut at about 2 s, then 1 s: not at 5 s (5 x the p99), then 1 s
 
 
-@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
-def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
-    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # bench fleet's duplicated=2 at 20,000 pairs over: the answer and the straggler deadline ready
-    # in one loop iteration (a loop held by the GIL). Cutting the attempt there dropped an answer
-    # the server had sent, and sent the request again. Here the loop is held from 1.2 s to 2.6 s;
-    # the first attempt is answered at 1.6 s, its deadline is 2 s: the first answer must be kept,
-    # whichever of the two the loop sees first (uvloop runs timers before I/O, asyncio after).
+def _straggler_race(
+    loop_kind: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    first_answer_s: float,
+    disturb: Callable[[asyncio.AbstractEventLoop], threading.Timer],
+) -> tuple[Any, float]:
+    """One request ("race") on a backend whose straggler deadline is 2 s (a p99 of milliseconds),
+    under ``loop_kind``: its first attempt is answered after ``first_answer_s``, a second one
+    after 3 s. ``disturb(loop)`` returns a started timer that holds or slows the backend's loop.
+    Returns the batch and its seconds."""
     from ragsft_assets.llm.backends import openai_backend as ob
 
     if loop_kind == "asyncio":
@@ -832,7 +835,7 @@ def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
         with lock:
             n = attempts[content] = attempts.get(content, 0) + 1
         if content.startswith("race"):
-            time.sleep(1.6 if n == 1 else 3.0)
+            time.sleep(first_answer_s if n == 1 else 3.0)
             return 200, {}, chat_payload(f"attempt {n}")
         return echo(path, body)
 
@@ -840,13 +843,30 @@ def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
         backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
         client = ChatClient(backend, LLMCache(tmp_path))
         client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
-        loop = backend._ensure_loop()
-        hold = threading.Timer(1.2, lambda: loop.call_soon_threadsafe(time.sleep, 1.4))
         t0 = time.monotonic()
-        hold.start()
+        timer = disturb(backend._ensure_loop())
         batch = client.chat(_convs(1, "race"), SamplingParams(max_tokens=16))
         elapsed = time.monotonic() - t0
         backend.close()
+        timer.cancel()
+    return batch, elapsed
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
+    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench fleet's duplicated=2 at 20,000 pairs over: the answer and the straggler deadline ready
+    # in one loop iteration (a loop held by the GIL). Cutting the attempt there dropped an answer
+    # the server had sent, and sent the request again. Here the loop is held from 1.2 s to 2.6 s;
+    # the first attempt is answered at 1.6 s, its deadline is 2 s: the first answer must be kept,
+    # whichever of the two the loop sees first (uvloop runs timers before I/O, asyncio after).
+    def hold(loop: asyncio.AbstractEventLoop) -> threading.Timer:
+        timer = threading.Timer(1.2, lambda: loop.call_soon_threadsafe(time.sleep, 1.4))
+        timer.start()
+        return timer
+
+    batch, elapsed = _straggler_race(loop_kind, tmp_path, monkeypatch, 1.6, hold)
     assert batch.results[0].status == STATUS_OK
     assert batch.results[0].text == "attempt 1"  # a cut at the deadline gave "attempt 2", 3 s later
     assert elapsed < 3.2
@@ -860,29 +880,7 @@ def test_an_answer_that_arrives_while_the_cut_waits_its_turns_is_kept(
     # waits a few turns of the loop, here 0.1 s each (a loop held by the GIL), and the answer
     # comes during them: a turn's callbacks run before its I/O, so the last check ran before
     # the loop had read it. The check must see the bytes waiting on the request's socket.
-    from ragsft_assets.llm.backends import openai_backend as ob
-
-    if loop_kind == "asyncio":
-        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
-    else:
-        pytest.importorskip("uvloop")
-    attempts: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
-        content = body["messages"][0]["content"]
-        with lock:
-            n = attempts[content] = attempts.get(content, 0) + 1
-        if content.startswith("race"):
-            time.sleep(2.25 if n == 1 else 3.0)  # the deadline is at 2 s; the cut's turns end at 2.3
-            return 200, {}, chat_payload(f"attempt {n}")
-        return echo(path, body)
-
-    with FakeOpenAI(answer).running() as srv:
-        backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
-        client = ChatClient(backend, LLMCache(tmp_path))
-        client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
-        loop = backend._ensure_loop()
+    def slow_turns(loop: asyncio.AbstractEventLoop) -> threading.Timer:
         slow_until = [0.0]
 
         def slow_turn() -> None:  # each turn of the loop takes 0.1 s until slow_until
@@ -890,14 +888,15 @@ def test_an_answer_that_arrives_while_the_cut_waits_its_turns_is_kept(
                 time.sleep(0.1)
                 loop.call_soon(slow_turn)
 
-        def start_slow_turns() -> None:
+        def start() -> None:
             slow_until[0] = time.monotonic() + 1.2
             slow_turn()
 
-        slow = threading.Timer(1.9, lambda: loop.call_soon_threadsafe(start_slow_turns))
-        slow.start()
-        batch = client.chat(_convs(1, "race"), SamplingParams(max_tokens=16))
-        backend.close()
-        slow.cancel()
+        timer = threading.Timer(1.9, lambda: loop.call_soon_threadsafe(start))
+        timer.start()
+        return timer
+
+    # the deadline is at 2 s, the answer at 2.25 s: during the cut's turns, which end at about 2.3 s
+    batch, _ = _straggler_race(loop_kind, tmp_path, monkeypatch, 2.25, slow_turns)
     assert batch.results[0].status == STATUS_OK
     assert batch.results[0].text == "attempt 1"  # cut, it would be "attempt 2", 3 s later
