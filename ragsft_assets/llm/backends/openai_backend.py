@@ -402,8 +402,9 @@ class _Fleet:
         least ``cap``, so it doubles back per round trip once their work drains.
         """
         held = u.outstanding - 1
-        _HELD.full_at(u.url, _HELD.get(u.url) - 1)  # full at every role's requests but this one
-        if _HELD.get(u.url) - u.outstanding > 0:  # other roles of this process fill it
+        ours = _HELD.get(u.url)  # every role's requests there, this refused one included
+        _HELD.full_at(u.url, ours - 1)
+        if ours - u.outstanding > 0:  # other roles of this process fill it
             u.limit = max(1.0, min(u.limit, float(held)))
             u.ssthresh = max(u.ssthresh, float(u.cap))  # room again: slow start, not one per round trip
             u.full_at, u.hold = u.limit, held  # a round trip of its own answers, then slow start
