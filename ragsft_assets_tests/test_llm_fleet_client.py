@@ -852,6 +852,25 @@ def _straggler_race(
     return batch, elapsed
 
 
+def _slow_turns(loop: asyncio.AbstractEventLoop) -> threading.Timer:
+    """From 1.9 s to 3.1 s after now, each turn of ``loop`` takes 0.1 s (a loop held by the GIL);
+    returns the started timer."""
+    slow_until = [0.0]
+
+    def slow_turn() -> None:
+        if time.monotonic() < slow_until[0]:
+            time.sleep(0.1)
+            loop.call_soon(slow_turn)
+
+    def start() -> None:
+        slow_until[0] = time.monotonic() + 1.2
+        slow_turn()
+
+    timer = threading.Timer(1.9, lambda: loop.call_soon_threadsafe(start))
+    timer.start()
+    return timer
+
+
 @pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
 def test_an_answer_that_arrives_with_the_straggler_deadline_is_kept(
     loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -880,23 +899,58 @@ def test_an_answer_that_arrives_while_the_cut_waits_its_turns_is_kept(
     # waits a few turns of the loop, here 0.1 s each (a loop held by the GIL), and the answer
     # comes during them: a turn's callbacks run before its I/O, so the last check ran before
     # the loop had read it. The check must see the bytes waiting on the request's socket.
-    def slow_turns(loop: asyncio.AbstractEventLoop) -> threading.Timer:
-        slow_until = [0.0]
-
-        def slow_turn() -> None:  # each turn of the loop takes 0.1 s until slow_until
-            if time.monotonic() < slow_until[0]:
-                time.sleep(0.1)
-                loop.call_soon(slow_turn)
-
-        def start() -> None:
-            slow_until[0] = time.monotonic() + 1.2
-            slow_turn()
-
-        timer = threading.Timer(1.9, lambda: loop.call_soon_threadsafe(start))
-        timer.start()
-        return timer
-
     # the deadline is at 2 s, the answer at 2.25 s: during the cut's turns, which end at about 2.3 s
-    batch, _ = _straggler_race(loop_kind, tmp_path, monkeypatch, 2.25, slow_turns)
+    batch, _ = _straggler_race(loop_kind, tmp_path, monkeypatch, 2.25, _slow_turns)
     assert batch.results[0].status == STATUS_OK
     assert batch.results[0].text == "attempt 1"  # cut, it would be "attempt 2", 3 s later
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+def test_a_cut_waiting_its_turns_never_cuts_the_attempt_after_the_one_it_was_for(
+    loop_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cut waits turns of the loop after the deadline. If the attempt it was for ends in them
+    # (a 429 while our other requests run at its URL: the window alone holds that URL, and the
+    # retry goes at once to the other one), the next attempt is in flight when the cut's turns
+    # are up: the cut belongs to the attempt it was set for, and must not cut the retry.
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    if loop_kind == "asyncio":
+        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
+    else:
+        pytest.importorskip("uvloop")
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            n = attempts[content] = attempts.get(content, 0) + 1
+        if content.startswith("race"):
+            if n == 1:
+                time.sleep(2.1)  # after its 2-s deadline, during the cut's turns (0.1 s each)
+                return 429, {}, {"error": "full"}
+            time.sleep(0.3)
+            return 200, {}, chat_payload(f"attempt {n}")
+        if content.startswith("hold"):
+            time.sleep(1.5)  # sent at 1 s: still running at the race's URL when its 429 comes
+        return echo(path, body)
+
+    with FakeOpenAI(answer).running() as a, FakeOpenAI(answer).running() as b:
+        backend = _backend([a.url, b.url], concurrency=64, timeout_s=30.0)
+        client = ChatClient(backend, LLMCache(tmp_path / "race"))
+        client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
+        turns = _slow_turns(backend._ensure_loop())
+        # three more requests: whichever URL the race went to holds at least one of them
+        hold = ChatClient(backend, LLMCache(tmp_path / "hold"))
+        holding = threading.Timer(1.0, lambda: hold.chat(_convs(3, "hold"), SamplingParams(max_tokens=16)))
+        holding.start()
+        batch = client.chat(_convs(1, "race"), SamplingParams(max_tokens=16))
+        holding.join()
+        cut = backend.stragglers_cut
+        backend.close()
+        turns.cancel()
+    assert batch.results[0].status == STATUS_OK
+    assert batch.stats.http_429 == 1
+    # the retry kept: cut by the first attempt's pending cut, it would be "attempt 3"
+    assert batch.results[0].text == "attempt 2" and cut == 0
