@@ -810,6 +810,36 @@ def test_the_last_request_of_an_idle_fleet_is_cut_at_twice_the_p99(tmp_path: Pat
     assert elapsed < 4.5  # cut at about 2 s, then 1 s: not at 5 s (5 x the p99), then 1 s
 
 
+def _use_loop(loop_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backends started from here run on ``loop_kind``'s event loop ("uvloop" or "asyncio")."""
+    from ragsft_assets.llm.backends import openai_backend as ob
+
+    if loop_kind == "asyncio":
+        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
+    else:
+        pytest.importorskip("uvloop")
+
+
+def _race_answers(race: Callable[[int], tuple[int, dict, Any]], hold_s: float = 0.0) -> Callable:
+    """A fake server's answers: a request whose message starts with "race" gets ``race(n)`` on
+    its n-th attempt (counted across servers sharing this function), one starting with "hold"
+    waits ``hold_s`` first, and every other one is echoed."""
+    attempts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
+        content = body["messages"][0]["content"]
+        with lock:
+            n = attempts[content] = attempts.get(content, 0) + 1
+        if content.startswith("race"):
+            return race(n)
+        if content.startswith("hold"):
+            time.sleep(hold_s)
+        return echo(path, body)
+
+    return answer
+
+
 def _straggler_race(
     loop_kind: str,
     tmp_path: Path,
@@ -821,25 +851,13 @@ def _straggler_race(
     under ``loop_kind``: its first attempt is answered after ``first_answer_s``, a second one
     after 3 s. ``disturb(loop)`` returns a started timer that holds or slows the backend's loop.
     Returns the batch and its seconds."""
-    from ragsft_assets.llm.backends import openai_backend as ob
+    _use_loop(loop_kind, monkeypatch)
 
-    if loop_kind == "asyncio":
-        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
-    else:
-        pytest.importorskip("uvloop")
-    attempts: dict[str, int] = {}
-    lock = threading.Lock()
+    def race(n: int) -> tuple[int, dict, Any]:
+        time.sleep(first_answer_s if n == 1 else 3.0)
+        return 200, {}, chat_payload(f"attempt {n}")
 
-    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
-        content = body["messages"][0]["content"]
-        with lock:
-            n = attempts[content] = attempts.get(content, 0) + 1
-        if content.startswith("race"):
-            time.sleep(first_answer_s if n == 1 else 3.0)
-            return 200, {}, chat_payload(f"attempt {n}")
-        return echo(path, body)
-
-    with FakeOpenAI(answer).running() as srv:
+    with FakeOpenAI(_race_answers(race)).running() as srv:
         backend = _backend([srv.url], concurrency=64, timeout_s=30.0)
         client = ChatClient(backend, LLMCache(tmp_path))
         client.chat(_convs(60), SamplingParams(max_tokens=16))  # a p99 of milliseconds: a 2-s deadline
@@ -913,29 +931,17 @@ def test_a_cut_waiting_its_turns_never_cuts_the_attempt_after_the_one_it_was_for
     # (a 429 while our other requests run at its URL: the window alone holds that URL, and the
     # retry goes at once to the other one), the next attempt is in flight when the cut's turns
     # are up: the cut belongs to the attempt it was set for, and must not cut the retry.
-    from ragsft_assets.llm.backends import openai_backend as ob
+    _use_loop(loop_kind, monkeypatch)
 
-    if loop_kind == "asyncio":
-        monkeypatch.setattr(ob, "_new_loop", asyncio.new_event_loop)
-    else:
-        pytest.importorskip("uvloop")
-    attempts: dict[str, int] = {}
-    lock = threading.Lock()
+    def race(n: int) -> tuple[int, dict, Any]:
+        if n == 1:
+            time.sleep(2.1)  # after its 2-s deadline, during the cut's turns (0.1 s each)
+            return 429, {}, {"error": "full"}
+        time.sleep(0.3)
+        return 200, {}, chat_payload(f"attempt {n}")
 
-    def answer(path: str, body: dict) -> tuple[int, dict, Any]:
-        content = body["messages"][0]["content"]
-        with lock:
-            n = attempts[content] = attempts.get(content, 0) + 1
-        if content.startswith("race"):
-            if n == 1:
-                time.sleep(2.1)  # after its 2-s deadline, during the cut's turns (0.1 s each)
-                return 429, {}, {"error": "full"}
-            time.sleep(0.3)
-            return 200, {}, chat_payload(f"attempt {n}")
-        if content.startswith("hold"):
-            time.sleep(1.5)  # sent at 1 s: still running at the race's URL when its 429 comes
-        return echo(path, body)
-
+    # "hold" requests, sent at 1 s, still run at the race's URL when its 429 comes
+    answer = _race_answers(race, hold_s=1.5)
     with FakeOpenAI(answer).running() as a, FakeOpenAI(answer).running() as b:
         backend = _backend([a.url, b.url], concurrency=64, timeout_s=30.0)
         client = ChatClient(backend, LLMCache(tmp_path / "race"))
