@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from ragsft_assets.llm.backends.openai_backend import (
     PROBE_HOLD_ANSWERS,
     OpenAIBackend,
     ServedModelError,
+    _answer_arriving,
     _Fleet,
     retry_after_s,
 )
@@ -960,3 +962,37 @@ def test_a_cut_waiting_its_turns_never_cuts_the_attempt_after_the_one_it_was_for
     assert batch.stats.http_429 == 1
     # the retry kept: cut by the first attempt's pending cut, it would be "attempt 3"
     assert batch.results[0].text == "attempt 2" and cut == 0
+
+
+def test_the_cut_sees_an_answer_arriving_on_a_socket_numbered_past_select_s_limit() -> None:
+    # select() takes descriptors under 1,024 only (ValueError past it), and a run's roles hold
+    # hundreds of connections each (the soft limit here is far higher): past 1,024 the cut's socket
+    # check must still see the bytes waiting, not fall back to cutting.
+    import resource
+    import socket
+    from types import SimpleNamespace
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    high = 1500
+    if soft <= high:
+        if hard != resource.RLIM_INFINITY and hard <= high:
+            pytest.skip(f"descriptors limited to {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (high + 1, hard))
+    ours, server = socket.socketpair()
+    fd = os.dup2(ours.fileno(), high)
+    ours.close()
+    sock = socket.socket(fileno=fd)
+    conn = SimpleNamespace(
+        protocol=SimpleNamespace(transport=SimpleNamespace(get_extra_info=lambda _k: sock))
+    )
+    task = SimpleNamespace(_fut_waiter=None)
+    try:
+        assert not _answer_arriving(task, conn)  # nothing has come yet
+        server.sendall(b"HTTP/1.1 200 OK\r\n")
+        time.sleep(0.05)
+        assert _answer_arriving(task, conn)
+    finally:
+        sock.close()
+        server.close()
+        if soft <= high:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -474,11 +474,16 @@ def _answer_arriving(task: asyncio.Task[Any], conn: Any) -> bool:
     sock = transport.get_extra_info("socket") if transport is not None else None
     if sock is None:
         return False
+    # poll, not select: select takes descriptors under 1,024 only, and a run's roles hold
+    # hundreds of connections each
+    poller = select.poll()
     try:
-        readable, _, _ = select.select([sock.fileno()], [], [], 0)
+        poller.register(sock.fileno(), select.POLLIN)
+        events = poller.poll(0)
     except (OSError, ValueError):  # closed meanwhile
         return False
-    return bool(readable)
+    # what select counts as readable (bytes, an end, an error), not POLLNVAL (a closed descriptor)
+    return any(ev & (select.POLLIN | select.POLLHUP | select.POLLERR) for _, ev in events)
 
 
 def _connector_class(aiohttp: Any) -> Any:
