@@ -37,7 +37,7 @@ from ragsft_assets.llm.thinking import DEFAULT_REASONING_BUDGET, effective_reque
 from ragsft_assets.llm.types import STATUS_ERROR, STATUS_OK, STATUS_UNREADABLE, SamplingParams
 from ragsft_assets.resources.embedder import EmbeddingResource
 from ragsft_assets.resources.llm import LLMResource
-from ragsft_assets_tests.fake_openai import FakeOpenAI, chat_payload, echo
+from ragsft_assets_tests.fake_openai import Answer, FakeOpenAI, chat_payload, echo
 from ragsft_assets_tests.llm_double import ScriptedChatModel
 
 MODEL = "served-model"
@@ -822,7 +822,7 @@ def _use_loop(loop_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.importorskip("uvloop")
 
 
-def _race_answers(race: Callable[[int], tuple[int, dict, Any]], hold_s: float = 0.0) -> Callable:
+def _race_answers(race: Callable[[int], tuple[int, dict, Any]], hold_s: float = 0.0) -> Answer:
     """A fake server's answers: a request whose message starts with "race" gets ``race(n)`` on
     its n-th attempt (counted across servers sharing this function), one starting with "hold"
     waits ``hold_s`` first, and every other one is echoed."""
